@@ -1,0 +1,263 @@
+"""params.yaml -> typed, frozen config objects.
+
+Contract: `load(path)` returns a `Params` or raises `ConfigError` listing *every* problem at once,
+each as `<dotted.path>: <what is wrong>` (unknown keys get a did-you-mean). The engine only ever
+sees these frozen objects, never raw dicts. One model per params section; the docstring under
+each field is its documentation (surfaced by `shardline params --help`-style tooling and here).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .errors import ConfigError
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+
+class Source(_Section):
+    name: str
+    """Folder name under data/raw, data/clean, data/tokens, data/shards; also the key in `mix`."""
+    uri: str
+    """Local path, glob or file:// URI; http(s):// URL; hf://<dataset>[/<config>]; or builtin://python-stdlib
+    and builtin://pydoc-topics (text that ships with every Python, found at run time)."""
+    format: Literal["txt", "jsonl", "parquet"]
+    """How records are read: txt (see txt_unit), jsonl (one JSON object per line), parquet."""
+    sha256: str | None = None
+    """Expected sha256 of the single file the uri names; a mismatch fails and nothing is promoted."""
+    text_field: str = "text"
+    """The JSON field (jsonl) or column (parquet, hf://) holding the document text."""
+    txt_unit: Literal["file", "blank_lines"] = "file"
+    """txt only: one document per file, or one per block separated by one or more blank lines."""
+    split: str = "train"
+    """hf:// only: the dataset split to read."""
+
+    @model_validator(mode="after")
+    def _check(self) -> "Source":
+        problems = []
+        if not _NAME.match(self.name):
+            problems.append(f"name: {self.name!r} must be letters, digits, '_', '-', '.' (it names folders)")
+        if self.sha256 is not None and not re.fullmatch(r"[0-9a-f]{64}", self.sha256):
+            problems.append("sha256: must be 64 lowercase hex digits")
+        if self.uri.startswith("hf://") and self.format != "parquet":
+            problems.append("format: hf:// sources are stored as parquet; set format: parquet")
+        if problems:
+            raise ValueError("\n".join(problems))
+        return self
+
+
+class Download(_Section):
+    attempts: int = Field(8, ge=1)
+    """Tries per remote file before the stage fails (transient faults only: connection, 5xx, 429)."""
+    backoff_s: float = Field(0.5, ge=0)
+    """First retry delay; doubles each try, with +/-50% jitter."""
+    max_backoff_s: float = Field(30.0, ge=0)
+    """Cap on one retry delay."""
+    timeout_s: float = Field(30.0, gt=0)
+    """Connect and read timeout of one HTTP request."""
+
+
+class Clean(_Section):
+    """Rules run in this fixed order: normalize, strip_control, whitespace, min/max_chars,
+    max_line_chars, max_repeated_line_fraction, min_alpha_fraction, max_replacement_fraction,
+    dedup. Set a rule to null (or false) to switch it off."""
+
+    normalize: Literal["NFC", "NFKC", "none"] = "NFC"
+    """Unicode normalisation form applied first."""
+    strip_control: bool = True
+    """Remove control characters other than newline and tab."""
+    whitespace: bool = True
+    """CRLF -> LF, strip trailing spaces per line, at most two consecutive blank lines, strip ends."""
+    min_chars: int | None = Field(64, ge=0)
+    """Drop documents shorter than this (characters, after the transforms above)."""
+    max_chars: int | None = Field(1_000_000, ge=1)
+    """Drop documents longer than this (a guard against runaway records)."""
+    max_line_chars: int | None = Field(2_000, ge=1)
+    """Drop documents with any line longer than this (minified or binary-ish content)."""
+    max_repeated_line_fraction: float | None = Field(0.3, ge=0, le=1)
+    """Drop documents whose non-blank lines repeat more than this fraction (boilerplate)."""
+    min_alpha_fraction: float | None = Field(0.25, ge=0, le=1)
+    """Drop documents where letters are less than this fraction of non-whitespace characters."""
+    max_replacement_fraction: float | None = Field(0.01, ge=0, le=1)
+    """Drop documents where U+FFFD (undecodable bytes) exceeds this fraction of characters."""
+    dedup: bool = True
+    """Exact dedup by content hash within and across sources; the first in params order wins."""
+    max_bad_fraction: float = Field(0.01, ge=0, le=1)
+    """Fail the stage when unreadable records (malformed JSON, missing field) exceed this
+    fraction of a source's records. Below it they are counted and sampled in stats.json."""
+    part_mb: float = Field(4.0, gt=0)
+    """Raw files are grouped into parts of about this many MB; a part is the unit of parallel
+    work and of resume."""
+
+    @model_validator(mode="after")
+    def _check(self) -> "Clean":
+        if self.min_chars is not None and self.max_chars is not None and self.min_chars > self.max_chars:
+            raise ValueError(f"min_chars: {self.min_chars} must be <= max_chars ({self.max_chars})")
+        return self
+
+
+class Tokenizer(_Section):
+    vocab_size: int = Field(8192, ge=300, le=1_000_000)
+    """BPE vocabulary size including the 256 byte tokens and the special tokens. <= 65535 stores
+    shards as uint16, else uint32."""
+    special_tokens: tuple[str, ...] = ("<|endoftext|>",)
+    """Special tokens, given the lowest ids in this order."""
+    eos_token: str = "<|endoftext|>"
+    """Appended after every document, so documents never run into each other."""
+    min_frequency: int = Field(2, ge=1)
+    """A pair must occur this often to be merged."""
+    path: str | None = None
+    """Use this tokenizer.json instead of training one (it is copied to data/tokenizer)."""
+    train_max_mb: float = Field(256.0, gt=0)
+    """Train on at most this many MB of cleaned text (taken in a fixed order from every source)."""
+    backend: Literal["auto", "tiktoken", "hf"] = "auto"
+    """Encoding engine. auto: tiktoken when it is proven id-identical to the HF tokenizer on a
+    probe of the data, else HF encode_batch_fast."""
+
+    @model_validator(mode="after")
+    def _check(self) -> "Tokenizer":
+        if self.path is None and self.eos_token not in self.special_tokens:
+            raise ValueError(f"eos_token: {self.eos_token!r} must be one of special_tokens")
+        return self
+
+
+class Shard(_Section):
+    seq_len: int = Field(256, ge=1)
+    """Tokens per training sample; blocks hold seq_len + 1 ids (inputs plus shifted targets)."""
+    target_mb: float = Field(64.0, gt=0)
+    """Approximate shard size; a source's blocks are spread over shards of equal count (+/-1)."""
+
+
+class Pipeline(_Section):
+    retries: int = Field(3, ge=0)
+    """Retries of a Prefect task after a transient fault (network, EIO, busy lock). Deterministic
+    errors (bad params, corrupt input) are never retried."""
+    retry_delay_s: float = Field(2.0, ge=0)
+    """First retry delay; doubles each retry, with +/-50% jitter."""
+    task_timeout_s: float = Field(6 * 3600, gt=0)
+    """A task running longer than this fails (and is retried as transient)."""
+
+
+class Params(_Section):
+    sources: tuple[Source, ...]
+    """Where the raw text comes from; one entry per source."""
+    download: Download = Download()
+    clean: Clean = Clean()
+    tokenizer: Tokenizer = Tokenizer()
+    shard: Shard = Shard()
+    pipeline: Pipeline = Pipeline()
+    mix: dict[str, float] | None = None
+    """Sampling weight per source at load time (normalised). Default: proportional to blocks."""
+    model: dict[str, Any] | None = None
+    """Reserved for the train stage."""
+    train: dict[str, Any] | None = None
+    """Reserved for the train stage."""
+
+    @field_validator("sources")
+    @classmethod
+    def _some_sources(cls, v: tuple) -> tuple:
+        if not v:
+            raise ValueError("must list at least one source")
+        return v
+
+    @model_validator(mode="after")
+    def _check(self) -> "Params":
+        names = [s.name for s in self.sources]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        problems = [f"sources: duplicate name {d!r}" for d in dupes]
+        for k, w in (self.mix or {}).items():
+            if k not in names:
+                problems.append(f"mix.{k}: unknown source{_did_you_mean(k, names)}")
+            elif not w > 0:
+                problems.append(f"mix.{k}: must be > 0, got {w}")
+        if problems:
+            raise ValueError("\n".join(problems))
+        return self
+
+    def section(self, name: str) -> Any:
+        """A section as plain JSON-able data (for hashing and lineage)."""
+        v = getattr(self, name)
+        if isinstance(v, tuple):
+            return [x.model_dump(mode="json") for x in v]
+        return v.model_dump(mode="json") if isinstance(v, BaseModel) else v
+
+
+def _did_you_mean(key: str, options) -> str:
+    close = difflib.get_close_matches(key, list(options), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _model_at(loc: tuple) -> type[BaseModel] | None:
+    """The model class that owns the container at `loc` (for did-you-mean on unknown keys)."""
+    model: Any = Params
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = model.model_fields.get(part)
+        if field is None:
+            return None
+        ann = field.annotation
+        args = getattr(ann, "__args__", ()) or (ann,)
+        nxt = next((a for a in args if isinstance(a, type) and issubclass(a, BaseModel)), None)
+        if nxt is None:
+            return None
+        model = nxt
+    return model
+
+
+def _format(err: dict) -> str:
+    loc = tuple(err["loc"])
+    path = ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in loc).replace(".[", "[")
+    kind, ctx, got = err["type"], err.get("ctx", {}), err.get("input")
+    if kind == "extra_forbidden":
+        owner = _model_at(loc[:-1])
+        hint = _did_you_mean(str(loc[-1]), owner.model_fields) if owner else ""
+        return f"{path}: unknown key{hint}"
+    if kind == "missing":
+        return f"{path}: required"
+    ops = {"greater_than_equal": ">=", "greater_than": ">", "less_than_equal": "<=", "less_than": "<"}
+    if kind in ops:
+        bound = next(iter(ctx.values()))
+        return f"{path}: must be {ops[kind]} {bound}, got {got!r}"
+    if kind == "literal_error":
+        return f"{path}: must be one of {ctx.get('expected')}, got {got!r}"
+    if kind == "value_error":
+        msg = str(ctx.get("error", err["msg"]))
+        # model validators name their own fields ("sha256: ..."); field validators do not.
+        named = (re.match(r"[\w\[\].]+: ", m) for m in msg.split("\n"))
+        return "\n".join(m if not path else f"{path}.{m}" if hit else f"{path}: {m}"
+                          for m, hit in zip(msg.split("\n"), named))
+    return f"{path}: {err['msg'].lower()}, got {got!r}"
+
+
+def parse(raw: Any, origin: str = "params.yaml") -> Params:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{origin}: must be a mapping of sections, got {type(raw).__name__}")
+    try:
+        return Params.model_validate(raw)
+    except ValidationError as e:
+        lines = [ln for err in e.errors() for ln in _format(err).split("\n")]
+        raise ConfigError(f"{origin}: {len(lines)} problem(s):\n  " + "\n  ".join(lines)) from None
+
+
+def load(path: str | Path = "params.yaml") -> Params:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: not found; run from the project root or pass --params") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {e}") from None
+    return parse(raw, str(path))

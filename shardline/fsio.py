@@ -1,0 +1,106 @@
+"""Crash-safe file primitives.
+
+Contract: a file that exists under its final name is complete. Writers go to a temp name in the
+same directory (`.<name>.tmp-<pid>`), fsync the data, rename over the final name, then fsync the
+directory so the rename itself survives a power cut. `remove_temps` sweeps what a killed writer
+left behind; nothing else ever looks at temp names.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any, BinaryIO, Iterator
+
+TMP_MARK = ".tmp-"
+_CHUNK = 1 << 20
+
+
+def fsync_dir(path: str | os.PathLike) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def temp_name(final: Path) -> Path:
+    return final.with_name(f".{final.name}{TMP_MARK}{os.getpid()}")
+
+
+@contextlib.contextmanager
+def atomic_writer(final: str | os.PathLike) -> Iterator[BinaryIO]:
+    """Open a binary temp file that becomes `final` only if the block completes."""
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temp_name(final)
+    f = open(tmp, "wb")
+    try:
+        yield f
+        f.flush()
+        os.fsync(f.fileno())
+        f.close()
+        os.replace(tmp, final)
+        fsync_dir(final.parent)
+    except BaseException:
+        f.close()
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        raise
+
+
+def write_bytes(final: str | os.PathLike, data: bytes) -> None:
+    with atomic_writer(final) as f:
+        f.write(data)
+
+
+def write_json(final: str | os.PathLike, obj: Any) -> None:
+    write_bytes(final, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    with open(path, "rb") as f:
+        return json.load(f)
+
+
+def copy_file(src: str | os.PathLike, final: str | os.PathLike) -> str:
+    """Copy atomically; return the sha256 of the bytes copied (one read of the source)."""
+    h = hashlib.sha256()
+    with open(src, "rb") as fin, atomic_writer(final) as fout:
+        while chunk := fin.read(_CHUNK):
+            h.update(chunk)
+            fout.write(chunk)
+    return h.hexdigest()
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def sha256_bytes(data: bytes | memoryview) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def stable_hash(obj: Any) -> str:
+    """sha256 of a JSON-able value, independent of dict order."""
+    return sha256_bytes(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode())
+
+
+def remove_temps(root: str | os.PathLike) -> int:
+    """Delete temp files a killed writer left under `root`; return how many."""
+    n = 0
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in filenames + dirnames:
+            if name.startswith(".") and TMP_MARK in name:
+                p = Path(dirpath, name)
+                shutil.rmtree(p) if p.is_dir() else p.unlink()
+                n += 1
+    return n

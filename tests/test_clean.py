@@ -1,0 +1,113 @@
+import json
+
+import pyarrow.parquet as pq
+import pytest
+
+from shardline import clean, download
+from shardline.errors import BadInput
+from tests.conftest import make_project
+
+QUIET = dict(log=lambda _: None)
+
+
+def build(root, sources, **sections):
+    params, layout = make_project(root, sources, **sections)
+    download.run(params, layout, **QUIET)
+    return params, layout, clean.run(params, layout, **QUIET)
+
+
+def rows(layout, name):
+    out = []
+    for p in sorted((layout.clean / name).glob("part-*.parquet")):
+        out += pq.read_table(p, columns=["id", "text"]).to_pylist()
+    return out
+
+
+def test_ids_are_stable_and_outputs_identical(tmp_path, code_dir):
+    src = [{"name": "code", "uri": str(code_dir), "format": "txt"}]
+    _, a, _ = build(tmp_path / "a", src)
+    _, b, _ = build(tmp_path / "b", src)
+    ra = rows(a, "code")
+    assert ra == rows(b, "code") and len(ra) > 30
+    assert ra[0]["id"].endswith(".py:1")
+    for pa_, pb in zip(sorted((a.clean / "code").iterdir()), sorted((b.clean / "code").iterdir())):
+        assert pa_.read_bytes() == pb.read_bytes()
+
+
+def test_dedup_within_and_across_sources_first_wins(tmp_path):
+    d = tmp_path / "in"
+    d.mkdir()
+    doc = "A paragraph of ordinary English prose that is long enough to pass every filter."
+    (d / "a.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in [doc, "Another fine document " * 4, doc]))
+    (d / "b.txt").write_text(f"{doc}\n\nSomething else entirely, a unique block of text here.\n")
+    _, layout, stats = build(tmp_path / "p", [{"name": "j", "uri": str(d / "a.jsonl"), "format": "jsonl"},
+                                              {"name": "t", "uri": str(d / "b.txt"), "format": "txt",
+                                               "txt_unit": "blank_lines"}])
+    assert [r["id"] for r in rows(layout, "j")] == ["a.jsonl:1", "a.jsonl:2"]
+    assert [r["id"] for r in rows(layout, "t")] == ["b.txt:3"]
+    assert stats["sources"]["j"]["dedup"]["docs"] == 1 and stats["sources"]["t"]["dedup"]["docs"] == 1
+    assert stats["sources"]["t"]["dedup"]["bytes"] == len(doc)
+    on_disk = json.loads((layout.clean / "stats.json").read_text())
+    assert on_disk == json.loads(json.dumps(stats))
+
+
+def test_bad_records_counted_then_fail_over_threshold(tmp_path):
+    d = tmp_path / "in"
+    d.mkdir()
+    good = [json.dumps({"text": f"Good document number {i} with plenty of letters in it."}) for i in range(60)]
+    (d / "x.jsonl").write_text("\n".join(good[:30] + ['{"text": broken', '{"other": 1}'] + good[30:]) + "\n")
+    _, layout, stats = build(tmp_path / "ok", [{"name": "x", "uri": str(d / "x.jsonl"), "format": "jsonl"}],
+                             clean={"max_bad_fraction": 0.05})
+    s = stats["sources"]["x"]
+    assert (s["bad"], s["records"], s["docs_out"]) == (2, 62, 60)
+    assert s["samples"][0].startswith("x.jsonl:31: invalid JSON") and s["samples"][1] == "x.jsonl:32: no field 'text'"
+    with pytest.raises(BadInput) as e:
+        build(tmp_path / "strict", [{"name": "x", "uri": str(d / "x.jsonl"), "format": "jsonl"}],
+              clean={"max_bad_fraction": 0.01})
+    msg = str(e.value)
+    assert "2 of 62 records unreadable" in msg and "x.jsonl:31" in msg and "clean.max_bad_fraction" in msg
+
+
+def test_huge_single_line_and_empty_files_are_dropped_not_fatal(tmp_path):
+    d = tmp_path / "in"
+    d.mkdir()
+    (d / "huge.txt").write_text("x" * 50_000_000)
+    (d / "empty.txt").write_text("")
+    (d / "fine.txt").write_text("A small but perfectly valid document about nothing much.\n")
+    _, layout, stats = build(tmp_path / "p", [{"name": "t", "uri": str(d), "format": "txt"}],
+                             clean={"max_chars": 100_000})
+    s = stats["sources"]["t"]
+    assert [r["id"] for r in rows(layout, "t")] == ["fine.txt:1"]
+    assert s["rules"]["max_chars"] == {"docs": 1, "bytes": 50_000_000}
+    assert s["rules"]["min_chars"]["docs"] == 1  # the empty file
+
+
+def test_rerun_skips_parts_and_rebuilds_after_rule_change(tmp_path, code_dir):
+    src = [{"name": "code", "uri": str(code_dir), "format": "txt"}]
+    params, layout, _ = build(tmp_path / "p", src)
+    logs = []
+    clean.run(params, layout, log=logs.append)
+    n = len(list((layout.clean / "code").glob("part-*")))
+    assert f"{n} part(s), {n} already done, 0 cleaned" in logs[0]
+    params2, _ = make_project(tmp_path / "p", src, clean={"min_chars": 2000})
+    logs = []
+    clean.run(params2, layout, log=logs.append)
+    assert f"0 already done, {n} cleaned" in logs[0]
+    assert all(len(r["text"]) >= 2000 for r in rows(layout, "code"))
+
+
+def test_dedup_context_change_rebuilds_later_parts(tmp_path):
+    """A part deduped against other earlier parts must not be trusted after those change."""
+    d = tmp_path / "in"
+    d.mkdir()
+    shared = "Shared paragraph that appears in both sources, long enough for every rule."
+    (d / "first.txt").write_text(shared)
+    (d / "second.txt").write_text(shared)
+    a = {"name": "a", "uri": str(d / "first.txt"), "format": "txt"}
+    b = {"name": "b", "uri": str(d / "second.txt"), "format": "txt"}
+    params, layout, _ = build(tmp_path / "p", [a, b])
+    assert rows(layout, "b") == []
+    (d / "first.txt").write_text("Now the first source says something different, also long enough.")
+    download.run(params, layout, **QUIET)
+    clean.run(params, layout, **QUIET)
+    assert [r["text"] for r in rows(layout, "b")] == [shared]

@@ -1,0 +1,67 @@
+import pytest
+import yaml
+
+from shardline import config
+from shardline.errors import ConfigError
+from tests.conftest import REPO
+
+SRC = {"name": "a", "uri": "x", "format": "txt"}
+
+
+def problems(raw) -> list[str]:
+    with pytest.raises(ConfigError) as e:
+        config.parse(raw)
+    return [ln.strip() for ln in str(e.value).splitlines()[1:]]
+
+
+def test_shipped_params_load():
+    p = config.load(REPO / "params.yaml")
+    assert [s.name for s in p.sources] == ["code", "prose"]
+    assert p.tokenizer.vocab_size <= 65535
+
+
+def test_every_problem_reported_at_once_with_dotted_paths():
+    got = problems({"sources": [{**SRC, "sha": "1"}], "clean": {"min_chars": -5, "max_chrs": 3, "normalize": "NFD"},
+                    "tokenizr": {}, "shard": {"seq_len": 0}})
+    assert "clean.min_chars: must be >= 0, got -5" in got
+    assert "clean.max_chrs: unknown key (did you mean 'max_chars'?)" in got
+    assert "sources[0].sha: unknown key (did you mean 'sha256'?)" in got
+    assert "tokenizr: unknown key (did you mean 'tokenizer'?)" in got
+    assert "shard.seq_len: must be >= 1, got 0" in got
+    assert any(g.startswith("clean.normalize: must be one of") for g in got)
+    assert len(got) == 6
+
+
+def test_cross_field_checks_name_the_field():
+    assert problems({"sources": [SRC], "mix": {"b": 1.0}}) == ["mix.b: unknown source"]
+    assert problems({"sources": [SRC, SRC]}) == ["sources: duplicate name 'a'"]
+    assert problems({"sources": [{**SRC, "uri": "hf://x/y"}]}) == \
+        ["sources[0].format: hf:// sources are stored as parquet; set format: parquet"]
+    assert problems({"sources": [SRC], "tokenizer": {"eos_token": "<eos>"}}) == \
+        ["tokenizer.eos_token: '<eos>' must be one of special_tokens"]
+    assert problems({"sources": []}) == ["sources: must list at least one source"]
+
+
+def test_configs_are_frozen():
+    p = config.parse({"sources": [SRC]})
+    with pytest.raises(Exception):
+        p.clean.min_chars = 3  # type: ignore[misc]
+
+
+def test_every_field_is_documented():
+    for model in (config.Source, config.Download, config.Clean, config.Tokenizer, config.Shard,
+                  config.Pipeline, config.Params):
+        for name, field in model.model_fields.items():
+            assert field.description or name in config.Params.model_fields and name in (
+                "download", "clean", "tokenizer", "shard", "pipeline"), f"{model.__name__}.{name} has no docstring"
+
+
+def test_load_reports_yaml_errors_and_missing_file(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        config.load(tmp_path / "params.yaml")
+    (tmp_path / "params.yaml").write_text("sources: [\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        config.load(tmp_path / "params.yaml")
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump([1, 2]))
+    with pytest.raises(ConfigError, match="must be a mapping"):
+        config.load(tmp_path / "params.yaml")

@@ -1,0 +1,91 @@
+import hashlib
+import json
+import os
+
+import pytest
+
+from shardline import download, fsio
+from shardline.errors import BadInput, ChecksumMismatch
+from tests.conftest import make_project
+from tests.servers import FlakyServer
+
+
+def test_local_glob_dir_and_file_uri(tmp_path, code_dir):
+    params, layout = make_project(tmp_path / "p", [
+        {"name": "g", "uri": str(code_dir / "*.py"), "format": "txt"},
+        {"name": "d", "uri": f"file://{code_dir}", "format": "txt"},
+    ])
+    m = download.run(params, layout, log=lambda _: None)
+    assert [f["path"] for f in m["g"]["files"]] == sorted(os.listdir(code_dir))
+    assert m["g"]["files"] == m["d"]["files"]
+    for f in m["g"]["files"]:
+        assert fsio.sha256_file(layout.raw / "g" / "files" / f["path"]) == f["sha256"]
+    assert json.loads((layout.raw / "g" / "manifest.json").read_text()) == m["g"]
+
+
+def test_builtin_sources_are_found_at_run_time(tmp_path):
+    params, layout = make_project(tmp_path, [{"name": "code", "uri": "builtin://python-stdlib", "format": "txt"},
+                                             {"name": "prose", "uri": "builtin://pydoc-topics", "format": "jsonl"}])
+    m = download.run(params, layout, log=lambda _: None)
+    paths = [f["path"] for f in m["code"]["files"]]
+    assert "os.py" in paths and "json/decoder.py" in paths
+    assert not any(p.startswith("test/") or "/test_" in p or p.startswith("test_") for p in paths)
+    assert m["code"]["bytes"] > 5e6 and m["prose"]["bytes"] > 2e5
+
+
+def test_rerun_skips_and_removes_what_params_no_longer_name(tmp_path, code_dir):
+    params, layout = make_project(tmp_path / "p", [{"name": "g", "uri": str(code_dir), "format": "txt"}])
+    download.run(params, layout, log=lambda _: None)
+    victim = sorted(code_dir.iterdir())[0]
+    stale = layout.raw / "g" / "files" / victim.name
+    victim.unlink()
+    (layout.raw / "old").mkdir()
+    before = {p: p.stat().st_mtime_ns for p in (layout.raw / "g" / "files").iterdir() if p != stale}
+    download.run(params, layout, log=lambda _: None)
+    assert not stale.exists() and not (layout.raw / "old").exists()
+    assert {p: p.stat().st_mtime_ns for p in (layout.raw / "g" / "files").iterdir()} == before
+
+
+def test_http_source_with_sha256(tmp_path, code_dir):
+    blob = b"".join(p.read_bytes() for p in sorted(code_dir.iterdir()))
+    with FlakyServer({"/corpus.txt": blob}, seed=3, p_drop=0.3, p_503=0.3) as srv:
+        params, layout = make_project(tmp_path / "p", [{"name": "web", "uri": srv.url("/corpus.txt"), "format": "txt",
+                                                        "sha256": hashlib.sha256(blob).hexdigest()}],
+                                      download={"backoff_s": 0.01})
+        m = download.run(params, layout, log=lambda _: None)
+        assert (layout.raw / "web" / "files" / "corpus.txt").read_bytes() == blob
+        assert m["web"]["files"][0]["origin"] == srv.url("/corpus.txt")
+        assert srv.sent["/corpus.txt"] <= 1.5 * len(blob)
+
+
+def test_wrong_sha256_promotes_nothing(tmp_path):
+    with FlakyServer({"/a.txt": b"hello world\n" * 100}) as srv:
+        params, layout = make_project(tmp_path, [{"name": "web", "uri": srv.url("/a.txt"), "format": "txt",
+                                                  "sha256": "0" * 64}])
+        with pytest.raises(ChecksumMismatch, match="expected 0000.*got .*params.yaml"):
+            download.run(params, layout, log=lambda _: None)
+    files = layout.raw / "web" / "files"
+    assert not any(files.iterdir()) and not (layout.raw / "web" / "manifest.json").exists()
+
+
+def test_no_match_and_sha_on_many_files_are_clear_errors(tmp_path, code_dir):
+    params, layout = make_project(tmp_path / "p", [{"name": "g", "uri": str(tmp_path / "nope/*.txt"), "format": "txt"}])
+    with pytest.raises(BadInput, match=r"sources\[g\].uri: .* matched no files"):
+        download.run(params, layout, log=lambda _: None)
+    params, layout = make_project(tmp_path / "q", [{"name": "g", "uri": str(code_dir), "format": "txt",
+                                                    "sha256": "a" * 64}])
+    with pytest.raises(BadInput, match="a sha256 pins exactly one file"):
+        download.run(params, layout, log=lambda _: None)
+
+
+def test_hf_source_from_a_local_dataset_dir(tmp_path):
+    data = tmp_path / "ds"
+    data.mkdir()
+    rows = [{"text": f"document number {i} " * 5, "n": i} for i in range(50)]
+    (data / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    params, layout = make_project(tmp_path / "p", [{"name": "hf", "uri": f"hf://{data}", "format": "parquet"}])
+    m = download.run(params, layout, log=lambda _: None)
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(layout.raw / "hf" / "files" / m["hf"]["files"][0]["path"])
+    assert table.column("text").to_pylist() == [r["text"] for r in rows]

@@ -1,0 +1,59 @@
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from shardline import readers
+from shardline.config import Source
+from shardline.errors import BadInput
+
+
+def read(path, **src):
+    stats = readers.ReadStats()
+    docs = list(readers.read(path, path.name, Source(name="s", uri="x", **src), stats))
+    return docs, stats
+
+
+def test_jsonl_bad_records_are_counted_with_file_line(tmp_path):
+    p = tmp_path / "a.jsonl"
+    p.write_bytes(b'{"text": "one"}\n{"text": \n\n[1, 2]\n{"body": "x"}\n{"text": 5}\n{"text": "two"}\n')
+    docs, st = read(p, format="jsonl")
+    assert docs == [("a.jsonl:1", "one"), ("a.jsonl:7", "two")]
+    assert (st.records, st.bad) == (6, 4)
+    assert st.samples[0].startswith("a.jsonl:2: invalid JSON")
+    assert st.samples[1:] == ["a.jsonl:4: not a JSON object", "a.jsonl:5: no field 'text'",
+                              "a.jsonl:6: field 'text' is int, not a string"]
+
+
+def test_invalid_utf8_is_replaced_and_counted(tmp_path):
+    p = tmp_path / "a.jsonl"
+    p.write_bytes(b'{"text": "caf\xe9 ok"}\n')
+    docs, st = read(p, format="jsonl")
+    assert docs == [("a.jsonl:1", "caf\ufffd ok")] and st.invalid_utf8 == 1 and st.bad == 0
+    t = tmp_path / "b.txt"
+    t.write_bytes(b"\xff\xfebinary\x00garbage")
+    docs, st = read(t, format="txt")
+    assert st.invalid_utf8 == 1 and "\ufffd" in docs[0][1]
+
+
+def test_txt_units(tmp_path):
+    p = tmp_path / "t.txt"
+    p.write_text("first para\nline two\n\n  \n\nsecond\n\n\nthird\n")
+    assert read(p, format="txt")[0] == [("t.txt:1", p.read_text())]
+    docs, st = read(p, format="txt", txt_unit="blank_lines")
+    assert docs == [("t.txt:1", "first para\nline two"), ("t.txt:6", "second"), ("t.txt:9", "third")]
+    empty = tmp_path / "e.txt"
+    empty.write_text("")
+    assert read(empty, format="txt", txt_unit="blank_lines")[0] == []
+
+
+def test_parquet_column_and_damage(tmp_path):
+    p = tmp_path / "d.parquet"
+    pq.write_table(pa.table({"body": ["a", None, "c"]}), p)
+    docs, st = read(p, format="parquet", text_field="body")
+    assert docs == [("d.parquet:1", "a"), ("d.parquet:3", "c")] and st.bad == 1
+    with pytest.raises(BadInput, match=r"d.parquet: no column 'text' \(columns: \['body'\]\)"):
+        read(p, format="parquet")
+    data = p.read_bytes()
+    p.write_bytes(data[: len(data) // 2])
+    with pytest.raises(BadInput, match="d.parquet: not a readable parquet file.*re-download"):
+        read(p, format="parquet", text_field="body")
