@@ -144,8 +144,9 @@ class Pipeline(_Section):
     errors (bad params, corrupt input) are never retried."""
     retry_delay_s: float = Field(2.0, ge=0)
     """First retry delay; doubles each retry, with +/-50% jitter."""
-    task_timeout_s: float = Field(6 * 3600, gt=0)
-    """A task running longer than this fails (and is retried as transient)."""
+    stage_timeout_s: float = Field(24 * 3600, gt=0)
+    """A stage flow running longer than this fails. Enforced on the flow, which runs in the main
+    thread; Prefect cannot interrupt tasks in worker threads."""
 
 
 class Params(_Section):

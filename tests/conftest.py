@@ -49,14 +49,11 @@ def stdlib_files(n: int, skip: int = 0) -> list[Path]:
 
 def small_params(sources: list[dict], **sections) -> dict:
     """Params sized for tests: tiny vocab and shards so a whole line takes seconds."""
-    p = {
-        "sources": sources,
-        "clean": {"part_mb": 0.05, "min_chars": 16},
-        "tokenizer": {"vocab_size": 512, "special_tokens": ["<|endoftext|>"], "eos_token": "<|endoftext|>"},
-        "shard": {"seq_len": 64, "target_mb": 0.05},
-        "pipeline": {"retries": 1, "retry_delay_s": 0.1},
-    }
-    for k, v in sections.items():
+    p = yaml.safe_load((REPO / "params.yaml").read_text())  # every section dvc.yaml names
+    p["sources"] = sources
+    small = {"clean": {"part_mb": 0.05, "min_chars": 16}, "tokenizer": {"vocab_size": 512},
+             "shard": {"seq_len": 64, "target_mb": 0.05}, "pipeline": {"retries": 1, "retry_delay_s": 0.1}}
+    for k, v in [*small.items(), *sections.items()]:
         p[k] = {**p.get(k, {}), **v} if isinstance(v, dict) else v
     return p
 

@@ -1,0 +1,1 @@
+"""Prefect flows and the `shardline` command: compose the engine, DVC and Prefect."""

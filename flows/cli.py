@@ -1,0 +1,78 @@
+"""The `shardline` command.
+
+  shardline stage NAME      run one data stage in-process (what dvc.yaml's cmds call)
+  shardline pipeline        run the Prefect pipeline flow (needs PREFECT_API_URL or starts
+                            an ephemeral server)
+  shardline params          validate params.yaml and print the resolved settings
+
+Errors from the engine are printed as one clear message (no traceback) with exit code 2;
+transient failures exit 75 (EX_TEMPFAIL) so wrappers can tell them apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from shardline import config, stages
+from shardline.errors import ShardlineError, is_transient
+from shardline.layout import Layout
+
+
+def _log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def cmd_stage(args: argparse.Namespace) -> int:
+    layout = Layout.at(args.root)
+    params = config.load(Path(layout.root, args.params))
+    t0 = time.perf_counter()
+    stages.runner(args.name)(params, layout, log=_log)
+    _log(f"{args.name}: done in {time.perf_counter() - t0:.1f}s")
+    return 0
+
+
+def cmd_pipeline(args: argparse.Namespace) -> int:
+    from flows.pipeline import pipeline
+
+    report = pipeline(root=args.root, params_file=args.params)
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+def cmd_params(args: argparse.Namespace) -> int:
+    params = config.load(Path(args.root, args.params))
+    print(json.dumps(params.model_dump(mode="json"), indent=2))
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="shardline", description="Reproducible, crash-proof pretraining pipeline.")
+    p.add_argument("--root", default=".", help="project root (holds params.yaml, dvc.yaml, data/)")
+    p.add_argument("--params", default="params.yaml", help="params file, relative to --root")
+    sub = p.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("stage", help="run one data stage in-process (dvc.yaml calls this)")
+    s.add_argument("name", choices=stages.NAMES)
+    s.set_defaults(fn=cmd_stage)
+    sub.add_parser("pipeline", help="run the Prefect pipeline flow over the dvc.yaml DAG").set_defaults(fn=cmd_pipeline)
+    sub.add_parser("params", help="validate params.yaml and print it resolved").set_defaults(fn=cmd_params)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except ShardlineError as e:
+        _log(f"error: {e}")
+        return 75 if is_transient(e) else 2
+    except KeyboardInterrupt:
+        _log("interrupted; re-run the same command to resume (finished parts are kept)")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,39 @@
+"""One Prefect flow per stage: the engine stage with each part as a retried task run.
+
+Contract: a stage flow's outputs are byte-identical to `shardline stage <name>` (what
+dvc.yaml runs): both call `shardline.stages.runner(name)`; only the mapper differs. The
+stage timeout (`pipeline.stage_timeout_s`) is enforced on the flow, which runs in the main
+thread where Prefect can interrupt it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prefect import flow, get_run_logger
+
+from shardline import config, stages
+from shardline.layout import Layout
+from tasks import part_mapper
+
+
+def run_stage(name: str, root: str = ".", params_file: str = "params.yaml") -> dict:
+    layout = Layout.at(root)
+    params = config.load(Path(layout.root, params_file))
+    stage_flow = FLOWS[name].with_options(timeout_seconds=params.pipeline.stage_timeout_s)
+    return stage_flow(root=str(layout.root), params_file=params_file)
+
+
+def _stage_flow(name: str):
+    @flow(name=f"shardline-{name}", log_prints=True)
+    def stage_flow(root: str = ".", params_file: str = "params.yaml") -> dict:
+        layout = Layout.at(root)
+        params = config.load(Path(layout.root, params_file))
+        log = get_run_logger().info
+        return stages.runner(name)(params, layout, log=log, mapper=part_mapper(params, name))
+
+    stage_flow.__name__ = f"{name}_flow"
+    return stage_flow
+
+
+FLOWS = {name: _stage_flow(name) for name in stages.NAMES}

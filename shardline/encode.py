@@ -1,0 +1,181 @@
+"""tokenize stage: clean parts -> data/tokenizer/tokenizer.json + data/tokens/<source>/part-NNNNN.bin.
+
+Contract:
+- The tokenizer is trained (byte-level BPE, `shardline.tokenizer`) on the cleaned text, parts
+  taken round-robin across sources in params order up to `tokenizer.train_max_mb`, or copied
+  from `tokenizer.path`. `data/tokenizer/meta.json` records its key, sha256 (the tokenizer hash
+  in every lineage), vocab size and EOS id; a re-run with the same key reuses it.
+- Each clean part becomes `part-NNNNN.bin` (the ids of its documents, EOS after each; uint16
+  when the vocab fits, else uint32) and then `part-NNNNN.json` {key, tokens, docs, sha256}: the
+  json is written last, so a part is done iff its json exists with the current key.
+  key = hash(clean part key + dedup ctx, tokenizer sha256). Parts are encoded in parallel.
+- The encoder is the fastest backend proven id-identical on a probe of this data; the choice
+  and its reason go in `data/tokens/<source>/index.json` but never change a single id.
+"""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+import numpy as np
+
+from . import clean, fsio, tokenizer
+from .config import Params
+from .errors import BadInput
+from .layout import Layout
+from .parallel import Mapper, thread_map
+from .shard import DTYPES, dtype_for
+
+Log = Callable[[str], None]
+PROBE_DOCS = 256
+
+
+@dataclass(frozen=True)
+class Job:
+    source: str
+    src: Path
+    out: Path
+    key: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.source}/{self.out.stem}"
+
+
+def clean_parts(params: Params, layout: Layout) -> dict[str, list[Path]]:
+    out = {}
+    for s in params.sources:
+        parts = sorted((layout.clean / s.name).glob("part-*.parquet"))
+        if not parts:
+            raise BadInput(f"{layout.rel(layout.clean / s.name)}: no clean parts; run 'dvc repro clean' first")
+        out[s.name] = parts
+    return out
+
+
+def _part_key(path: Path) -> str:
+    meta = clean._meta(str(path))
+    if meta is None or meta.get("ctx") is None:
+        raise BadInput(f"{path}: clean part is unfinished (no dedup context); re-run 'dvc repro clean'")
+    return f"{meta['key']}:{meta['ctx']}"
+
+
+def _training_texts(parts: dict[str, list[Path]], max_bytes: float) -> Iterator[str]:
+    taken = 0
+    for group in itertools.zip_longest(*parts.values()):
+        for path in filter(None, group):
+            for batch in clean.read_texts(path):
+                for text in batch:
+                    if taken >= max_bytes:
+                        return
+                    taken += len(text.encode("utf-8", "surrogatepass"))
+                    yield text
+
+
+def prepare_tokenizer(params: Params, layout: Layout, parts: dict[str, list[Path]], log: Log = print):
+    """Train or copy the tokenizer unless the one on disk has the current key."""
+    cfg = params.tokenizer
+    out, meta_path = layout.tokenizer / "tokenizer.json", layout.tokenizer / "meta.json"
+    given = Path(cfg.path) if cfg.path else None
+    if given is not None and not given.is_absolute():
+        given = layout.root / given
+    basis = fsio.sha256_file(given) if given else [_part_key(p) for ps in parts.values() for p in ps]
+    key = fsio.stable_hash({"tokenizer": params.section("tokenizer"), "basis": basis})
+    if meta_path.exists() and out.exists():
+        meta = fsio.read_json(meta_path)
+        if meta["key"] == key and fsio.sha256_file(out) == meta["sha256"]:
+            log(f"tokenize: tokenizer up to date ({meta['sha256'][:12]})")
+            return tokenizer.load(out), meta
+    layout.tokenizer.mkdir(parents=True, exist_ok=True)
+    if given:
+        tok = tokenizer.load(given)
+    else:
+        tok = tokenizer.train_bpe(_training_texts(parts, cfg.train_max_mb * 2**20), vocab_size=cfg.vocab_size,
+                                  special_tokens=cfg.special_tokens, min_frequency=cfg.min_frequency)
+    sha = tokenizer.save(tok, out)
+    vocab = tok.get_vocab_size()
+    meta = {"key": key, "sha256": sha, "vocab_size": vocab, "eos_token": cfg.eos_token,
+            "eos_id": tokenizer.token_id(tok, cfg.eos_token), "dtype": dtype_for(vocab),
+            "source": str(cfg.path) if cfg.path else "trained"}
+    fsio.write_json(meta_path, meta)
+    log(f"tokenize: tokenizer {'loaded' if given else 'trained'}: vocab {vocab}, sha256 {sha[:12]}")
+    return tok, meta
+
+
+def _done(job: Job) -> dict | None:
+    side = job.out.with_suffix(".json")
+    if not side.exists() or not job.out.exists():
+        return None
+    meta = fsio.read_json(side)
+    return meta if meta["key"] == job.key and job.out.stat().st_size == meta["bytes"] else None
+
+
+def encode_part(job: Job, encoder: "tokenizer.Encoder", eos: int, dtype: np.dtype) -> dict:
+    done = _done(job)
+    if done:
+        return {**done, "skipped": True}
+    docs = tokens = 0
+    with fsio.atomic_writer(job.out) as f:
+        for batch in clean.read_texts(job.src):
+            ids = encoder.encode_batch(batch)
+            n = sum(map(len, ids)) + len(ids)
+            arr = np.fromiter(itertools.chain.from_iterable(x + [eos] for x in ids), dtype=dtype, count=n)
+            f.write(arr.tobytes())
+            docs += len(ids)
+            tokens += n
+    meta = {"key": job.key, "file": job.out.name, "tokens": tokens, "docs": docs,
+            "bytes": tokens * dtype.itemsize, "sha256": fsio.sha256_file(job.out)}
+    fsio.write_json(job.out.with_suffix(".json"), meta)
+    return {**meta, "skipped": False}
+
+
+def _probe(parts: dict[str, list[Path]]) -> list[str]:
+    texts: list[str] = []
+    for ps in parts.values():  # the first documents of every source: code, prose, unicode alike
+        for batch in clean.read_texts(ps[0], batch_size=PROBE_DOCS // len(parts) + 1):
+            texts += batch
+            break
+    return texts
+
+
+def run(params: Params, layout: Layout, log: Log = print, mapper: Mapper = thread_map) -> dict[str, dict]:
+    parts = clean_parts(params, layout)
+    tok, tmeta = prepare_tokenizer(params, layout, parts, log)
+    encoder = tokenizer.Encoder.build(tok, backend=params.tokenizer.backend, probe_texts=_probe(parts))
+    log(f"tokenize: encoder {encoder.backend}: {encoder.reason}")
+    dtype = DTYPES[tmeta["dtype"]]
+    jobs = [Job(name, p, layout.tokens / name / f"{p.stem}.bin",
+                fsio.stable_hash([_part_key(p), tmeta["sha256"], tmeta["eos_id"], tmeta["dtype"]]))
+            for name, ps in parts.items() for p in ps]
+    for name in parts:
+        (layout.tokens / name).mkdir(parents=True, exist_ok=True)
+        fsio.remove_temps(layout.tokens / name)
+    results = mapper(lambda j: encode_part(j, encoder, tmeta["eos_id"], dtype), jobs)
+    skipped = sum(r["skipped"] for r in results)
+    log(f"tokenize: {len(jobs)} part(s), {skipped} already done, {len(jobs) - skipped} encoded")
+    indexes = {}
+    for name in parts:
+        mine = [r for j, r in zip(jobs, results) if j.source == name]
+        entries = [{k: r[k] for k in ("file", "tokens", "docs", "bytes", "sha256")} for r in mine]
+        indexes[name] = {"source": name, "dtype": tmeta["dtype"], "tokenizer_sha256": tmeta["sha256"],
+                         "eos_id": tmeta["eos_id"], "encoder": encoder.backend, "encoder_reason": encoder.reason,
+                         "parts": entries, "tokens": sum(e["tokens"] for e in entries),
+                         "docs": sum(e["docs"] for e in entries)}
+        keep = {e["file"] for e in entries} | {Path(e["file"]).with_suffix(".json").name for e in entries}
+        for p in (layout.tokens / name).iterdir():
+            if p.name not in keep and p.name != "index.json":
+                p.unlink()
+        fsio.write_json(layout.tokens / name / "index.json", indexes[name])
+    _remove_other_sources(layout.tokens, set(parts))
+    log("tokenize: " + ", ".join(f"{n}: {ix['tokens']:,} tokens" for n, ix in indexes.items()))
+    return indexes
+
+
+def _remove_other_sources(root: Path, names: set[str]) -> None:
+    for p in root.iterdir():
+        if p.is_dir() and p.name not in names:
+            shutil.rmtree(p)
+

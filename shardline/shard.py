@@ -1,0 +1,130 @@
+"""shard stage: token parts -> data/shards/<source>/shard-NNNNN.bin + index.json.
+
+Shard format (DESIGN §3): a flat array of fixed-length blocks of `seq_len + 1` token ids, no
+header; uint16 when the vocabulary fits (<= 65535 ids), else uint32, little-endian. Block i of a
+shard starts at byte `i * (seq_len + 1) * itemsize`, so a reader needs no index to seek.
+A source's token stream (parts in order, EOS after every document) is cut into consecutive
+blocks; the tail shorter than one block is dropped (and counted). Blocks are spread over
+`round(bytes / target_mb)` shards of equal count, the first `N % S` shards holding one more.
+
+index.json (written last) lists, per shard, file, blocks, bytes and sha256, plus dtype,
+seq_len, tokenizer hash and totals: it is what the loader verifies shards against.
+Resume: a shard already on disk with the exact bytes it must hold is not rewritten; any other
+file is replaced atomically. The output is a pure function of the token parts and params.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from . import fsio
+from .config import Params, Source
+from .errors import BadInput, ShardCorrupt
+from .layout import Layout
+from .parallel import Mapper, thread_map
+
+Log = Callable[[str], None]
+DTYPES = {"uint16": np.dtype("<u2"), "uint32": np.dtype("<u4")}
+
+
+def dtype_for(vocab_size: int) -> str:
+    return "uint16" if vocab_size <= 65535 else "uint32"
+
+
+class TokenStream:
+    """The concatenation of token part files, read by global token offset without loading it."""
+
+    def __init__(self, paths: list[Path], dtype: np.dtype):
+        self.maps = [np.memmap(p, dtype=dtype, mode="r") if p.stat().st_size else np.zeros(0, dtype)
+                     for p in paths]
+        self.starts = np.cumsum([0] + [len(m) for m in self.maps])
+        self.dtype = dtype
+
+    def __len__(self) -> int:
+        return int(self.starts[-1])
+
+    def read(self, start: int, count: int) -> np.ndarray:
+        out = np.empty(count, dtype=self.dtype)
+        i = int(np.searchsorted(self.starts, start, side="right")) - 1
+        filled = 0
+        while filled < count:
+            off = start + filled - int(self.starts[i])
+            take = min(count - filled, len(self.maps[i]) - off)
+            out[filled:filled + take] = self.maps[i][off:off + take]
+            filled += take
+            i += 1
+        return out
+
+
+def shard_counts(blocks: int, block_bytes: int, target_mb: float) -> list[int]:
+    n = max(1, round(blocks * block_bytes / (target_mb * 2**20)))
+    n = min(n, blocks)
+    return [blocks // n + (i < blocks % n) for i in range(n)]
+
+
+def shard_source(source: Source, params: Params, layout: Layout, log: Log = print) -> dict:
+    tok_index = fsio.read_json(layout.tokens / source.name / "index.json")
+    dtype = DTYPES[tok_index["dtype"]]
+    stream = TokenStream([layout.tokens / source.name / p["file"] for p in tok_index["parts"]], dtype)
+    block = params.shard.seq_len + 1
+    blocks = len(stream) // block
+    if blocks == 0:
+        raise BadInput(f"shard: source {source.name!r} has {len(stream)} tokens, fewer than one block "
+                       f"(shard.seq_len + 1 = {block}); add data, lower shard.seq_len, or drop the source")
+    out_dir = layout.shards / source.name
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fsio.remove_temps(out_dir)
+    shards, first, written = [], 0, 0
+    for i, count in enumerate(shard_counts(blocks, block * dtype.itemsize, params.shard.target_mb)):
+        data = stream.read(first * block, count * block).tobytes()
+        digest = fsio.sha256_bytes(data)
+        path = out_dir / f"shard-{i:05d}.bin"
+        if not (path.exists() and path.stat().st_size == len(data) and fsio.sha256_file(path) == digest):
+            fsio.write_bytes(path, data)
+            written += 1
+        shards.append({"file": path.name, "blocks": count, "bytes": len(data), "sha256": digest})
+        first += count
+    keep = {s["file"] for s in shards} | {"index.json"}
+    for p in out_dir.iterdir():
+        if p.name not in keep:
+            p.unlink()
+    index = {"source": source.name, "dtype": tok_index["dtype"], "seq_len": params.shard.seq_len,
+             "block_tokens": block, "tokenizer_sha256": tok_index["tokenizer_sha256"],
+             "eos_id": tok_index["eos_id"], "docs": tok_index["docs"], "shards": shards,
+             "total_blocks": blocks, "total_tokens": blocks * block,
+             "tail_tokens_dropped": len(stream) - blocks * block}
+    fsio.write_json(out_dir / "index.json", index)
+    log(f"shard: {source.name}: {blocks} blocks of {block} tokens in {len(shards)} shard(s) "
+        f"({written} written, {len(shards) - written} already in place)")
+    return index
+
+
+def run(params: Params, layout: Layout, log: Log = print, mapper: Mapper = thread_map) -> dict[str, dict]:
+    layout.shards.mkdir(parents=True, exist_ok=True)
+    names = {s.name for s in params.sources}
+    for p in layout.shards.iterdir():
+        if p.is_dir() and p.name not in names:
+            shutil.rmtree(p)
+    indexes = mapper(lambda s: shard_source(s, params, layout, log), params.sources)
+    return {s.name: ix for s, ix in zip(params.sources, indexes)}
+
+
+def verify(shard_dir: Path, mode: str = "full") -> dict:
+    """Check every shard of a source against its index.json; raise ShardCorrupt on the first bad one."""
+    index = fsio.read_json(shard_dir / "index.json")
+    for s in index["shards"]:
+        path = shard_dir / s["file"]
+        size = path.stat().st_size if path.exists() else -1
+        if size != s["bytes"]:
+            raise ShardCorrupt(f"{path}: size {size} != {s['bytes']} in index.json (truncated or missing); "
+                               "re-run 'dvc repro shard' or restore with 'dvc checkout data/shards'")
+        if mode == "full":
+            got = fsio.sha256_file(path)
+            if got != s["sha256"]:
+                raise ShardCorrupt(f"{path}: sha256 mismatch (expected {s['sha256'][:12]}…, got {got[:12]}…); "
+                                   "re-run 'dvc repro shard' or restore with 'dvc checkout data/shards'")
+    return index

@@ -1,0 +1,86 @@
+import numpy as np
+import pytest
+
+from shardline import fsio, shard
+from shardline.errors import BadInput, ShardCorrupt
+from tests.conftest import make_project
+
+
+def fake_tokens(layout, name, sizes, dtype="uint16", seed=0):
+    """Token parts as the tokenize stage writes them (ids drawn from a seeded rng)."""
+    rng = np.random.default_rng(seed)
+    d = layout.tokens / name
+    d.mkdir(parents=True, exist_ok=True)
+    parts, chunks = [], []
+    for i, n in enumerate(sizes):
+        arr = rng.integers(0, 60000 if dtype == "uint16" else 100000, n).astype(shard.DTYPES[dtype])
+        (d / f"part-{i:05d}.bin").write_bytes(arr.tobytes())
+        parts.append({"file": f"part-{i:05d}.bin", "tokens": n, "docs": 1, "bytes": arr.nbytes,
+                      "sha256": fsio.sha256_bytes(arr.tobytes())})
+        chunks.append(arr)
+    fsio.write_json(d / "index.json", {"dtype": dtype, "parts": parts, "tokenizer_sha256": "t" * 64,
+                                       "eos_id": 0, "docs": len(sizes)})
+    return np.concatenate(chunks)
+
+
+@pytest.mark.parametrize("dtype", ["uint16", "uint32"])
+def test_blocks_are_the_token_stream_cut_in_order(tmp_path, dtype):
+    params, layout = make_project(tmp_path, [{"name": "s", "uri": "x", "format": "txt"}],
+                                  shard={"seq_len": 15, "target_mb": 0.001})
+    stream = fake_tokens(layout, "s", [1000, 7, 0, 2345], dtype)
+    index = shard.run(params, layout, log=lambda _: None)["s"]
+    blocks = index["total_blocks"]
+    assert blocks == len(stream) // 16 and index["tail_tokens_dropped"] == len(stream) % 16
+    counts = [s["blocks"] for s in index["shards"]]
+    assert max(counts) - min(counts) <= 1 and sum(counts) == blocks and len(counts) > 1
+    got = np.concatenate([np.fromfile(layout.shards / "s" / s["file"], dtype=shard.DTYPES[dtype])
+                          for s in index["shards"]])
+    np.testing.assert_array_equal(got, stream[: blocks * 16])
+    # block i of a shard is at byte i * (seq_len + 1) * itemsize: no index needed to seek
+    first = np.fromfile(layout.shards / "s" / "shard-00001.bin", dtype=shard.DTYPES[dtype])
+    np.testing.assert_array_equal(first[16:32], stream[(counts[0] + 1) * 16:(counts[0] + 2) * 16])
+    assert shard.verify(layout.shards / "s")["total_blocks"] == blocks
+
+
+def test_rerun_is_byte_identical_and_rewrites_only_damaged(tmp_path):
+    params, layout = make_project(tmp_path, [{"name": "s", "uri": "x", "format": "txt"}],
+                                  shard={"seq_len": 31, "target_mb": 0.002})
+    fake_tokens(layout, "s", [5000, 3000])
+    shard.run(params, layout, log=lambda _: None)
+    files = sorted((layout.shards / "s").iterdir())
+    before = {p.name: p.read_bytes() for p in files}
+    victim = layout.shards / "s" / "shard-00001.bin"
+    victim.write_bytes(victim.read_bytes()[:-3])
+    with pytest.raises(ShardCorrupt, match="shard-00001.bin: size .* re-run 'dvc repro shard'"):
+        shard.verify(layout.shards / "s")
+    logs = []
+    shard.run(params, layout, log=logs.append)
+    assert f"(1 written, {len(files) - 2} already in place)" in logs[0]
+    assert {p.name: p.read_bytes() for p in sorted((layout.shards / "s").iterdir())} == before
+
+
+def test_too_few_tokens_is_a_clear_error(tmp_path):
+    params, layout = make_project(tmp_path, [{"name": "s", "uri": "x", "format": "txt"}], shard={"seq_len": 100})
+    fake_tokens(layout, "s", [50])
+    with pytest.raises(BadInput, match="'s' has 50 tokens, fewer than one block.*shard.seq_len"):
+        shard.run(params, layout, log=lambda _: None)
+
+
+def test_verify_detects_one_flipped_byte(tmp_path):
+    params, layout = make_project(tmp_path, [{"name": "s", "uri": "x", "format": "txt"}], shard={"seq_len": 7})
+    fake_tokens(layout, "s", [4096])
+    shard.run(params, layout, log=lambda _: None)
+    p = layout.shards / "s" / "shard-00000.bin"
+    data = bytearray(p.read_bytes())
+    data[100] ^= 1
+    p.write_bytes(bytes(data))
+    shard.verify(layout.shards / "s", mode="size")
+    with pytest.raises(ShardCorrupt, match="sha256 mismatch"):
+        shard.verify(layout.shards / "s")
+
+
+def test_shard_counts_are_balanced():
+    for blocks in (1, 2, 7, 1000, 12345):
+        for target in (0.001, 0.01, 1.0):
+            c = shard.shard_counts(blocks, 514, target)
+            assert sum(c) == blocks and max(c) - min(c) <= 1 and min(c) >= 1
