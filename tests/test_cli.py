@@ -1,0 +1,64 @@
+"""What a user sees when input is bad: one clear message, no traceback, nothing half-written."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import BIN, init_repo, make_project, run, small_params, write_params
+
+SL = str(BIN / "shardline")
+
+
+def test_invalid_params_lists_every_problem_without_traceback(tmp_path):
+    p = small_params([{"name": "a", "uri": "x", "format": "csv"}], clean={"min_chars": -5, "max_chrs": 1})
+    write_params(tmp_path, p)
+    r = run([SL, "stage", "clean"], tmp_path, check=False)
+    assert r.returncode == 2
+    assert "Traceback" not in r.stderr
+    assert "clean.min_chars: must be >= 0, got -5" in r.stderr
+    assert "clean.max_chrs: unknown key (did you mean 'max_chars'?)" in r.stderr
+    assert "sources[0].format: must be one of" in r.stderr
+
+
+@pytest.mark.slow
+def test_dvc_repro_surfaces_the_same_message(tmp_path):
+    init_repo(tmp_path)
+    write_params(tmp_path, small_params([{"name": "a", "uri": "x", "format": "txt"}], shard={"seq_len": 0}))
+    r = run([str(BIN / "dvc"), "repro"], tmp_path, check=False)
+    assert r.returncode != 0
+    assert "shard.seq_len: must be >= 1, got 0" in r.stdout + r.stderr
+    assert "Traceback" not in r.stdout + r.stderr
+
+
+def test_missing_input_names_the_uri(tmp_path):
+    write_params(tmp_path, small_params([{"name": "a", "uri": "nowhere/*.txt", "format": "txt"}]))
+    r = run([SL, "stage", "download"], tmp_path, check=False)
+    assert r.returncode == 2 and "sources[a].uri: 'nowhere/*.txt' matched no files" in r.stderr
+
+
+def test_params_command_prints_resolved_settings(tmp_path):
+    write_params(tmp_path, small_params([{"name": "a", "uri": "x", "format": "txt"}]))
+    out = json.loads(run([SL, "params"], tmp_path).stdout)
+    assert out["clean"]["normalize"] == "NFC" and out["sources"][0]["text_field"] == "text"
+
+
+def test_given_tokenizer_json_is_used_as_is(tmp_path, code_dir):
+    from shardline import clean, download, encode, shard, tokenizer
+
+    params, layout = make_project(tmp_path / "a", [{"name": "c", "uri": str(code_dir), "format": "txt"}])
+    for stage in (download, clean, encode, shard):
+        stage.run(params, layout, log=lambda _: None)
+    given = tmp_path / "given.json"
+    given.write_bytes((layout.tokenizer / "tokenizer.json").read_bytes())
+    params2, layout2 = make_project(tmp_path / "b", [{"name": "c", "uri": str(code_dir), "format": "txt"}],
+                                    tokenizer={"path": str(given)})
+    for stage in (download, clean, encode, shard):
+        stage.run(params2, layout2, log=lambda _: None)
+    assert (layout2.tokenizer / "tokenizer.json").read_bytes() == given.read_bytes()
+    assert json.loads((layout2.tokenizer / "meta.json").read_text())["source"] == str(given)
+    a = sorted((layout.shards / "c").glob("shard-*.bin"))
+    b = sorted((layout2.shards / "c").glob("shard-*.bin"))
+    assert [p.read_bytes() for p in a] == [p.read_bytes() for p in b]
+    assert tokenizer.load(given).get_vocab_size() == 512
