@@ -7,8 +7,10 @@ Trains a byte-level BPE once, then times, interleaved (so machine noise hits all
       as the pipeline calls it;
   (b) raw HF encode_batch_fast over all docs;  (c) raw HF encode_batch;
   (d) raw tiktoken encode_ordinary_batch on the same vocabulary;
-  (e) raw tiktoken encode_ordinary in a plain loop, one thread (what (a) runs per part).
-Reports median tokens/s, min-max, and the ratios a/b and a/d. On a small, shared machine
+  (e) raw tiktoken encode_ordinary in a plain loop, one thread (what (a) runs per part);
+  (s) the tokenize stage itself (`shardline.encode.run`: parquet parts in, token parts out,
+      fsync'd), on the same docs as clean parts (rules off), tokenizer already trained.
+Reports median tokens/s, min-max, and the ratios of (s) and (a) to (b) and (d). On a small, shared machine
 single runs are noisy: quote medians and ratios, not absolute numbers.
 Corpus: .txt split into paragraphs, .jsonl "text" fields, anything else one doc per file.
 Default: the .txt corpora in ../shared/corpora if present, else ~4 MB of stdlib .py files.
@@ -19,7 +21,9 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shutil
 import statistics
+import tempfile
 import sysconfig
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -58,6 +62,38 @@ def stdlib_files(max_bytes: int = 4_000_000) -> list[Path]:
     return out
 
 
+class StageRun:
+    """The real tokenize stage over the docs as clean parts; each call re-encodes every part."""
+
+    def __init__(self, docs: list[str], vocab_size: int, mb: float):
+        from shardline import clean, config, download, encode
+        from shardline.layout import Layout
+
+        self.tmp = tempfile.TemporaryDirectory()
+        root = Path(self.tmp.name)
+        (root / "docs.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
+        off = {k: None for k in ("min_chars", "max_chars", "max_line_chars", "max_repeated_line_fraction",
+                                 "min_alpha_fraction", "max_replacement_fraction")}
+        self.params = config.parse({
+            "sources": [{"name": "bench", "uri": str(root / "docs.jsonl"), "format": "jsonl"}],
+            "clean": {**off, "normalize": "none", "strip_control": False, "whitespace": False, "dedup": False,
+                      "part_mb": max(mb / 8, 0.01)},
+            "tokenizer": {"vocab_size": vocab_size}})
+        self.layout = Layout.at(root)
+        self.encode = encode
+        download.run(self.params, self.layout, log=lambda _: None)
+        clean.run(self.params, self.layout, log=lambda _: None)
+        encode.run(self.params, self.layout, log=lambda _: None)  # trains once, outside the timing
+
+    def __call__(self) -> int:
+        shutil.rmtree(self.layout.tokens)
+        ix = self.encode.run(self.params, self.layout, log=lambda _: None)
+        return sum(x["tokens"] for x in ix.values())
+
+    def close(self) -> None:
+        self.tmp.cleanup()
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--corpus", type=Path, action="append", help="text file (repeatable)")
@@ -85,6 +121,7 @@ def main(argv: list[str] | None = None) -> None:
     k = max(1, len(docs) // 8)
     parts = [docs[i:i + k] for i in range(0, len(docs), k)]
     pool = ThreadPoolExecutor(2)  # long-lived, as in a pipeline worker
+    stage = StageRun(docs, args.vocab_size, mb)
 
     methods = {
         "(a) Encoder auto, 8 parts, 2 threads":
@@ -100,6 +137,7 @@ def main(argv: list[str] | None = None) -> None:
         # what the Encoder's tiktoken backend runs per part (no per-doc thread-pool futures)
         methods["(e) tiktoken encode_ordinary loop"] = \
             lambda: sum(len(raw_tt.encode_ordinary(d)) for d in docs)
+    methods["(s) tokenize stage (encode.run)"] = stage
     rates: dict[str, list[float]] = {m: [] for m in methods}
     counts: dict[str, int] = {}
     for _ in range(args.repeats):
@@ -109,6 +147,8 @@ def main(argv: list[str] | None = None) -> None:
             rates[name].append(n / (time.perf_counter() - t))
             counts[name] = n
     pool.shutdown()
+    stage.close()
+    counts["(s) tokenize stage (encode.run)"] -= len(docs)  # the stage adds one EOS per document
     if len(set(counts.values())) != 1:  # same vocab, same docs: every path must agree
         raise SystemExit(f"token counts differ between methods: {counts}")
 
@@ -117,10 +157,11 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{'method':40} {'median tok/s':>13} {'min - max tok/s':>23}")
     for m, r in rates.items():
         print(f"{m:40} {med[m]:13,.0f} {min(r):11,.0f} - {max(r):<11,.0f}")
-    a = med["(a) Encoder auto, 8 parts, 2 threads"]
-    print(f"\nratio a/b (Encoder vs HF encode_batch_fast): {a / med['(b) HF encode_batch_fast']:.2f}x")
-    if raw_tt is not None:
-        print(f"ratio a/d (Encoder vs raw tiktoken):         {a / med['(d) tiktoken encode_ordinary_batch']:.2f}x")
+    b, d = med["(b) HF encode_batch_fast"], med.get("(d) tiktoken encode_ordinary_batch")
+    for key in ("(s) tokenize stage (encode.run)", "(a) Encoder auto, 8 parts, 2 threads"):
+        print(f"\nratio {key[:3]}/(b) vs raw HF encode_batch_fast: {med[key] / b:.2f}x")
+        if d:
+            print(f"ratio {key[:3]}/(d) vs raw tiktoken batch:       {med[key] / d:.2f}x")
 
 
 if __name__ == "__main__":

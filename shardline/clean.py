@@ -1,7 +1,8 @@
 """clean stage: raw files -> data/clean/<source>/part-NNNNN.parquet (+ data/clean/stats.json).
 
 Contract:
-- A source's raw files (manifest order) are grouped into parts of about `clean.part_mb`.
+- A source's raw files (manifest order) are grouped into parts of about `clean.part_mb`; a
+  bigger file is cut into spans at record boundaries (`readers.spans`), a part each.
   Phase 1 (parallel, per part): read records, run the rules (`shardline.rules`), write the
   part with columns id, text, hash. Phase 2 (sequential, cheap: hash column only): exact dedup
   in global order (sources in params order, parts, rows), first occurrence wins; a part is
@@ -44,7 +45,7 @@ Log = Callable[[str], None]
 class Part:
     source: Source
     index: int
-    files: tuple[tuple[str, str], ...]  # (relpath under files/, sha256)
+    files: tuple[tuple[str, str, readers.Span], ...]  # (relpath under files/, sha256, span)
     raw_dir: str
     out: str
     key: str
@@ -56,15 +57,17 @@ class Part:
         return f"{self.source.name}/part-{self.index:05d}"
 
 
-def _group(files: list[dict], part_bytes: float) -> list[list[dict]]:
-    groups: list[list[dict]] = [[]]
+def _group(source: Source, raw_dir: Path, files: list[dict], part_bytes: float) -> list[list[tuple]]:
+    """Small files share a part; a big file is cut into spans of its own parts."""
+    groups: list[list[tuple]] = [[]]
     size = 0
     for f in files:
-        if groups[-1] and size >= part_bytes:
-            groups.append([])
-            size = 0
-        groups[-1].append(f)
-        size += f["bytes"]
+        for span in readers.spans(raw_dir / f["path"], source, f["bytes"], part_bytes):
+            if groups[-1] and size >= part_bytes:
+                groups.append([])
+                size = 0
+            groups[-1].append((f["path"], f["sha256"], span))
+            size += f["bytes"] if span.end < 0 else part_bytes
     return [g for g in groups if g]
 
 
@@ -76,11 +79,11 @@ def plan(params: Params, layout: Layout) -> list[Part]:
     for source in params.sources:
         manifest = download.read_manifest(layout, source.name)
         reading = {k: getattr(source, k) for k in ("format", "text_field", "txt_unit")}
-        for i, group in enumerate(_group(manifest["files"], params.clean.part_mb * 2**20)):
-            files = tuple((f["path"], f["sha256"]) for f in group)
+        raw_dir = download.source_dir(layout, source.name) / "files"
+        for i, files in enumerate(_group(source, raw_dir, manifest["files"], params.clean.part_mb * 2**20)):
             key = fsio.stable_hash({"files": files, "reading": reading, "rules": rule_keys, "v": CODE_VERSION})
             chain.update(key.encode())
-            parts.append(Part(source, i, files, str(download.source_dir(layout, source.name) / "files"),
+            parts.append(Part(source, i, tuple(files), str(raw_dir),
                               str(layout.clean / source.name / f"part-{i:05d}.parquet"), key,
                               chain.hexdigest(), clean_json))
     return parts
@@ -117,8 +120,8 @@ def clean_part(part: Part) -> dict:
     counts: dict[str, list[int]] = {}
     ids, texts, hashes = [], [], []
     docs_in = bytes_in = 0
-    for rel, _sha in part.files:
-        for doc_id, text in readers.read(Path(part.raw_dir, rel), rel, part.source, rstats):
+    for rel, _sha, span in part.files:
+        for doc_id, text in readers.read(Path(part.raw_dir, rel), rel, part.source, rstats, readers.Span(*span)):
             docs_in += 1
             bytes_in += len(text.encode("utf-8", "surrogatepass"))
             out = rules.apply(chain, text, counts)

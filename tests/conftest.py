@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import sysconfig
-import time
 from pathlib import Path
 
 import pytest
@@ -99,41 +97,13 @@ def init_repo(root: Path) -> None:
     run([str(BIN / "dvc"), "config", "core.analytics", "false"], root)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="session")
 def prefect_server(tmp_path_factory):
     """A real Prefect server on 127.0.0.1 with its own SQLite home; yields the env to use it."""
-    home = tmp_path_factory.mktemp("prefect-home")
-    port = free_port()
-    env = env_for(PREFECT_HOME=str(home), PREFECT_API_URL=f"http://127.0.0.1:{port}/api",
-                  PREFECT_SERVER_API_HOST="127.0.0.1", PREFECT_SERVER_API_PORT=str(port),
-                  PREFECT_UI_ENABLED="false", PREFECT_LOGGING_LEVEL="WARNING")
-    log = open(home / "server.log", "w")
-    proc = subprocess.Popen([str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-                            env=env, stdout=log, stderr=subprocess.STDOUT)
-    import urllib.request
+    from flows.server import local_server
 
-    deadline = time.time() + 120
-    while True:
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/api/health", timeout=1)
-            break
-        except OSError:
-            if proc.poll() is not None or time.time() > deadline:
-                proc.kill()
-                raise RuntimeError(f"prefect server did not start:\n{(home / 'server.log').read_text()}")
-            time.sleep(0.5)
-    yield env
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    with local_server(tmp_path_factory.mktemp("prefect-home")) as env:
+        yield {**env_for(), **env, "PREFECT_LOGGING_LEVEL": "WARNING"}
 
 
 def make_project(root: Path, sources: list[dict], **sections):

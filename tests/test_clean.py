@@ -111,3 +111,28 @@ def test_dedup_context_change_rebuilds_later_parts(tmp_path):
     download.run(params, layout, **QUIET)
     clean.run(params, layout, **QUIET)
     assert [r["text"] for r in rows(layout, "b")] == [shared]
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "txt", "parquet"])
+def test_big_file_is_split_into_parts_with_the_same_ids(tmp_path, fmt):
+    import pyarrow as pa
+
+    d = tmp_path / "in"
+    d.mkdir()
+    texts = [f"Record {i}: " + "some words of honest text " * (1 + i % 7) for i in range(3000)]
+    if fmt == "jsonl":
+        lines = [json.dumps({"text": t}) for t in texts]
+        lines[1234] = "{broken"
+        (d / "big.jsonl").write_text("\n".join(lines) + "\n")
+        src = {"name": "b", "uri": str(d / "big.jsonl"), "format": "jsonl"}
+    elif fmt == "txt":
+        (d / "big.txt").write_text("\n\n".join(t.replace(": ", ":\n") for t in texts) + "\n")
+        src = {"name": "b", "uri": str(d / "big.txt"), "format": "txt", "txt_unit": "blank_lines"}
+    else:
+        pq.write_table(pa.table({"text": texts}), d / "big.parquet", row_group_size=100)
+        src = {"name": "b", "uri": str(d / "big.parquet"), "format": "parquet"}
+    _, whole, s1 = build(tmp_path / "whole", [src], clean={"part_mb": 64})
+    _, split, s2 = build(tmp_path / "split", [src], clean={"part_mb": 0.02})
+    assert s1["sources"]["b"]["parts"] == 1 and s2["sources"]["b"]["parts"] > 5
+    assert rows(whole, "b") == rows(split, "b") and len(rows(split, "b")) >= 2999
+    assert s1["sources"]["b"]["samples"] == s2["sources"]["b"]["samples"]
