@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from . import download, fsio, readers, rules
-from .config import Params, Source
+from .config import Clean, Params, Source
 from .errors import BadInput
 from .layout import Layout
 from .parallel import Mapper, thread_map
@@ -50,7 +50,7 @@ class Part:
     out: str
     key: str
     ctx: str
-    rules_cfg: str  # clean section as JSON (picklable for process/dask runners)
+    cfg: Clean  # the clean section (picklable: parts may run on process/Dask workers)
 
     @property
     def name(self) -> str:
@@ -73,7 +73,6 @@ def _group(source: Source, raw_dir: Path, files: list[dict], part_bytes: float) 
 
 def plan(params: Params, layout: Layout) -> list[Part]:
     """Every part of every source, in global (dedup) order, with keys and contexts."""
-    clean_json = json.dumps(params.section("clean"), sort_keys=True)
     rule_keys = {k: v for k, v in params.section("clean").items() if k != "max_bad_fraction"}
     parts, chain = [], hashlib.sha256()
     for source in params.sources:
@@ -85,7 +84,7 @@ def plan(params: Params, layout: Layout) -> list[Part]:
             chain.update(key.encode())
             parts.append(Part(source, i, tuple(files), str(raw_dir),
                               str(layout.clean / source.name / f"part-{i:05d}.parquet"), key,
-                              chain.hexdigest(), clean_json))
+                              chain.hexdigest(), params.clean))
     return parts
 
 
@@ -113,9 +112,7 @@ def clean_part(part: Part) -> dict:
     meta = _fresh(part)
     if meta:
         return {**meta["stats"], "skipped": True}
-    from .config import Clean
-
-    chain = rules.build(Clean.model_validate_json(part.rules_cfg))
+    chain = rules.build(part.cfg)
     rstats = readers.ReadStats()
     counts: dict[str, list[int]] = {}
     ids, texts, hashes = [], [], []
@@ -123,15 +120,15 @@ def clean_part(part: Part) -> dict:
     for rel, _sha, span in part.files:
         for doc_id, text in readers.read(Path(part.raw_dir, rel), rel, part.source, rstats, readers.Span(*span)):
             docs_in += 1
-            bytes_in += len(text.encode("utf-8", "surrogatepass"))
+            bytes_in += len(text.encode())
             out = rules.apply(chain, text, counts)
             if out is not None:
                 ids.append(doc_id)
                 texts.append(out)
-                hashes.append(hashlib.blake2b(out.encode("utf-8", "surrogatepass"), digest_size=16).digest())
+                hashes.append(hashlib.blake2b(out.encode(), digest_size=16).digest())
     stats = {"docs_in": docs_in, "bytes_in": bytes_in, "records": rstats.records, "bad": rstats.bad,
              "invalid_utf8": rstats.invalid_utf8, "samples": rstats.samples, "docs_kept": len(texts),
-             "bytes_kept": sum(len(t.encode("utf-8", "surrogatepass")) for t in texts),
+             "bytes_kept": sum(len(t.encode()) for t in texts),
              "rules": {k: {"docs": v[0], "bytes": v[1]} for k, v in counts.items()}}
     table = pa.table({"id": ids, "text": texts, "hash": hashes}, schema=_SCHEMA)
     _write(part.out, table, {"key": part.key, "ctx": None, "stats": stats, "dedup": {"docs": 0, "bytes": 0}})
@@ -155,7 +152,7 @@ def dedup(parts: list[Part], enabled: bool, log: Log) -> None:
             seen.add(h)
         if dropped:
             texts = table.column("text").to_pylist()
-            nbytes = sum(len(t.encode("utf-8", "surrogatepass")) for t, k in zip(texts, keep) if not k)
+            nbytes = sum(len(t.encode()) for t, k in zip(texts, keep) if not k)
             table = table.filter(pa.array(keep))
         else:
             nbytes = 0
@@ -211,20 +208,12 @@ def run(params: Params, layout: Layout, log: Log = print, mapper: Mapper = threa
     summary = _summarise(parts, params, layout)  # before dedup: bad records are judged on input
     check_bad_fraction(summary, params, layout)
     dedup(parts, params.clean.dedup, log)
-    _remove_stale(layout.clean, {Path(p.out) for p in parts} | {layout.clean / "stats.json"})
+    fsio.prune(layout.clean, {Path(p.out) for p in parts} | {layout.clean / "stats.json"})
     summary = _summarise(parts, params, layout)
     fsio.write_json(layout.clean / "stats.json", summary)
     t = summary["totals"]
     log(f"clean: kept {t['docs_out']}/{t['docs_in']} docs, {t['bytes_out'] / 1e6:.1f}/{t['bytes_in'] / 1e6:.1f} MB")
     return summary
-
-
-def _remove_stale(root: Path, keep: set[Path]) -> None:
-    for p in sorted(root.rglob("*"), reverse=True):
-        if p.is_file() and p not in keep:
-            p.unlink()
-        elif p.is_dir() and not any(p.iterdir()):
-            p.rmdir()
 
 
 def read_texts(path: str | Path, batch_size: int = 1024):

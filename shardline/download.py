@@ -19,7 +19,6 @@ from __future__ import annotations
 import glob
 import json
 import os
-import shutil
 import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
@@ -173,7 +172,8 @@ def download_source(source: Source, params: Params, layout: Layout, log: Log = p
     """Materialise one source and write its manifest; returns the manifest."""
     sdir = source_dir(layout, source.name)
     files_dir = sdir / "files"
-    fsio.remove_temps(sdir) if sdir.exists() else None
+    if sdir.exists():
+        fsio.remove_temps(sdir)
     items = resolve(source, layout.root)
     if source.sha256 and len(items) != 1:
         raise BadInput(f"sources[{source.name}].sha256: given, but the uri names {len(items)} files; "
@@ -187,12 +187,7 @@ def download_source(source: Source, params: Params, layout: Layout, log: Log = p
             raise ChecksumMismatch(f"{layout.rel(dest)}: sha256 mismatch for {item.origin}: expected "
                                    f"{source.sha256}, got {digest}; fix sources[{source.name}].sha256")
         entries.append({"path": item.rel, "bytes": dest.stat().st_size, "sha256": digest, "origin": item.origin})
-    keep = {files_dir / e["path"] for e in entries}
-    for p in sorted(files_dir.rglob("*"), reverse=True):
-        if p.is_file() and p not in keep and not p.name.endswith(".part"):
-            p.unlink()
-        elif p.is_dir() and not any(p.iterdir()):
-            p.rmdir()
+    fsio.prune(files_dir, {files_dir / e["path"] for e in entries} | set(files_dir.rglob("*.part")))
     manifest = {"source": source.name, "uri": source.uri, "format": source.format,
                 "files": entries, "bytes": sum(e["bytes"] for e in entries)}
     fsio.write_json(manifest_path(layout, source.name), manifest)
@@ -202,9 +197,6 @@ def download_source(source: Source, params: Params, layout: Layout, log: Log = p
 
 def run(params: Params, layout: Layout, log: Log = print, mapper: Mapper = thread_map) -> dict[str, dict]:
     layout.raw.mkdir(parents=True, exist_ok=True)
-    names = {s.name for s in params.sources}
-    for p in layout.raw.iterdir():
-        if p.is_dir() and p.name not in names:
-            shutil.rmtree(p)  # a source removed from params.yaml
+    fsio.prune_dirs(layout.raw, {s.name for s in params.sources})
     manifests = mapper(lambda s: download_source(s, params, layout, log), params.sources)
     return {s.name: m for s, m in zip(params.sources, manifests)}

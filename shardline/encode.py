@@ -16,7 +16,6 @@ Contract:
 from __future__ import annotations
 
 import itertools
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
@@ -71,7 +70,7 @@ def _training_texts(parts: dict[str, list[Path]], max_bytes: float) -> Iterator[
                 for text in batch:
                     if taken >= max_bytes:
                         return
-                    taken += len(text.encode("utf-8", "surrogatepass"))
+                    taken += len(text.encode())
                     yield text
 
 
@@ -83,7 +82,8 @@ def prepare_tokenizer(params: Params, layout: Layout, parts: dict[str, list[Path
     if given is not None and not given.is_absolute():
         given = layout.root / given
     basis = fsio.sha256_file(given) if given else [_part_key(p) for ps in parts.values() for p in ps]
-    key = fsio.stable_hash({"tokenizer": params.section("tokenizer"), "basis": basis})
+    settings = {k: v for k, v in params.section("tokenizer").items() if k != "backend"}  # ids never depend on it
+    key = fsio.stable_hash({"tokenizer": settings, "basis": basis})
     if meta_path.exists() and out.exists():
         meta = fsio.read_json(meta_path)
         if meta["key"] == key and fsio.sha256_file(out) == meta["sha256"]:
@@ -164,18 +164,11 @@ def run(params: Params, layout: Layout, log: Log = print, mapper: Mapper = threa
                          "eos_id": tmeta["eos_id"], "encoder": encoder.backend, "encoder_reason": encoder.reason,
                          "parts": entries, "tokens": sum(e["tokens"] for e in entries),
                          "docs": sum(e["docs"] for e in entries)}
-        keep = {e["file"] for e in entries} | {Path(e["file"]).with_suffix(".json").name for e in entries}
-        for p in (layout.tokens / name).iterdir():
-            if p.name not in keep and p.name != "index.json":
-                p.unlink()
-        fsio.write_json(layout.tokens / name / "index.json", indexes[name])
-    _remove_other_sources(layout.tokens, set(parts))
+        d = layout.tokens / name
+        fsio.prune(d, {d / e["file"] for e in entries} | {d / e["file"].replace(".bin", ".json") for e in entries}
+                   | {d / "index.json"})
+        fsio.write_json(d / "index.json", indexes[name])
+    fsio.prune_dirs(layout.tokens, set(parts))
     log("tokenize: " + ", ".join(f"{n}: {ix['tokens']:,} tokens" for n, ix in indexes.items()))
     return indexes
-
-
-def _remove_other_sources(root: Path, names: set[str]) -> None:
-    for p in root.iterdir():
-        if p.is_dir() and p.name not in names:
-            shutil.rmtree(p)
 

@@ -94,6 +94,23 @@ def stable_hash(obj: Any) -> str:
     return sha256_bytes(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode())
 
 
+def prune(root: str | os.PathLike, keep: set[Path]) -> None:
+    """Delete files under `root` that are not in `keep`, then empty folders: outputs the
+    current params no longer produce must not linger in a DVC-tracked directory."""
+    for p in sorted(Path(root).rglob("*"), reverse=True):
+        if p.is_file() and p not in keep:
+            p.unlink()
+        elif p.is_dir() and not any(p.iterdir()):
+            p.rmdir()
+
+
+def prune_dirs(root: str | os.PathLike, names: set[str]) -> None:
+    """Delete the sub-folders of `root` not named in `names` (sources removed from params)."""
+    for p in Path(root).iterdir():
+        if p.is_dir() and p.name not in names:
+            shutil.rmtree(p)
+
+
 def remove_temps(root: str | os.PathLike) -> int:
     """Delete temp files a killed writer left under `root`; return how many."""
     n = 0

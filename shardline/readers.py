@@ -1,7 +1,8 @@
 """Read raw files into (doc_id, text) records without ever crashing on a bad record.
 
 Contract: a reader yields documents and counts what it could not use in `ReadStats`:
-- invalid UTF-8 is decoded with U+FFFD replacement; the document is kept and counted;
+- invalid UTF-8 (and lone surrogates from JSON escapes) becomes U+FFFD; the document is kept
+  and counted;
 - a malformed record (bad JSON, not an object, missing or non-string field, null cell) is
   skipped, counted, and sampled as `file:line: why` for stats.json;
 - a file that cannot be read at all (truncated parquet, missing column) raises `BadInput`
@@ -19,6 +20,7 @@ document cannot be split.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, NamedTuple
@@ -27,6 +29,7 @@ from .config import Source
 from .errors import BadInput
 
 MAX_SAMPLES = 5
+_SURROGATE = re.compile("[\ud800-\udfff]")
 WHOLE = (0, -1, 1)  # a span covering a whole file
 
 
@@ -57,6 +60,16 @@ def _decode(raw: bytes, stats: ReadStats) -> str:
     except UnicodeDecodeError:
         stats.invalid_utf8 += 1
         return raw.decode("utf-8", errors="replace")
+
+
+def _no_surrogates(text: str, stats: ReadStats) -> str:
+    """JSON escapes can encode lone surrogates ("\\ud800"), which are not text: replace them."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        stats.invalid_utf8 += 1
+        return _SURROGATE.sub("\ufffd", text)
 
 
 def _read_span(path: Path, span: Span) -> bytes:
@@ -107,7 +120,7 @@ def _jsonl(path: Path, rel: str, source: Source, stats: ReadStats, span: Span) -
                     f"no field {key!r}" if key not in obj else f"field {key!r} is {type(text).__name__}, not a string")
                 stats.reject(where, why)
                 continue
-            yield where, text
+            yield where, _no_surrogates(text, stats)
 
 
 def _parquet(path: Path, rel: str, source: Source, stats: ReadStats, span: Span) -> Iterator[tuple[str, str]]:

@@ -132,7 +132,7 @@ def names(cfg: Clean) -> list[str]:
 
 def apply(rules: list[Rule], text: str, counts: dict[str, list[int]]) -> str | None:
     """Run `text` through `rules`; tally [docs_dropped, bytes_removed] per rule name in `counts`."""
-    size = len(text.encode("utf-8", "surrogatepass"))
+    size = len(text.encode())
     for rule in rules:
         out = rule(text)
         c = counts.setdefault(rule.name, [0, 0])  # type: ignore[attr-defined]
@@ -141,7 +141,7 @@ def apply(rules: list[Rule], text: str, counts: dict[str, list[int]]) -> str | N
             c[1] += size
             return None
         if out is not text:
-            new = len(out.encode("utf-8", "surrogatepass"))
+            new = len(out.encode())
             c[1] += size - new
             text, size = out, new
     return text

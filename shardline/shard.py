@@ -15,7 +15,6 @@ file is replaced atomically. The output is a pure function of the token parts an
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Callable
 
@@ -88,10 +87,7 @@ def shard_source(source: Source, params: Params, layout: Layout, log: Log = prin
             written += 1
         shards.append({"file": path.name, "blocks": count, "bytes": len(data), "sha256": digest})
         first += count
-    keep = {s["file"] for s in shards} | {"index.json"}
-    for p in out_dir.iterdir():
-        if p.name not in keep:
-            p.unlink()
+    fsio.prune(out_dir, {out_dir / s["file"] for s in shards} | {out_dir / "index.json"})
     index = {"source": source.name, "dtype": tok_index["dtype"], "seq_len": params.shard.seq_len,
              "block_tokens": block, "tokenizer_sha256": tok_index["tokenizer_sha256"],
              "eos_id": tok_index["eos_id"], "docs": tok_index["docs"], "shards": shards,
@@ -105,10 +101,7 @@ def shard_source(source: Source, params: Params, layout: Layout, log: Log = prin
 
 def run(params: Params, layout: Layout, log: Log = print, mapper: Mapper = thread_map) -> dict[str, dict]:
     layout.shards.mkdir(parents=True, exist_ok=True)
-    names = {s.name for s in params.sources}
-    for p in layout.shards.iterdir():
-        if p.is_dir() and p.name not in names:
-            shutil.rmtree(p)
+    fsio.prune_dirs(layout.shards, {s.name for s in params.sources})
     indexes = mapper(lambda s: shard_source(s, params, layout, log), params.sources)
     return {s.name: ix for s, ix in zip(params.sources, indexes)}
 

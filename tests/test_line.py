@@ -111,10 +111,11 @@ def test_sigkill_mid_stage_resumes_to_identical_outputs(tmp_path):
     clean_parts = lambda: len(list((crash / "data/clean/code").glob("part-*.parquet")))  # noqa: E731
     _kill_when([sl, "stage", "clean"], crash, lambda: clean_parts() >= 5)
     assert not (crash / "data/clean/stats.json").exists()
-    done = clean_parts()
+    done, total = clean_parts(), len(list((ref / "data/clean/code").glob("part-*.parquet")))
+    assert 5 <= done < total
     r = run([sl, "stage", "clean"], crash)
     skipped = int(r.stderr.split("part(s), ")[1].split(" already done")[0])
-    assert skipped >= done - 2  # parts being written at the kill are temp files, never counted
+    assert skipped >= done  # a part under its final name is complete; one mid-write was a temp file
 
     token_parts = lambda: len(list((crash / "data/tokens/code").glob("part-*.json")))  # noqa: E731
     _kill_when([sl, "stage", "tokenize"], crash, lambda: token_parts() >= 5)
@@ -136,10 +137,10 @@ def test_line_over_http_real_text_produces_shards(tmp_path):
         root = tmp_path / "web"
         init_repo(root)
         write_params(root, small_params(
-            [{"name": Path(k).stem.split("-")[0].split("_")[0], "uri": srv.url(k), "format": "txt",
-              "txt_unit": "blank_lines", "sha256": hashlib.sha256(v).hexdigest()} for k, v in files.items()],
+            [{"name": f"web{i}", "uri": srv.url(k), "format": "txt", "txt_unit": "blank_lines",
+              "sha256": hashlib.sha256(v).hexdigest()} for i, (k, v) in enumerate(files.items())],
             download={"backoff_s": 0.01}, clean={"part_mb": 0.5}, shard={"target_mb": 0.5}))
         run([DVC, "repro"], root)
-    for name in {Path(k).stem.split("-")[0].split("_")[0] for k in files}:
+    for name in (f"web{i}" for i in range(len(files))):
         index = (root / "data/shards" / name / "index.json")
         assert index.exists() and list((root / "data/shards" / name).glob("shard-*.bin"))

@@ -57,3 +57,11 @@ def test_parquet_column_and_damage(tmp_path):
     p.write_bytes(data[: len(data) // 2])
     with pytest.raises(BadInput, match="d.parquet: not a readable parquet file.*re-download"):
         read(p, format="parquet", text_field="body")
+
+
+def test_lone_surrogate_escapes_are_replaced_and_counted(tmp_path):
+    p = tmp_path / "s.jsonl"
+    p.write_text('{"text": "bad \\ud800 half"}\n')
+    docs, st = read(p, format="jsonl")
+    assert docs == [("s.jsonl:1", "bad \ufffd half")] and st.invalid_utf8 == 1
+    docs[0][1].encode("utf-8")  # storable as parquet/arrow text
