@@ -149,16 +149,41 @@ class Pipeline(_Section):
     thread; Prefect cannot interrupt tasks in worker threads."""
 
 
+class Loader(_Section):
+    seed: int = 1234
+    """Seeds the shuffle: each (source, epoch) gets its own keyed permutation of the blocks."""
+    global_batch: int = Field(32, ge=1)
+    """Blocks per loader step across all ranks (must divide by the world size); each rank
+    takes global_batch / world consecutive blocks of every step."""
+    num_workers: int = Field(0, ge=0)
+    """DataLoader worker processes per rank; 0 reads in-process (fastest on small machines).
+    The sequence is the same for any value."""
+    verify: Literal["full", "size"] = "full"
+    """Check each shard before its first use: full = sha256 (safe), size = file size only
+    (fast start-up on huge data)."""
+    debug_batch_hashes: bool = False
+    """Log a hash of every global batch's block ids, so two runs can be diffed for duplicates
+    or gaps."""
+
+
 class Params(_Section):
     sources: tuple[Source, ...]
     """Where the raw text comes from; one entry per source."""
     download: Download = Download()
+    """Retries and timeouts of remote sources (download stage)."""
     clean: Clean = Clean()
+    """Cleaning rules, in their fixed order (clean stage)."""
     tokenizer: Tokenizer = Tokenizer()
+    """Tokenizer training and encoding (tokenize stage)."""
     shard: Shard = Shard()
+    """Block length and shard size (shard stage)."""
     pipeline: Pipeline = Pipeline()
+    """Prefect retries and timeouts."""
+    loader: Loader = Loader()
+    """The streaming loader: shuffle seed, batch geometry, workers, verification."""
     mix: dict[str, float] | None = None
-    """Sampling weight per source at load time (normalised). Default: proportional to blocks."""
+    """Sampling weight per source at load time (normalised; every source needs one). Changing
+    it needs no re-shard. Exact: every prefix of n blocks holds w_s*n blocks of s, within 1."""
     model: dict[str, Any] | None = None
     """Reserved for the train stage."""
     train: dict[str, Any] | None = None
@@ -176,6 +201,8 @@ class Params(_Section):
         names = [s.name for s in self.sources]
         dupes = sorted({n for n in names if names.count(n) > 1})
         problems = [f"sources: duplicate name {d!r}" for d in dupes]
+        if self.mix is not None:
+            problems += [f"mix: missing source {n!r}; give every source a weight" for n in names if n not in self.mix]
         for k, w in (self.mix or {}).items():
             if k not in names:
                 problems.append(f"mix.{k}: unknown source{_did_you_mean(k, names)}")

@@ -106,18 +106,22 @@ def run(params: Params, layout: Layout, log: Log = print, mapper: Mapper = threa
     return {s.name: ix for s, ix in zip(params.sources, indexes)}
 
 
+def verify_shard(shard_dir: Path, entry: dict, mode: str = "full") -> None:
+    """Check one shard against its index.json entry; raise ShardCorrupt naming file and remedy."""
+    path = Path(shard_dir) / entry["file"]
+    remedy = "re-run 'dvc repro shard' or restore it with 'dvc checkout data/shards'"
+    size = path.stat().st_size if path.exists() else -1
+    if size != entry["bytes"]:
+        raise ShardCorrupt(f"{path}: size {size} != {entry['bytes']} in index.json (truncated or missing); {remedy}")
+    if mode == "full":
+        got = fsio.sha256_file(path)
+        if got != entry["sha256"]:
+            raise ShardCorrupt(f"{path}: sha256 mismatch (expected {entry['sha256'][:12]}…, got {got[:12]}…); {remedy}")
+
+
 def verify(shard_dir: Path, mode: str = "full") -> dict:
     """Check every shard of a source against its index.json; raise ShardCorrupt on the first bad one."""
-    index = fsio.read_json(shard_dir / "index.json")
-    for s in index["shards"]:
-        path = shard_dir / s["file"]
-        size = path.stat().st_size if path.exists() else -1
-        if size != s["bytes"]:
-            raise ShardCorrupt(f"{path}: size {size} != {s['bytes']} in index.json (truncated or missing); "
-                               "re-run 'dvc repro shard' or restore with 'dvc checkout data/shards'")
-        if mode == "full":
-            got = fsio.sha256_file(path)
-            if got != s["sha256"]:
-                raise ShardCorrupt(f"{path}: sha256 mismatch (expected {s['sha256'][:12]}…, got {got[:12]}…); "
-                                   "re-run 'dvc repro shard' or restore with 'dvc checkout data/shards'")
+    index = fsio.read_json(Path(shard_dir) / "index.json")
+    for entry in index["shards"]:
+        verify_shard(shard_dir, entry, mode)
     return index

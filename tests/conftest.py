@@ -49,6 +49,7 @@ def small_params(sources: list[dict], **sections) -> dict:
     """Params sized for tests: tiny vocab and shards so a whole line takes seconds."""
     p = yaml.safe_load((REPO / "params.yaml").read_text())  # every section dvc.yaml names
     p["sources"] = sources
+    p["mix"] = {s["name"]: 1.0 for s in sources}
     small = {"clean": {"part_mb": 0.05, "min_chars": 16}, "tokenizer": {"vocab_size": 512},
              "shard": {"seq_len": 64, "target_mb": 0.05}, "pipeline": {"retries": 1, "retry_delay_s": 0.1}}
     for k, v in [*small.items(), *sections.items()]:

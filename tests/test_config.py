@@ -33,7 +33,8 @@ def test_every_problem_reported_at_once_with_dotted_paths():
 
 
 def test_cross_field_checks_name_the_field():
-    assert problems({"sources": [SRC], "mix": {"b": 1.0}}) == ["mix.b: unknown source"]
+    assert problems({"sources": [SRC], "mix": {"b": 1.0}}) == [
+        "mix: missing source 'a'; give every source a weight", "mix.b: unknown source"]
     assert problems({"sources": [SRC, SRC]}) == ["sources: duplicate name 'a'"]
     assert problems({"sources": [{**SRC, "uri": "hf://x/y"}]}) == \
         ["sources[0].format: hf:// sources are stored as parquet; set format: parquet"]
@@ -50,10 +51,9 @@ def test_configs_are_frozen():
 
 def test_every_field_is_documented():
     for model in (config.Source, config.Download, config.Clean, config.Tokenizer, config.Shard,
-                  config.Pipeline, config.Params):
+                  config.Pipeline, config.Loader, config.Params):
         for name, field in model.model_fields.items():
-            assert field.description or name in config.Params.model_fields and name in (
-                "download", "clean", "tokenizer", "shard", "pipeline"), f"{model.__name__}.{name} has no docstring"
+            assert field.description, f"{model.__name__}.{name} has no docstring"
 
 
 def test_load_reports_yaml_errors_and_missing_file(tmp_path):

@@ -1,0 +1,245 @@
+"""The streaming loader: exact, elastic, O(1) resume over per-source shards (DESIGN §4).
+
+Contract:
+- The global sequence of blocks is a pure function of (seed, mix, data): position n goes to
+  source s = mixing schedule(n); its k-th block of s is, in epoch k // N_s, block
+  Permutation(N_s, key(seed, s, epoch))(k % N_s), located by the shard block counts of
+  index.json. Nothing is built at start-up, nothing grows with the data, nothing is replayed.
+- A loader step consumes one global batch of `global_batch` consecutive positions. Rank r of
+  `world` takes the r-th contiguous slice; with DataLoader workers, worker w of a rank yields
+  the steps w, w + num_workers, ... which DataLoader hands out in order. So the global
+  sequence depends only on seed, mix and global batch: resuming with another world size or
+  worker count continues it exactly (elastic).
+- State is one counter (blocks consumed globally) plus what must not change (seed, mix,
+  seq_len, global batch, data version); `load_state_dict` refuses a state whose invariants
+  differ, naming the field and the override, unless `allow_change` is set.
+- Every shard is verified against index.json before its first block is read (sha256, or size
+  only with verify="size"); a bad shard raises ShardCorrupt and nothing from it is yielded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from . import fsio
+from .errors import BadInput, ShardlineError
+from .mixing import Schedule
+from .permute import Permutation, key_for
+from .shard import DTYPES, verify_shard
+
+
+class StateMismatch(ShardlineError):
+    """A saved loader state does not fit this data/config; the message names field and override."""
+
+
+@dataclass
+class Source:
+    name: str
+    dir: Path
+    index: dict
+    counts: np.ndarray = field(init=False)
+    starts: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.counts = np.array([s["blocks"] for s in self.index["shards"]], dtype=np.int64)
+        self.starts = np.concatenate([[0], np.cumsum(self.counts)])
+
+    @property
+    def blocks(self) -> int:
+        return int(self.starts[-1])
+
+
+def open_sources(shards_dir: str | Path, names: Sequence[str]) -> list[Source]:
+    out = []
+    for name in names:
+        path = Path(shards_dir) / name / "index.json"
+        if not path.exists():
+            raise BadInput(f"{path}: missing; build shards first ('dvc repro shard')")
+        out.append(Source(name, path.parent, fsio.read_json(path)))
+    geometry = {(s.index["seq_len"], s.index["dtype"], s.index["tokenizer_sha256"]) for s in out}
+    if len(geometry) != 1:
+        raise BadInput(f"{shards_dir}: sources disagree on seq_len/dtype/tokenizer ({geometry}); re-run 'dvc repro'")
+    return out
+
+
+def data_version(sources: Sequence[Source]) -> str:
+    """Content hash of the shards (every shard's sha256) and the tokenizer they were made with."""
+    return fsio.stable_hash({s.name: [s.index["tokenizer_sha256"], [x["sha256"] for x in s.index["shards"]]]
+                             for s in sources})
+
+
+class Order:
+    """(seed, mix, data) -> which block sits at each global position. Pure; cheap per call."""
+
+    def __init__(self, sources: Sequence[Source], mix: Mapping[str, float], seed: int):
+        self.sources, self.seed = list(sources), seed
+        self.schedule = Schedule(mix, [s.name for s in self.sources])
+
+    def blocks(self, start: int, count: int) -> np.ndarray:
+        """int64 [count, 3]: (source id, shard, block within shard) for positions [start, start+count)."""
+        src, within = self.schedule.assign(start, count)
+        out = np.empty((count, 3), dtype=np.int64)
+        out[:, 0] = src
+        for s in np.unique(src):
+            source = self.sources[s]
+            n = source.blocks
+            mask = src == s
+            epoch, idx = np.divmod(within[mask], n)
+            block = np.empty_like(idx)
+            for e in np.unique(epoch):
+                sel = epoch == e
+                block[sel] = Permutation(n, key_for(self.seed, source.name, int(e)))(idx[sel])
+            shard = np.searchsorted(source.starts, block, side="right") - 1
+            out[mask, 1] = shard
+            out[mask, 2] = block - source.starts[shard]
+        return out
+
+
+def batch_hash(ids: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(ids, dtype=np.int64).tobytes()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Spec:
+    """Everything a loader (or one of its DataLoader workers) needs; picklable."""
+
+    shards_dir: str
+    sources: tuple[str, ...]
+    mix: tuple[tuple[str, float], ...]
+    seed: int
+    global_batch: int
+    rank: int = 0
+    world: int = 1
+    verify: str = "full"
+
+
+class Reader:
+    """Reads blocks from shards, verifying each shard before its first use in this process."""
+
+    def __init__(self, spec: Spec):
+        self.spec = spec
+        self.sources = open_sources(spec.shards_dir, spec.sources)
+        self.order = Order(self.sources, dict(spec.mix), spec.seed)
+        ix = self.sources[0].index
+        self.width, self.dtype = ix["seq_len"] + 1, DTYPES[ix["dtype"]]
+        self.maps: dict[tuple[int, int], np.memmap] = {}
+
+    def _map(self, s: int, shard: int) -> np.memmap:
+        mm = self.maps.get((s, shard))
+        if mm is None:
+            source = self.sources[s]
+            entry = source.index["shards"][shard]
+            verify_shard(source.dir, entry, self.spec.verify)
+            mm = np.memmap(source.dir / entry["file"], dtype=self.dtype, mode="r").reshape(-1, self.width)
+            self.maps[(s, shard)] = mm
+        return mm
+
+    def read(self, ids: np.ndarray) -> np.ndarray:
+        out = np.empty((len(ids), self.width), dtype=np.int64)
+        keys = ids[:, 0] * (1 << 32) + ids[:, 1]
+        for key in np.unique(keys):
+            rows = np.nonzero(keys == key)[0]
+            mm = self._map(int(key >> 32), int(key & 0xFFFFFFFF))  # verified before any read
+            offsets = ids[rows, 2]
+            sort = np.argsort(offsets, kind="stable")  # ascending reads are kinder to the page cache
+            out[rows[sort]] = mm[offsets[sort]]
+        return out
+
+    def rank_ids(self, step_start: int) -> np.ndarray:
+        per = self.spec.global_batch // self.spec.world
+        return self.order.blocks(step_start + self.spec.rank * per, per)
+
+    def batch(self, step_start: int) -> tuple[torch.Tensor, torch.Tensor]:
+        arr = torch.from_numpy(self.read(self.rank_ids(step_start)))
+        return arr[:, :-1], arr[:, 1:]
+
+
+class _Steps(torch.utils.data.IterableDataset):
+    """DataLoader worker path: worker w yields steps first + w, first + w + num_workers, ..."""
+
+    def __init__(self, spec: Spec, first_block: int):
+        self.spec, self.first_block = spec, first_block
+
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        w, nw = (info.id, info.num_workers) if info else (0, 1)
+        reader = Reader(self.spec)
+        step = w
+        while True:
+            yield reader.batch(self.first_block + step * self.spec.global_batch)
+            step += nw
+
+
+class Loader:
+    """Yields (x, y) int64 [global_batch // world, seq_len] for this rank, forever (epochs roll)."""
+
+    def __init__(self, shards_dir: str | Path, *, sources: Sequence[str], mix: Mapping[str, float], seed: int,
+                 global_batch: int, rank: int = 0, world: int = 1, num_workers: int = 0, verify: str = "full",
+                 log: Callable[[str], None] | None = None):
+        if global_batch % world:
+            raise BadInput(f"loader.global_batch ({global_batch}) must be divisible by the world size ({world})")
+        if verify not in ("full", "size"):
+            raise BadInput(f"loader.verify: must be 'full' or 'size', got {verify!r}")
+        self.spec = Spec(str(shards_dir), tuple(sources), tuple(mix.items()), seed, global_batch, rank, world, verify)
+        self.reader = Reader(self.spec)
+        self.num_workers, self.log = num_workers, log
+        self.blocks_consumed = 0
+        self.version = data_version(self.reader.sources)
+
+    @classmethod
+    def from_params(cls, params, shards_dir: str | Path, rank: int = 0, world: int = 1, log=None) -> "Loader":
+        if params.mix is None:
+            raise BadInput("mix: required to load data; give every source a weight in params.yaml")
+        c = params.loader
+        return cls(shards_dir, sources=[s.name for s in params.sources], mix=params.mix, seed=c.seed,
+                   global_batch=c.global_batch, rank=rank, world=world, num_workers=c.num_workers,
+                   verify=c.verify, log=log if c.debug_batch_hashes else None)
+
+    @property
+    def seq_len(self) -> int:
+        return self.reader.width - 1
+
+    def global_ids(self, step: int) -> np.ndarray:
+        """Every rank's blocks of loader step `step` (counted from position 0): for debugging."""
+        return self.reader.order.blocks(step * self.spec.global_batch, self.spec.global_batch)
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        g = self.spec.global_batch
+        if self.num_workers == 0:
+            # lazy: each batch is read at the position reached when the consumer asks for it
+            batches = (self.reader.batch(self.blocks_consumed) for _ in itertools.count())
+        else:
+            batches = iter(torch.utils.data.DataLoader(_Steps(self.spec, self.blocks_consumed), batch_size=None,
+                                                       num_workers=self.num_workers))
+        for x, y in batches:
+            if self.log:
+                ids = self.reader.order.blocks(self.blocks_consumed, g)
+                self.log(f"loader: step {self.blocks_consumed // g} batch {batch_hash(ids)}")
+            self.blocks_consumed += g
+            yield x, y
+
+    def state_dict(self) -> dict:
+        return {"blocks_consumed": self.blocks_consumed,
+                "global_batches_consumed": self.blocks_consumed // self.spec.global_batch,
+                "seed": self.spec.seed, "mix": dict(self.spec.mix), "seq_len": self.seq_len,
+                "global_batch": self.spec.global_batch, "data_version": self.version}
+
+    def load_state_dict(self, state: Mapping, allow_change: bool = False) -> list[str]:
+        """Continue from `state`. Returns the invariants that changed (empty unless allowed)."""
+        mine = self.state_dict()
+        changed = [f"{k}: saved {state.get(k)!r}, now {mine[k]!r}" for k in
+                   ("seed", "mix", "seq_len", "global_batch", "data_version") if state.get(k) != mine[k]]
+        if changed and not allow_change:
+            raise StateMismatch("loader state does not fit this run:\n  " + "\n  ".join(changed) +
+                                "\nRestore the data/params it was saved with (e.g. 'git checkout' + 'dvc checkout'), "
+                                "or set train.allow_data_change: true to continue at the same position "
+                                "(the change is recorded in the lineage).")
+        self.blocks_consumed = int(state["blocks_consumed"])
+        return changed
