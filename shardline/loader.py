@@ -35,6 +35,9 @@ from .permute import Permutation, key_for
 from .shard import DTYPES, verify_shard
 
 
+CHUNK_POSITIONS = 8192  # global positions whose order is computed in one vectorised call
+
+
 class StateMismatch(ShardlineError):
     """A saved loader state does not fit this data/config; the message names field and override."""
 
@@ -130,6 +133,8 @@ class Reader:
         ix = self.sources[0].index
         self.width, self.dtype = ix["seq_len"] + 1, DTYPES[ix["dtype"]]
         self.maps: dict[tuple[int, int], np.memmap] = {}
+        self.chunk: tuple[int, np.ndarray] | None = None  # (first position, ids): order computed ahead
+        self.chunk_steps = 1  # doubles up to CHUNK_POSITIONS: a resume's first batch stays cheap
 
     def _map(self, s: int, shard: int) -> np.memmap:
         mm = self.maps.get((s, shard))
@@ -138,23 +143,36 @@ class Reader:
             entry = source.index["shards"][shard]
             verify_shard(source.dir, entry, self.spec.verify)
             mm = np.memmap(source.dir / entry["file"], dtype=self.dtype, mode="r").reshape(-1, self.width)
-            self.maps[(s, shard)] = mm
+            mm = self.maps[(s, shard)] = mm.view(np.ndarray)  # plain indexing, no memmap subclass overhead
         return mm
 
     def read(self, ids: np.ndarray) -> np.ndarray:
-        out = np.empty((len(ids), self.width), dtype=np.int64)
         keys = ids[:, 0] * (1 << 32) + ids[:, 1]
-        for key in np.unique(keys):
-            rows = np.nonzero(keys == key)[0]
-            mm = self._map(int(key >> 32), int(key & 0xFFFFFFFF))  # verified before any read
-            offsets = ids[rows, 2]
-            sort = np.argsort(offsets, kind="stable")  # ascending reads are kinder to the page cache
-            out[rows[sort]] = mm[offsets[sort]]
+        order = np.lexsort((ids[:, 2], keys))  # by shard, then ascending offset: kind to the page cache
+        sorted_keys = keys[order]
+        cuts = [0, *(np.flatnonzero(np.diff(sorted_keys)) + 1).tolist(), len(ids)]
+        buf = np.empty((len(ids), self.width), dtype=np.int64)
+        for a, b in zip(cuts[:-1], cuts[1:]):
+            key = int(sorted_keys[a])
+            mm = self._map(key >> 32, key & 0xFFFFFFFF)  # verified before any block is read
+            buf[a:b] = mm[ids[order[a:b], 2]]
+        out = np.empty_like(buf)
+        out[order] = buf
         return out
+
+    def global_ids(self, step_start: int) -> np.ndarray:
+        """The whole global batch at `step_start` (every rank's blocks). The order is computed a
+        chunk of steps ahead: per-call numpy overhead, not arithmetic, dominates small batches."""
+        g = self.spec.global_batch
+        if self.chunk is None or not self.chunk[0] <= step_start <= self.chunk[0] + len(self.chunk[1]) - g:
+            self.chunk = (step_start, self.order.blocks(step_start, g * self.chunk_steps))
+            self.chunk_steps = min(2 * self.chunk_steps, max(1, CHUNK_POSITIONS // g))
+        off = step_start - self.chunk[0]
+        return self.chunk[1][off:off + g]
 
     def rank_ids(self, step_start: int) -> np.ndarray:
         per = self.spec.global_batch // self.spec.world
-        return self.order.blocks(step_start + self.spec.rank * per, per)
+        return self.global_ids(step_start)[self.spec.rank * per:(self.spec.rank + 1) * per]
 
     def batch(self, step_start: int) -> tuple[torch.Tensor, torch.Tensor]:
         arr = torch.from_numpy(self.read(self.rank_ids(step_start)))
@@ -220,7 +238,7 @@ class Loader:
                                                        num_workers=self.num_workers))
         for x, y in batches:
             if self.log:
-                ids = self.reader.order.blocks(self.blocks_consumed, g)
+                ids = self.reader.global_ids(self.blocks_consumed)
                 self.log(f"loader: step {self.blocks_consumed // g} batch {batch_hash(ids)}")
             self.blocks_consumed += g
             yield x, y
@@ -243,3 +261,4 @@ class Loader:
                                 "(the change is recorded in the lineage).")
         self.blocks_consumed = int(state["blocks_consumed"])
         return changed
+    # (call load_state_dict before iterating: a running DataLoader's workers keep their start)

@@ -2,9 +2,10 @@
 
 Contract: `Permutation(n, key)(i)` is a bijection of [0, n) for every key, computed for a
 whole numpy array of indices at once, in O(1) memory: nothing is built or stored per element,
-so a resume at any position costs the same as a start. Construction: a 4-round balanced
-Feistel network on the smallest even number of bits covering n, with cycle-walking (apply
-again until the value falls in [0, n); the domain is < 4n, so a few rounds on average).
+so a resume at any position costs the same as a start. Construction: a 4-round (unbalanced
+when the bit count is odd) Feistel network on the fewest bits covering n, with cycle-walking
+(apply again until the value falls in [0, n); the domain is < 2n, so under two passes per
+element on average).
 Keys come from `key_for(seed, source, epoch)`: every epoch of every source is a fresh order.
 """
 
@@ -36,16 +37,18 @@ class Permutation:
             raise ValueError("a permutation needs n >= 1")
         self.n = n
         bits = max(2, (n - 1).bit_length())
-        self.half = np.uint64((bits + 1) // 2)
-        self.mask = np.uint64((1 << int(self.half)) - 1)
+        self.widths = (bits // 2, bits - bits // 2)  # (left, right); they swap every round
         ks = _mix(np.arange(1, ROUNDS + 1, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15) ^ np.uint64(key))
         self.keys = [np.uint64(k) for k in ks]
 
     def _rounds(self, x: np.ndarray) -> np.ndarray:
-        left, right = x >> self.half, x & self.mask
+        lw, rw = self.widths
         for k in self.keys:
-            left, right = right, left ^ (_mix(right ^ k) & self.mask)
-        return (left << self.half) | right
+            left, right = x >> np.uint64(rw), x & np.uint64((1 << rw) - 1)
+            # (L, R) -> (R, L ^ F(R)): a bijection whatever F is; the halves' widths swap
+            x = (right << np.uint64(lw)) | (left ^ (_mix(right ^ k) & np.uint64((1 << lw) - 1)))
+            lw, rw = rw, lw
+        return x
 
     def __call__(self, idx: np.ndarray) -> np.ndarray:
         x = self._rounds(np.asarray(idx, dtype=np.uint64))
