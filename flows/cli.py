@@ -4,6 +4,8 @@
   shardline pipeline        run the Prefect pipeline flow (needs PREFECT_API_URL or starts
                             an ephemeral server)
   shardline params          validate params.yaml and print the resolved settings
+  shardline checkpoints     list checkpoints, valid or not and why
+  shardline lineage CKPT    what a checkpoint was trained on (data version, mix, rules, code)
 
 Errors from the engine are printed as one clear message (no traceback) with exit code 2;
 transient failures exit 75 (EX_TEMPFAIL) so wrappers can tell them apart.
@@ -49,6 +51,35 @@ def cmd_params(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_checkpoints(args: argparse.Namespace) -> int:
+    from shardline import checkpoint
+
+    layout = Layout.at(args.root)
+    rows = checkpoint.entries(layout.data / "checkpoints")
+    if not rows:
+        print(f"no checkpoints under {layout.data / 'checkpoints'}")
+    for e in rows:
+        print(f"{e.path.name}  {'valid  ' if e.valid else 'INVALID'}  {e.why}")
+    return 0
+
+
+def cmd_lineage(args: argparse.Namespace) -> int:
+    from shardline import checkpoint, lineage
+
+    layout = Layout.at(args.root)
+    path = Path(args.checkpoint)
+    if not path.exists():
+        path = layout.data / "checkpoints" / args.checkpoint
+    if args.checkpoint == "latest":
+        path = checkpoint.latest_valid(layout.data / "checkpoints", _log)
+    ok, why = checkpoint.verify(path) if path else (False, "no valid checkpoint")
+    if not ok:
+        raise ShardlineError(f"{path}: not a valid checkpoint ({why}); 'shardline checkpoints' lists them")
+    manifest = json.loads((path / checkpoint.MANIFEST).read_text())
+    print(json.dumps(manifest["lineage"], indent=2) if args.json else lineage.describe(manifest))
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="shardline", description="Reproducible, crash-proof pretraining pipeline.")
     p.add_argument("--root", default=".", help="project root (holds params.yaml, dvc.yaml, data/)")
@@ -59,6 +90,11 @@ def parser() -> argparse.ArgumentParser:
     s.set_defaults(fn=cmd_stage)
     sub.add_parser("pipeline", help="run the Prefect pipeline flow over the dvc.yaml DAG").set_defaults(fn=cmd_pipeline)
     sub.add_parser("params", help="validate params.yaml and print it resolved").set_defaults(fn=cmd_params)
+    sub.add_parser("checkpoints", help="list checkpoints, valid or not and why").set_defaults(fn=cmd_checkpoints)
+    s = sub.add_parser("lineage", help="print what a checkpoint was trained on")
+    s.add_argument("checkpoint", help="a step-NNNNNNNNN directory (or its name, or 'latest')")
+    s.add_argument("--json", action="store_true", help="the raw lineage as JSON")
+    s.set_defaults(fn=cmd_lineage)
     return p
 
 

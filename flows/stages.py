@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from prefect import flow, get_run_logger
+from prefect.runtime import flow_run
 
 from shardline import config, stages
 from shardline.layout import Layout
@@ -30,7 +31,8 @@ def _stage_flow(name: str):
         layout = Layout.at(root)
         params = config.load(Path(layout.root, params_file))
         log = get_run_logger().info
-        return stages.runner(name)(params, layout, log=log, mapper=part_mapper(params, name))
+        extra = {"run_id": str(flow_run.id)} if name == "train" else {}  # recorded in the lineage
+        return stages.runner(name)(params, layout, log=log, mapper=part_mapper(params, name), **extra)
 
     stage_flow.__name__ = f"{name}_flow"
     return stage_flow

@@ -166,6 +166,73 @@ class Loader(_Section):
     or gaps."""
 
 
+class Model(_Section):
+    n_layer: int = Field(2, ge=1)
+    """Transformer blocks."""
+    n_head: int = Field(4, ge=1)
+    """Attention heads per block; must divide d_model."""
+    d_model: int = Field(128, ge=8)
+    """Width of the residual stream (embedding size)."""
+    dropout: float = Field(0.1, ge=0, lt=1)
+    """Dropout on attention, MLP and embeddings while training."""
+    bias: bool = False
+    """Biases in linear layers and LayerNorms."""
+
+    @model_validator(mode="after")
+    def _check(self) -> "Model":
+        if self.d_model % self.n_head:
+            raise ValueError(f"n_head: {self.n_head} must divide d_model ({self.d_model})")
+        return self
+
+
+class Train(_Section):
+    steps: int = Field(200, ge=1)
+    """Optimizer steps to train for (raising it later continues from the latest checkpoint)."""
+    grad_accum: int = Field(1, ge=1)
+    """Loader steps (global batches) per optimizer step."""
+    lr: float = Field(3e-3, gt=0)
+    """Peak learning rate, reached after warmup."""
+    min_lr: float = Field(3e-4, ge=0)
+    """Learning rate at the end of the cosine decay."""
+    warmup_steps: int = Field(20, ge=0)
+    """Linear warmup from 0 to lr; the LR is a function of the step, never stored."""
+    weight_decay: float = Field(0.1, ge=0)
+    """AdamW weight decay on matrices (not on biases and norms)."""
+    beta1: float = Field(0.9, gt=0, lt=1)
+    """AdamW beta1."""
+    beta2: float = Field(0.95, gt=0, lt=1)
+    """AdamW beta2."""
+    grad_clip: float | None = Field(1.0, gt=0)
+    """Clip the global gradient norm to this (null: no clipping)."""
+    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    """Autocast dtype: bf16 on CPU or CUDA; fp16 only on CUDA (with a GradScaler)."""
+    compile: bool = False
+    """Wrap the model in torch.compile."""
+    deterministic: bool = True
+    """torch.use_deterministic_algorithms: bit-identical runs and resumes (on CPU)."""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """auto: CUDA when available, else CPU."""
+    seed: int = 1337
+    """Seeds model init; dropout is re-seeded from (seed, step, rank) every step."""
+    threads: int = Field(0, ge=0)
+    """torch intra-op threads (0: torch's default). Keep it fixed across resumes for bit-exactness."""
+    nproc_per_node: int = Field(1, ge=1)
+    """> 1: `shardline stage train` relaunches itself under torchrun with this many processes."""
+    checkpoint_every: int = Field(50, ge=1)
+    """Save a checkpoint every this many optimizer steps (and at the last step)."""
+    keep_last: int = Field(2, ge=1)
+    """Retention: keep this many newest valid checkpoints..."""
+    keep_every: int = Field(0, ge=0)
+    """...plus every checkpoint whose step is a multiple of this (0: none)."""
+    allow_data_change: bool = False
+    """Resume even though data, mix or batch geometry changed since the checkpoint; the change
+    is written into the new checkpoints' lineage."""
+    slow_step_factor: float = Field(3.0, gt=1)
+    """A step slower than this times the rolling median is logged with its cause."""
+    dist_timeout_s: float = Field(60.0, gt=0)
+    """Process-group timeout: a dead rank fails the job after this, not after 30 minutes."""
+
+
 class Params(_Section):
     sources: tuple[Source, ...]
     """Where the raw text comes from; one entry per source."""
@@ -184,10 +251,10 @@ class Params(_Section):
     mix: dict[str, float] | None = None
     """Sampling weight per source at load time (normalised; every source needs one). Changing
     it needs no re-shard. Exact: every prefix of n blocks holds w_s*n blocks of s, within 1."""
-    model: dict[str, Any] | None = None
-    """Reserved for the train stage."""
-    train: dict[str, Any] | None = None
-    """Reserved for the train stage."""
+    model: Model = Model()
+    """The GPT: layers, heads, width, dropout (vocab comes from the tokenizer)."""
+    train: Train = Train()
+    """The training loop, checkpoints and their retention."""
 
     @field_validator("sources")
     @classmethod

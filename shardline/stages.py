@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import Callable
 
-_MODULES = {"download": "download", "clean": "clean", "tokenize": "encode", "shard": "shard"}
+_MODULES = {"download": "download", "clean": "clean", "tokenize": "encode", "shard": "shard", "train": "train"}
 NAMES = tuple(_MODULES)
 
 

@@ -51,7 +51,9 @@ def small_params(sources: list[dict], **sections) -> dict:
     p["sources"] = sources
     p["mix"] = {s["name"]: 1.0 for s in sources}
     small = {"clean": {"part_mb": 0.05, "min_chars": 16}, "tokenizer": {"vocab_size": 512},
-             "shard": {"seq_len": 64, "target_mb": 0.05}, "pipeline": {"retries": 1, "retry_delay_s": 0.1}}
+             "shard": {"seq_len": 64, "target_mb": 0.05}, "pipeline": {"retries": 1, "retry_delay_s": 0.1},
+             "model": {"n_layer": 1, "n_head": 2, "d_model": 32}, "loader": {"global_batch": 4},
+             "train": {"steps": 4, "checkpoint_every": 2, "warmup_steps": 1, "threads": 1}}
     for k, v in [*small.items(), *sections.items()]:
         p[k] = {**p.get(k, {}), **v} if isinstance(v, dict) else v
     return p

@@ -1,0 +1,160 @@
+"""Checkpoints: data/checkpoints/step-<N:09d>/, valid iff its manifest verifies (DESIGN §5).
+
+Contract:
+- `save` writes every file into a temp dir `.step-N.tmp-<pid>` (each fsynced), then
+  manifest.json LAST (each file's bytes + sha256, plus lineage and library versions), fsyncs
+  the dir, renames it to `step-N` and fsyncs the parent. A killed save leaves only a temp dir,
+  which the next run sweeps.
+- `verify` is the only judge of validity: manifest present and parseable, every file present
+  with its size and sha256. `latest_valid` returns the newest valid checkpoint and says, for
+  every newer one it skips, why.
+- `retain` keeps the newest `keep_last` valid checkpoints plus every step divisible by
+  `keep_every`; it removes a checkpoint's manifest first (fsynced), so one half-deleted is
+  already invalid, and never removes the newest valid one.
+- `load` uses `torch.load(weights_only=True)`: a checkpoint is data, never code.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import platform
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from . import chaos, fsio
+
+MANIFEST = "manifest.json"
+STATE = "train_state.json"
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Entry:
+    step: int
+    path: Path
+    valid: bool
+    why: str  # "ok" or the reason it is not valid
+
+
+def step_dir(root: Path, step: int) -> Path:
+    return Path(root) / f"step-{step:09d}"
+
+
+def versions() -> dict:
+    import numpy
+
+    from . import __version__
+
+    return {"python": platform.python_version(), "torch": torch.__version__, "numpy": numpy.__version__,
+            "shardline": __version__}
+
+
+def _write(path: Path, data: bytes) -> dict:
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    return {"bytes": len(data), "sha256": fsio.sha256_bytes(data)}
+
+
+def save(root: Path, step: int, tensors: dict[str, Any], state: dict, lineage: dict) -> Path:
+    """Write checkpoint `step`: `tensors` (name -> torch-saveable) and `state` (JSON)."""
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    final = step_dir(root, step)
+    tmp = root / f".{final.name}{fsio.TMP_MARK}{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    files = {}
+    for name, obj in tensors.items():
+        buf = io.BytesIO()
+        torch.save(obj, buf)
+        files[name] = _write(tmp / name, buf.getvalue())
+    files[STATE] = _write(tmp / STATE, json.dumps(state, indent=2, sort_keys=True).encode())
+    chaos.point(f"checkpoint.files@{step}")
+    manifest = {"step": step, "files": files, "lineage": lineage, "versions": versions(), "created": time.time()}
+    _write(tmp / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True).encode())
+    fsio.fsync_dir(tmp)
+    if final.exists():  # the same step again after a resume: retire the old copy, manifest first
+        _remove(final)
+    os.rename(tmp, final)
+    fsio.fsync_dir(root)
+    return final
+
+
+def verify(path: Path) -> tuple[bool, str]:
+    path = Path(path)
+    try:
+        manifest = json.loads((path / MANIFEST).read_text())
+    except FileNotFoundError:
+        return False, "no manifest.json (torn or interrupted write)"
+    except (OSError, ValueError) as e:
+        return False, f"manifest.json unreadable ({e})"
+    for name, meta in manifest.get("files", {}).items():
+        p = path / name
+        if not p.exists():
+            return False, f"{name} missing"
+        if p.stat().st_size != meta["bytes"]:
+            return False, f"{name} is {p.stat().st_size} bytes, manifest says {meta['bytes']} (truncated)"
+        if fsio.sha256_file(p) != meta["sha256"]:
+            return False, f"{name} sha256 differs from the manifest (corrupt)"
+    return True, "ok"
+
+
+def entries(root: Path) -> list[Entry]:
+    """Every step-* directory, oldest first, with its validity."""
+    out = []
+    for p in sorted(Path(root).glob("step-*")) if Path(root).exists() else []:
+        if p.is_dir() and p.name[5:].isdigit():
+            ok, why = verify(p)
+            out.append(Entry(int(p.name[5:]), p, ok, why))
+    return out
+
+
+def latest_valid(root: Path, log: Log = print) -> Path | None:
+    for e in reversed(entries(root)):
+        if e.valid:
+            return e.path
+        log(f"checkpoint: skipping {e.path.name}: {e.why}")
+    return None
+
+
+def load(path: Path) -> tuple[dict[str, Any], dict, dict]:
+    """(tensors by file name, train state, manifest) of a verified checkpoint."""
+    path = Path(path)
+    manifest = json.loads((path / MANIFEST).read_text())
+    tensors = {name: torch.load(path / name, map_location="cpu", weights_only=True)
+               for name in manifest["files"] if name != STATE}
+    return tensors, json.loads((path / STATE).read_text()), manifest
+
+
+def _remove(path: Path) -> None:
+    manifest = path / MANIFEST
+    if manifest.exists():
+        manifest.unlink()
+        fsio.fsync_dir(path)  # invalid from here on, whatever happens next
+    shutil.rmtree(path)
+
+
+def retain(root: Path, keep_last: int, keep_every: int, log: Log = print) -> list[int]:
+    """Apply retention; returns the steps removed."""
+    all_ = entries(root)
+    valid = [e for e in all_ if e.valid]
+    keep = {e.step for e in valid[-max(keep_last, 1):]}
+    keep |= {e.step for e in valid if keep_every and e.step % keep_every == 0}
+    removed = []
+    for e in all_:
+        if e.step not in keep:
+            chaos.point(f"retention@{e.step}")
+            _remove(e.path)
+            removed.append(e.step)
+    if removed:
+        log(f"checkpoint: retention removed step(s) {removed}")
+    return removed

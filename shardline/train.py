@@ -1,0 +1,246 @@
+"""train stage: a GPT on the shards, resumable bit-for-bit from any kill (DESIGN §5-6).
+
+Contract:
+- Everything a resume needs is in the newest valid checkpoint: model, optimizer, GradScaler,
+  RNG states, loader position, step, tokens seen. What can be derived is derived: the LR is a
+  function of the step; the data order of (seed, mix, position); dropout is re-seeded every
+  step from (train.seed, step, rank), so a resumed run draws exactly what the killed one would.
+  On CPU with train.deterministic, a run killed any number of times ends bit-identical to one
+  never killed (tests/test_train.py).
+- Resume refuses data, mix or batch-geometry changes (the loader's invariants plus
+  grad_accum) unless train.allow_data_change, which is then recorded in the lineage.
+- Under torchrun (RANK/WORLD_SIZE set) ranks share each global batch (the loader's elastic
+  slices); gradients are averaged by DDP; rank 0 writes checkpoints and metrics, everyone
+  waits at a barrier. `train.nproc_per_node > 1` makes `run` relaunch itself under torchrun.
+- Per step, data/metrics/train.jsonl gets tokens, step/data-wait/compute time, tokens/s, MFU
+  (shardline.monitor); a resumed run first drops lines past its checkpoint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import hashlib
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from . import checkpoint, fsio, lineage, rng
+from .config import Params, Train
+from .errors import BadInput, ShardlineError
+from .layout import Layout
+from .loader import Loader
+from .model import GPT, GPTConfig, configure_optimizer
+from .monitor import Monitor, guess_peak_flops
+
+Log = Callable[[str], None]
+
+
+def lr_at(step: int, cfg: Train) -> float:
+    """Linear warmup, then cosine from lr to min_lr at the last step."""
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    progress = min(1.0, (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps))
+    return cfg.min_lr + 0.5 * (cfg.lr - cfg.min_lr) * (1 + math.cos(math.pi * progress))
+
+
+def step_seed(seed: int, step: int, rank: int) -> int:
+    return int.from_bytes(hashlib.blake2b(f"{seed}:{step}:{rank}".encode(), digest_size=8).digest(), "little")
+
+
+class Dist:
+    """This process's place in a torchrun job (a single process when not under torchrun)."""
+
+    def __init__(self, cfg: Train, device: torch.device):
+        self.world = int(os.environ.get("WORLD_SIZE", "1"))
+        self.rank = int(os.environ.get("RANK", "0"))
+        if self.world > 1 and not torch.distributed.is_initialized():
+            torch.distributed.init_process_group("nccl" if device.type == "cuda" else "gloo",
+                                                 timeout=datetime.timedelta(seconds=cfg.dist_timeout_s))
+
+    def barrier(self) -> None:
+        if self.world > 1:
+            torch.distributed.barrier()
+
+    def mean(self, value: torch.Tensor) -> float:
+        if self.world > 1:
+            value = value.clone()
+            torch.distributed.all_reduce(value)
+            value /= self.world
+        return float(value)
+
+    def close(self) -> None:
+        if self.world > 1 and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+
+
+def _device(cfg: Train) -> torch.device:
+    if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available()):
+        if not torch.cuda.is_available():
+            raise BadInput("train.device: cuda requested but no CUDA device is available")
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return torch.device("cpu")
+
+
+def _autocast(cfg: Train, device: torch.device):
+    if cfg.precision == "fp32":
+        return contextlib.nullcontext()
+    if cfg.precision == "fp16" and device.type != "cuda":
+        raise BadInput("train.precision: fp16 needs CUDA; use bf16 on CPU")
+    return torch.autocast(device.type, dtype=torch.bfloat16 if cfg.precision == "bf16" else torch.float16)
+
+
+def _truncate_metrics(path: Path, step: int) -> None:
+    """Drop metric lines past `step`: they belong to the killed run and will be redone."""
+    if not path.exists():
+        return
+    import json
+
+    keep = [ln for ln in path.read_text().splitlines() if ln.strip() and json.loads(ln)["step"] <= step]
+    fsio.write_bytes(path, "".join(ln + "\n" for ln in keep).encode())
+
+
+def relaunch_under_torchrun(params: Params, layout: Layout, log: Log) -> dict:
+    n = params.train.nproc_per_node
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}",
+           "--no-python", str(Path(sys.executable).with_name("shardline")), "--root", str(layout.root), "stage", "train"]
+    log(f"train: launching {n} processes: {' '.join(cmd)}")
+    if subprocess.run(cmd).returncode:
+        raise ShardlineError(f"train: torchrun with {n} processes failed (see the rank logs above)")
+    return {"nproc": n}
+
+
+def run(params: Params, layout: Layout, log: Log = print, mapper=None, run_id: str | None = None) -> dict:
+    cfg = params.train
+    if cfg.nproc_per_node > 1 and "LOCAL_RANK" not in os.environ:
+        return relaunch_under_torchrun(params, layout, log)
+    if cfg.deterministic:
+        torch.use_deterministic_algorithms(True)
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    device = _device(cfg)
+    dist = Dist(cfg, device)
+    try:
+        return _train(params, layout, log if dist.rank == 0 else (lambda _: None), device, dist, run_id)
+    finally:
+        dist.close()
+
+
+def _train(params: Params, layout: Layout, log: Log, device: torch.device, dist: Dist, run_id: str | None) -> dict:
+    cfg = params.train
+    ckpts, metrics = layout.data / "checkpoints", layout.data / "metrics" / "train.jsonl"
+    loader = Loader.from_params(params, layout.shards, rank=dist.rank, world=dist.world, log=log)
+    vocab = fsio.read_json(layout.tokenizer / "meta.json")["vocab_size"]
+    gcfg = GPTConfig(vocab_size=vocab, seq_len=loader.seq_len, **params.section("model"))
+    if dist.rank == 0 and ckpts.exists():
+        fsio.remove_temps(ckpts)
+    dist.barrier()
+    latest = checkpoint.latest_valid(ckpts, log)
+    rng.seed_all(cfg.seed)
+    model = GPT(gcfg).to(device)
+    opt = configure_optimizer(model, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(cfg.beta1, cfg.beta2),
+                              device_type=device.type)
+    scaler = torch.amp.GradScaler(device.type, enabled=cfg.precision == "fp16")
+    step, tokens_seen, parent, changed = 0, 0, None, []
+    if latest is not None:
+        tensors, state, manifest = checkpoint.load(latest)
+        saved_model = manifest["lineage"]["params"]["model"]
+        if saved_model != params.section("model"):
+            raise BadInput(f"train: {latest} was trained with model {saved_model}, params.yaml now says "
+                           f"{params.section('model')}; restore model: in params.yaml, or move data/checkpoints "
+                           "away to start fresh")
+        changed = loader.load_state_dict(state["loader"], allow_change=cfg.allow_data_change)
+        if state["grad_accum"] != cfg.grad_accum:
+            msg = f"grad_accum: saved {state['grad_accum']}, now {cfg.grad_accum}"
+            if not cfg.allow_data_change:
+                raise BadInput(f"train: batch geometry changed since {latest.name}: {msg}; "
+                               "set train.allow_data_change: true to continue anyway (recorded in the lineage)")
+            changed.append(msg)
+        model.load_state_dict(tensors["model.pt"])
+        opt.load_state_dict(tensors["optimizer.pt"])
+        scaler.load_state_dict(tensors["scaler.pt"])
+        rng.restore(tensors["rng.pt"])
+        step, tokens_seen, parent = state["step"], state["tokens_seen"], latest.name
+        log(f"train: resuming from {latest.name} (step {step}, {tokens_seen:,} tokens)"
+            + (f"; ALLOWED CHANGES: {'; '.join(changed)}" if changed else ""))
+    else:
+        log(f"train: fresh start, {GPT.__name__} with {model.num_params():,} parameters")
+    lin = lineage.collect(params, layout, loader.version, parent=parent, run_id=run_id, data_change=changed)
+    net = torch.nn.parallel.DistributedDataParallel(model) if dist.world > 1 else model
+    if cfg.compile:
+        net = torch.compile(net)
+    if dist.rank == 0:
+        metrics.parent.mkdir(parents=True, exist_ok=True)
+        _truncate_metrics(metrics, step)
+    tokens_per_step = loader.spec.global_batch * loader.seq_len * cfg.grad_accum
+    monitor = Monitor(metrics if dist.rank == 0 else None, tokens_per_step=tokens_per_step,
+                      flops_per_token=model.flops_per_token(), total_steps=cfg.steps, start_step=step,
+                      peak_flops=guess_peak_flops(device) * dist.world,  # tokens_per_step is the whole job's
+                      slow_factor=cfg.slow_step_factor, log=log, device=device,
+                      progress=None if dist.rank == 0 else False)
+    batches, autocast = iter(loader), _autocast(cfg, device)
+    saved = []
+    while step < cfg.steps:
+        t0 = time.perf_counter()
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, cfg)
+        torch.manual_seed(step_seed(cfg.seed, step, dist.rank))
+        wait, total = 0.0, torch.zeros((), device=device)
+        for micro in range(cfg.grad_accum):
+            tw = time.perf_counter()
+            x, y = next(batches)
+            wait += time.perf_counter() - tw
+            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+            sync = net.no_sync() if dist.world > 1 and micro < cfg.grad_accum - 1 else contextlib.nullcontext()
+            with sync:
+                with autocast:
+                    _, loss = net(x, y)
+                loss = loss / cfg.grad_accum
+                scaler.scale(loss).backward()
+            total += loss.detach()
+        scaler.unscale_(opt)
+        if cfg.grad_clip:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        scaler.step(opt)
+        scaler.update()
+        opt.zero_grad(set_to_none=True)
+        step += 1
+        tokens_seen += tokens_per_step
+        loss_value = dist.mean(total)
+        dt = time.perf_counter() - t0
+        monitor.step(step, loss=loss_value, lr=opt.param_groups[0]["lr"], data_wait_s=wait,
+                     compute_s=dt - wait, step_s=dt)
+        if step % cfg.checkpoint_every == 0 or step == cfg.steps:
+            if dist.rank == 0:
+                state = {"step": step, "tokens_seen": tokens_seen, "loader": loader.state_dict(),
+                         "grad_accum": cfg.grad_accum, "world_size": dist.world}
+                path = checkpoint.save(ckpts, step, {"model.pt": model.state_dict(), "optimizer.pt": opt.state_dict(),
+                                                     "scaler.pt": scaler.state_dict(), "rng.pt": rng.capture()},
+                                       state, lin)
+                saved.append(path.name)
+                checkpoint.retain(ckpts, cfg.keep_last, cfg.keep_every, log)
+                lin = {**lin, "parent": path.name, "data_change": []}
+            dist.barrier()
+    monitor.close()
+    summary = {**monitor.summary(), "final_step": step, "tokens_seen": tokens_seen, "resumed_from": parent,
+               "checkpoints_saved": saved}
+    if dist.rank == 0:
+        fsio.write_json(layout.data / "metrics" / "train.json", summary)
+        _write_plot(metrics, layout.data / "metrics" / "train.csv")
+    return summary
+
+
+def _write_plot(jsonl: Path, csv: Path) -> None:
+    """DVC plots read CSV, not JSON lines: step, loss, lr, tokens/s."""
+    import json
+
+    rows = [json.loads(ln) for ln in jsonl.read_text().splitlines() if ln.strip()]
+    lines = ["step,loss,lr,tokens_per_s"] + [f"{r['step']},{r['loss']},{r['lr']},{r['tokens_per_s']}" for r in rows]
+    fsio.write_bytes(csv, ("\n".join(lines) + "\n").encode())

@@ -1,0 +1,125 @@
+"""The monitor's promises: strict JSON lines with every field, slow steps flagged once with
+the right cause, exact summary numbers, progress output both ways, and no GPU needed."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from shardline.monitor import Monitor, guess_peak_flops
+
+FIELDS = {"step", "loss", "lr", "tokens", "step_s", "data_wait_s", "compute_s", "tokens_per_s", "mfu",
+          "gpu_util", "slow"}
+
+
+def make(path=None, logs=None, **kw):
+    kw = {"tokens_per_step": 1000, "flops_per_token": 1e6, "total_steps": 20, "peak_flops": 1e12,
+          "progress": False, "log": (logs if logs is not None else []).append, "device": torch.device("cpu"),
+          **kw}
+    return Monitor(path, **kw)
+
+
+def normal(mon, step, step_s=0.1, data=0.01):
+    return mon.step(step, loss=3.0, lr=1e-3, data_wait_s=data, compute_s=step_s - data, step_s=step_s)
+
+
+def test_jsonl_lines_have_every_field(tmp_path):
+    path = tmp_path / "logs" / "train.jsonl"
+    mon = make(path)
+    recs = [normal(mon, s, step_s=0.1 * s) for s in range(1, 4)]
+    mon.close()
+    lines = [json.loads(ln) for ln in path.read_text().splitlines()]
+    assert lines == recs and all(set(r) == FIELDS for r in lines)
+    r = lines[1]
+    assert r["step"] == 2 and r["tokens"] == 2000 and r["slow"] is None and r["gpu_util"] is None
+    assert r["tokens_per_s"] == pytest.approx(1000 / 0.2)
+    assert r["mfu"] == pytest.approx(1e6 * 5000 / 1e12)
+
+
+def test_resume_appends_and_non_finite_is_null(tmp_path):
+    path = tmp_path / "train.jsonl"
+    mon = make(path)
+    normal(mon, 1)
+    mon.close()
+    mon = make(path, start_step=1)
+    mon.step(2, loss=float("nan"), lr=1e-3, data_wait_s=0.0, compute_s=0.1, step_s=0.1)
+    mon.close()
+    lines = [json.loads(ln) for ln in path.read_text().splitlines()]
+    assert [r["step"] for r in lines] == [1, 2] and lines[1]["loss"] is None
+    assert "NaN" not in path.read_text()
+    assert mon.summary()["steps"] == 1 and math.isnan(mon.summary()["last_loss"])
+
+
+def test_slow_steps_flagged_with_cause_and_logged_once():
+    logs = []
+    mon = make(logs=logs)
+    for s in range(1, 11):
+        normal(mon, s)
+    data_bound = mon.step(11, loss=3.0, lr=1e-3, data_wait_s=0.9, compute_s=0.1, step_s=1.0)
+    normal(mon, 12)
+    compute_bound = mon.step(13, loss=3.0, lr=1e-3, data_wait_s=0.01, compute_s=0.99, step_s=1.0)
+    normal(mon, 14)
+    assert data_bound["slow"] == "input-bound" and compute_bound["slow"] == "compute-bound"
+    slow_logs = [m for m in logs if "slow" in m]
+    assert len(slow_logs) == 2
+    assert "step 11" in slow_logs[0] and "input-bound" in slow_logs[0] and "1.000s" in slow_logs[0]
+    assert "step 13" in slow_logs[1] and "compute-bound" in slow_logs[1]
+    assert mon.summary()["slow_steps"] == [
+        {"step": 11, "cause": "input-bound", "step_s": 1.0, "median_s": pytest.approx(0.1)},
+        {"step": 13, "cause": "compute-bound", "step_s": 1.0, "median_s": pytest.approx(0.1)},
+    ]
+
+
+def test_nothing_is_slow_before_five_steps():
+    mon = make()
+    normal(mon, 1)
+    assert all(normal(mon, s, step_s=10.0 * s)["slow"] is None for s in range(2, 6))
+    assert normal(mon, 6, step_s=1000.0)["slow"] == "compute-bound"
+
+
+def test_summary_matches_hand_computed_values():
+    mon = make(tokens_per_step=100)
+    for s, (step_s, wait) in enumerate([(1, 0.5), (2, 0.5), (3, 1), (4, 1), (5, 2)], start=1):
+        mon.step(s, loss=10.0 - s, lr=1e-3, data_wait_s=wait, compute_s=step_s - wait, step_s=step_s)
+    got = mon.summary()
+    assert got["steps"] == 5 and got["tokens"] == 500 and got["last_loss"] == 5.0
+    assert got["median_tokens_per_s"] == pytest.approx(100 / 3)  # of 100, 50, 33.3, 25, 20
+    assert got["p95_step_s"] == pytest.approx(4.8)  # index 0.95 * 4 = 3.8: 4 + 0.8 * (5 - 4)
+    assert got["data_wait_pct"] == pytest.approx(100 * 5 / 15)
+    assert got["mean_mfu"] == pytest.approx(1e6 * (100 + 50 + 100 / 3 + 25 + 20) / 5 / 1e12)
+    assert got["slow_steps"] == []
+
+
+def test_progress_false_logs_every_tenth():
+    logs = []
+    mon = make(logs=logs, total_steps=20)
+    for s in range(1, 21):
+        normal(mon, s)
+    assert [m.split(" ")[1] for m in logs] == [f"{s}/20" for s in range(2, 21, 2)]
+    assert "tok/s" in logs[-1] and "eta 0:00:00" in logs[-1]
+
+
+def test_progress_bar_on_stderr(capsys):
+    logs = []
+    mon = make(logs=logs, progress=True, total_steps=5)
+    for s in range(1, 6):
+        normal(mon, s)
+    mon.close()
+    err = capsys.readouterr().err
+    assert err.startswith("\r") and "5/5" in err and "tok/s" in err and "eta" in err and err.endswith("\n")
+    assert logs == []
+
+
+def test_no_gpu_is_fine():
+    # Asking for CUDA where there is none must give gpu_util None, never an error.
+    dev = torch.device("cuda") if not torch.cuda.is_available() else torch.device("cpu")
+    mon = Monitor(None, tokens_per_step=10, flops_per_token=1.0, total_steps=2, progress=False,
+                  log=lambda m: None, device=dev)
+    assert mon.step(1, loss=1.0, lr=0.1, data_wait_s=0.0, compute_s=0.1, step_s=0.1)["gpu_util"] is None
+    assert mon.summary()["mean_mfu"] > 0
+    assert guess_peak_flops(torch.device("cpu")) > 0
+    mon.close()
+    mon.close()

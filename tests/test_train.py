@@ -1,0 +1,185 @@
+"""Training: bit-exact resume across SIGKILLs, torn checkpoints, lineage refusals, torchrun."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from shardline import checkpoint
+from tests.conftest import BIN, env_for, make_project, run, write_params
+
+pytestmark = pytest.mark.slow
+SL = str(BIN / "shardline")
+TINY = {
+    "model": {"n_layer": 1, "n_head": 2, "d_model": 32, "dropout": 0.1},
+    "train": {"steps": 40, "checkpoint_every": 4, "keep_last": 2, "keep_every": 0, "warmup_steps": 4,
+              "threads": 1, "lr": 0.01, "min_lr": 0.001},
+    "loader": {"global_batch": 4, "seed": 7},
+    "shard": {"seq_len": 32, "target_mb": 0.02},
+}
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory, request):
+    """A project whose data line has run (real stdlib text), ready to train."""
+    from tests.conftest import stdlib_files
+
+    root = tmp_path_factory.mktemp("built")
+    src, more = root / "input", root / "more"
+    src.mkdir()
+    more.mkdir()
+    for f in stdlib_files(12):
+        shutil.copy(f, src / f"{f.parent.name}_{f.name}")
+    for f in stdlib_files(4, skip=12):
+        shutil.copy(f, more / f"{f.parent.name}_{f.name}")
+    params, layout = make_project(root / "proj", [{"name": "code", "uri": str(src), "format": "txt"},
+                                                  {"name": "more", "uri": str(more), "format": "txt"}],
+                                  mix={"code": 0.75, "more": 0.25}, **TINY)
+    for stage in ("download", "clean", "tokenize", "shard"):
+        run([SL, "stage", stage], layout.root)
+    return layout.root
+
+
+def project(built: Path, dest: Path, **sections) -> Path:
+    shutil.copytree(built, dest)
+    if sections:
+        p = yaml.safe_load((dest / "params.yaml").read_text())
+        for k, v in sections.items():
+            p[k] = {**p.get(k, {}), **v} if isinstance(v, dict) else v
+        write_params(dest, p)
+    return dest
+
+
+def losses(root: Path) -> list[float]:
+    return [json.loads(ln)["loss"] for ln in (root / "data/metrics/train.jsonl").read_text().splitlines()]
+
+
+def final_state(root: Path) -> dict:
+    path = checkpoint.latest_valid(root / "data/checkpoints", lambda _: None)
+    tensors, state, _ = checkpoint.load(path)
+    return {"step": state["step"], "model": tensors["model.pt"], "opt": tensors["optimizer.pt"]["state"],
+            "loader": state["loader"]}
+
+
+def assert_same_state(a: dict, b: dict) -> None:
+    assert a["step"] == b["step"] and a["loader"] == b["loader"]
+    for k in a["model"]:
+        assert torch.equal(a["model"][k], b["model"][k]), k
+    for i in a["opt"]:
+        for k in ("exp_avg", "exp_avg_sq", "step"):
+            assert torch.equal(a["opt"][i][k], b["opt"][i][k]), (i, k)
+
+
+def test_sigkilled_training_resumes_bit_identical(built, tmp_path):
+    ref = project(built, tmp_path / "ref")
+    run([SL, "stage", "train"], ref)
+    crash = project(built, tmp_path / "crash")
+    metrics = crash / "data/metrics/train.jsonl"
+    rnd = random.Random(1234)
+    kills = 0
+    # one kill inside a checkpoint write (files written, manifest not yet): a real SIGKILL at that point
+    r = run([SL, "stage", "train"], crash, check=False, env=env_for(SHARDLINE_CHAOS="checkpoint.files@12"))
+    assert r.returncode == -signal.SIGKILL
+    assert list((crash / "data/checkpoints").glob(".step-000000012.tmp-*"))
+    kills += 1
+    def last_step() -> int:
+        for line in reversed(metrics.read_text().splitlines() if metrics.exists() else []):
+            try:
+                return json.loads(line)["step"]
+            except ValueError:  # a line being appended right now
+                continue
+        return 0
+
+    while kills < 6:
+        # past the previous kill point, so the old metrics tail (truncated on resume) can't trigger it
+        target = rnd.randint(last_step() + 1, min(last_step() + 7, 39))
+        proc = subprocess.Popen([SL, "stage", "train"], cwd=crash, env=env_for(),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        while proc.poll() is None:
+            if last_step() >= target:
+                proc.send_signal(signal.SIGKILL)
+                break
+            time.sleep(0.002)
+        assert proc.wait() == -signal.SIGKILL, "training finished before the kill; test needs slower steps"
+        kills += 1
+    r = run([SL, "stage", "train"], crash)
+    assert "resuming from step-" in r.stderr
+    assert losses(crash) == losses(ref) and len(losses(ref)) == 40
+    assert_same_state(final_state(crash), final_state(ref))
+    assert not list((crash / "data/checkpoints").glob(".*tmp*"))
+
+
+def test_torn_checkpoints_are_skipped_and_last_valid_kept(built, tmp_path):
+    root = project(built, tmp_path / "p", train={"steps": 12})
+    run([SL, "stage", "train"], root)
+    ck = root / "data/checkpoints"
+    assert [e.step for e in checkpoint.entries(ck)] == [8, 12]
+    model = ck / "step-000000012" / "model.pt"
+    model.write_bytes(model.read_bytes()[:-10])  # truncated
+    (ck / ".step-000000016.tmp-999").mkdir()  # a leftover temp dir
+    r = run([SL, "checkpoints"], root)
+    assert "step-000000012  INVALID  model.pt is" in r.stdout and "truncated" in r.stdout
+    write_params(root, {**yaml.safe_load((root / "params.yaml").read_text()),
+                        "train": {**TINY["train"], "steps": 16}})
+    r = run([SL, "stage", "train"], root)
+    assert "skipping step-000000012: model.pt is" in r.stderr and "resuming from step-000000008" in r.stderr
+    assert [e.step for e in checkpoint.entries(ck)] == [12, 16] and all(e.valid for e in checkpoint.entries(ck))
+    assert not (ck / ".step-000000016.tmp-999").exists()
+    # the manifest is missing: invalid, and retention never takes the newest valid one
+    (ck / "step-000000016" / "manifest.json").unlink()
+    assert checkpoint.latest_valid(ck, lambda _: None).name == "step-000000012"
+    checkpoint.retain(ck, keep_last=1, keep_every=0, log=lambda _: None)
+    assert [e.step for e in checkpoint.entries(ck)] == [12]
+
+
+def test_lineage_refuses_changed_mix_unless_allowed(built, tmp_path):
+    root = project(built, tmp_path / "p", train={"steps": 4})
+    run([SL, "stage", "train"], root)
+    p = yaml.safe_load((root / "params.yaml").read_text())
+    p["mix"] = {"code": 0.5, "more": 0.5}
+    p["train"]["steps"] = 8
+    write_params(root, p)
+    r = run([SL, "stage", "train"], root, check=False)
+    assert r.returncode == 2 and "mix: saved" in r.stderr and "train.allow_data_change" in r.stderr
+    assert "Traceback" not in r.stderr
+    p["train"]["allow_data_change"] = True
+    write_params(root, p)
+    run([SL, "stage", "train"], root)
+    lin = json.loads(run([SL, "lineage", "latest", "--json"], root).stdout)
+    assert lin["parent"] == "step-000000004" and lin["data_change"][0].startswith("mix:")
+    assert lin["mix"] == {"code": 0.5, "more": 0.5} and lin["clean_rules"]["normalize"] == "NFC"
+    assert lin["data_version"]["tokenizer_sha256"] and lin["sources"][0]["files"]
+    text = run([SL, "lineage", "step-000000008"], root).stdout
+    assert "ALLOWED DATA CHANGE" in text and "parent: step-000000004" in text
+
+
+def test_changed_shards_are_refused(built, tmp_path):
+    root = project(built, tmp_path / "p", train={"steps": 4})
+    run([SL, "stage", "train"], root)
+    p = yaml.safe_load((root / "params.yaml").read_text())
+    p["shard"]["target_mb"] = 0.01  # same tokens, other shard boundaries: a new data version
+    p["train"]["steps"] = 8
+    write_params(root, p)
+    run([SL, "stage", "shard"], root)
+    r = run([SL, "stage", "train"], root, check=False)
+    assert r.returncode == 2 and "data_version: saved" in r.stderr
+
+
+def test_torchrun_two_processes_see_the_same_global_batches(built, tmp_path):
+    one = project(built, tmp_path / "one", train={"steps": 6}, loader={"debug_batch_hashes": True})
+    two = project(built, tmp_path / "two", train={"steps": 6, "nproc_per_node": 2},
+                  loader={"debug_batch_hashes": True})
+    a = run([SL, "stage", "train"], one, timeout=300)
+    b = run([SL, "stage", "train"], two, timeout=300)
+    hashes = [[ln for ln in r.stderr.splitlines() if "loader: step" in ln] for r in (a, b)]
+    assert len(hashes[0]) == 6 and hashes[0] == hashes[1]
+    assert final_state(two)["step"] == 6 and final_state(two)["loader"] == final_state(one)["loader"]
