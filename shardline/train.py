@@ -187,6 +187,8 @@ def _train(params: Params, layout: Layout, log: Log, device: torch.device, dist:
                       progress=None if dist.rank == 0 else False)
     batches, autocast = iter(loader), _autocast(cfg, device)
     saved = []
+    if step >= cfg.steps:
+        log(f"train: already at step {step} >= train.steps {cfg.steps}: nothing to train (raise train.steps to continue)")
     while step < cfg.steps:
         t0 = time.perf_counter()
         for group in opt.param_groups:
