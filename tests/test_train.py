@@ -183,3 +183,13 @@ def test_torchrun_two_processes_see_the_same_global_batches(built, tmp_path):
     hashes = [[ln for ln in r.stderr.splitlines() if "loader: step" in ln] for r in (a, b)]
     assert len(hashes[0]) == 6 and hashes[0] == hashes[1]
     assert final_state(two)["step"] == 6 and final_state(two)["loader"] == final_state(one)["loader"]
+
+
+def test_bf16_autocast_on_cpu_and_fp16_needs_cuda(built, tmp_path):
+    root = project(built, tmp_path / "bf16", train={"steps": 3, "precision": "bf16"})
+    run([SL, "stage", "train"], root)
+    assert all(0 < x < 20 for x in losses(root))
+    if not torch.cuda.is_available():
+        root = project(built, tmp_path / "fp16", train={"steps": 3, "precision": "fp16"})
+        r = run([SL, "stage", "train"], root, check=False)
+        assert r.returncode == 2 and "train.precision: fp16 needs CUDA" in r.stderr

@@ -1,0 +1,113 @@
+"""Checkpoint files: round trip in a fresh process, validity rules, retention, derived LR."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from shardline import checkpoint, rng
+from shardline.config import Train
+from shardline.model import GPT, GPTConfig, configure_optimizer
+from shardline.train import lr_at
+from tests.conftest import env_for
+
+
+def trained_state(steps: int = 3):
+    rng.seed_all(0)
+    model = GPT(GPTConfig(vocab_size=64, seq_len=8, n_layer=1, n_head=2, d_model=16))
+    opt = configure_optimizer(model, lr=1e-2, weight_decay=0.1, betas=(0.9, 0.95), device_type="cpu")
+    for _ in range(steps):
+        x = torch.randint(0, 64, (2, 8))
+        _, loss = model(x, x)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    return model, opt
+
+
+def test_round_trip_in_a_fresh_process(tmp_path):
+    model, opt = trained_state()
+    rng.seed_all(42)
+    torch.rand(3)
+    state = rng.capture()
+    path = checkpoint.save(tmp_path, 3, {"model.pt": model.state_dict(), "optimizer.pt": opt.state_dict(),
+                                         "rng.pt": state}, {"step": 3, "loader": {"blocks_consumed": 9}}, {"x": 1})
+    expect_next = torch.rand(3)
+    code = f"""
+import torch, json
+from shardline import checkpoint, rng
+from shardline.model import GPT, GPTConfig, configure_optimizer
+t, state, manifest = checkpoint.load({str(path)!r})
+model = GPT(GPTConfig(vocab_size=64, seq_len=8, n_layer=1, n_head=2, d_model=16))
+opt = configure_optimizer(model, lr=1e-2, weight_decay=0.1, betas=(0.9, 0.95), device_type="cpu")
+model.load_state_dict(t["model.pt"]); opt.load_state_dict(t["optimizer.pt"]); rng.restore(t["rng.pt"])
+checkpoint.save({str(tmp_path / 'again')!r}, 3, {{"model.pt": model.state_dict(), "optimizer.pt": opt.state_dict()}},
+                state, manifest["lineage"])
+print(json.dumps(torch.rand(3).tolist()))
+"""
+    r = subprocess.run([sys.executable, "-c", code], env=env_for(), capture_output=True, text=True, check=True)
+    assert json.loads(r.stdout) == expect_next.tolist()  # RNG restored exactly
+    again = json.loads((tmp_path / "again" / "step-000000003" / "manifest.json").read_text())["files"]
+    first = json.loads((path / "manifest.json").read_text())["files"]
+    for name in ("model.pt", "optimizer.pt", "train_state.json"):
+        assert again[name]["sha256"] == first[name]["sha256"], name  # the restored state is the saved state
+
+
+def test_validity_and_reasons(tmp_path):
+    model, _ = trained_state(1)
+    for step in (2, 4, 6):
+        checkpoint.save(tmp_path, step, {"model.pt": model.state_dict()}, {"step": step}, {})
+    (tmp_path / "step-000000006" / "manifest.json").write_text("{not json")
+    st = tmp_path / "step-000000004" / "train_state.json"
+    st.write_bytes(st.read_bytes().replace(b"4", b"5"))  # same size, other bytes
+    logs = []
+    assert checkpoint.latest_valid(tmp_path, logs.append).name == "step-000000002"
+    assert "step-000000006: manifest.json unreadable" in logs[0]
+    assert "step-000000004: train_state.json sha256 differs" in logs[1]
+    (tmp_path / "step-000000002" / "model.pt").unlink()
+    assert checkpoint.verify(tmp_path / "step-000000002") == (False, "model.pt missing")
+
+
+def test_malicious_pickle_is_not_executed(tmp_path):
+    class Boom:
+        def __reduce__(self):
+            return (exec, (f"open({str(tmp_path / 'pwned')!r}, 'w').write('x')",))
+
+    path = checkpoint.save(tmp_path, 1, {"model.pt": {"w": Boom()}}, {"step": 1}, {})
+    with pytest.raises(Exception, match="(?i)weights_only|unsupported|global"):
+        checkpoint.load(path)
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_retention_keeps_last_and_every(tmp_path):
+    model, _ = trained_state(1)
+    for step in range(10, 110, 10):
+        checkpoint.save(tmp_path, step, {"model.pt": model.state_dict()}, {"step": step}, {})
+    removed = checkpoint.retain(tmp_path, keep_last=2, keep_every=40, log=lambda _: None)
+    assert [e.step for e in checkpoint.entries(tmp_path)] == [40, 80, 90, 100]
+    assert removed == [10, 20, 30, 50, 60, 70]
+
+
+def test_retention_killed_midway_leaves_only_invalid_or_whole_checkpoints(tmp_path):
+    model, _ = trained_state(1)
+    for step in (1, 2, 3):
+        checkpoint.save(tmp_path, step, {"model.pt": model.state_dict()}, {"step": step}, {})
+    code = f"from shardline import checkpoint; checkpoint.retain({str(tmp_path)!r}, 1, 0, print)"
+    r = subprocess.run([sys.executable, "-c", code], env=env_for(SHARDLINE_CHAOS="retention@2"))
+    assert r.returncode == -9
+    entries = {e.step: e.valid for e in checkpoint.entries(tmp_path)}
+    assert entries == {2: True, 3: True}  # step 1 removed, killed before touching step 2
+    assert checkpoint.latest_valid(tmp_path, lambda _: None).name == "step-000000003"
+
+
+def test_lr_is_a_function_of_the_step():
+    cfg = Train(steps=100, warmup_steps=10, lr=1.0, min_lr=0.1)
+    assert lr_at(0, cfg) == pytest.approx(0.1) and lr_at(9, cfg) == pytest.approx(1.0)
+    assert lr_at(10, cfg) == pytest.approx(1.0) and lr_at(100, cfg) == pytest.approx(0.1)
+    lrs = [lr_at(s, cfg) for s in range(10, 101)]
+    assert all(a >= b for a, b in zip(lrs, lrs[1:]))
+    assert [lr_at(s, cfg) for s in range(50)] == [lr_at(s, cfg) for s in range(50)]  # no hidden state
