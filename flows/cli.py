@@ -3,6 +3,8 @@
   shardline stage NAME      run one data stage in-process (what dvc.yaml's cmds call)
   shardline pipeline        run the Prefect pipeline flow (needs PREFECT_API_URL or starts
                             an ephemeral server)
+  shardline serve           local Prefect server on 127.0.0.1 (state in .prefect/) + a runner
+                            serving the 'line' and scheduled 'retrain' deployments
   shardline params          validate params.yaml and print the resolved settings
   shardline checkpoints     list checkpoints, valid or not and why
   shardline lineage CKPT    what a checkpoint was trained on (data version, mix, rules, code)
@@ -80,6 +82,32 @@ def cmd_lineage(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    import contextlib
+    import os
+    import urllib.request
+
+    from flows.server import local_server, server_env
+
+    layout = Layout.at(args.root)
+    home = layout.root / ".prefect"
+    os.environ.update(server_env(home, args.port))  # before prefect reads its settings
+    try:
+        urllib.request.urlopen(f"http://127.0.0.1:{args.port}/api/health", timeout=1)
+        server = contextlib.nullcontext()  # a server is already up on that port: use it
+        _log(f"serve: using the Prefect server already on 127.0.0.1:{args.port}")
+    except OSError:
+        server = local_server(home, args.port)
+        _log(f"serve: starting a Prefect server on 127.0.0.1:{args.port} (state in {home})")
+    with server:
+        from flows.deploy import serve_line
+
+        _log(f"serve: export PREFECT_API_URL=http://127.0.0.1:{args.port}/api, then "
+             "prefect deployment run 'shardline-pipeline/line'")
+        serve_line(layout.root, args.params)
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="shardline", description="Reproducible, crash-proof pretraining pipeline.")
     p.add_argument("--root", default=".", help="project root (holds params.yaml, dvc.yaml, data/)")
@@ -91,6 +119,9 @@ def parser() -> argparse.ArgumentParser:
     sub.add_parser("pipeline", help="run the Prefect pipeline flow over the dvc.yaml DAG").set_defaults(fn=cmd_pipeline)
     sub.add_parser("params", help="validate params.yaml and print it resolved").set_defaults(fn=cmd_params)
     sub.add_parser("checkpoints", help="list checkpoints, valid or not and why").set_defaults(fn=cmd_checkpoints)
+    s = sub.add_parser("serve", help="start a local Prefect server (if none) and serve the deployments")
+    s.add_argument("--port", type=int, default=4200)
+    s.set_defaults(fn=cmd_serve)
     s = sub.add_parser("lineage", help="print what a checkpoint was trained on")
     s.add_argument("checkpoint", help="a step-NNNNNNNNN directory (or its name, or 'latest')")
     s.add_argument("--json", action="store_true", help="the raw lineage as JSON")

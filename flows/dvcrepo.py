@@ -41,6 +41,13 @@ def locked(repo):
     return lock_repo(repo)
 
 
+def out_hash(root: str | Path, out: str) -> str | None:
+    """The hash dvc.lock records for output `out` (None if never recorded)."""
+    from shardline.lineage import dvc_md5
+
+    return dvc_md5(Path(root), out)
+
+
 def is_up_to_date(repo, name: str) -> bool:
     return not repo.status(targets=[name])
 

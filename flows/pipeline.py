@@ -1,44 +1,139 @@
-"""The end-to-end pipeline flow: every dvc.yaml stage in DVC's order, skipping what is current.
+"""The end-to-end pipeline flow and the scheduled retrain flow, over the dvc.yaml DAG.
 
 Design (DESIGN §2, option "run in-process, then record with DVC's commit"): for each stage in
-the order DVC's graph gives, ask DVC whether it is up to date; if not, run its stage flow
-in-process (parts become retried task runs) and `dvc commit` it, which writes the dvc.lock
-entry `dvc repro` would write. Both paths therefore end in the same dvc.lock and both skip
-up-to-date stages. DVC's repo lock is held for the whole stage, so a concurrent `dvc repro`
-waits instead of racing; the lock is a file lock, released if this process dies.
+the order DVC's graph gives, one Prefect task run asks DVC whether the stage is up to date;
+if not, it runs the engine stage in-process and `dvc commit`s it, which writes the dvc.lock
+entry `dvc repro` would write. Both paths skip up-to-date stages and record the same deps,
+params and data outputs. DVC's repo lock (a file lock, released if this process dies) is held
+across each stage, so a concurrent `dvc repro` waits instead of racing.
+
+Failures: a stage task retries only transient faults (shardline.errors.is_transient) with
+exponential backoff and jitter; anything else fails the run at once with "stage <name>
+failed: <cause and remedy>" as the flow-run state message. A re-run resumes at the failed
+stage (DVC skips the finished ones) and inside it (parts, checkpoints on disk).
 """
 
 from __future__ import annotations
 
+import subprocess
 import time
 from pathlib import Path
 
-from prefect import flow, get_run_logger
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_markdown_artifact, create_progress_artifact, update_progress_artifact
+from prefect.runtime import flow_run
 
 from flows import dvcrepo
-from flows.stages import FLOWS, run_stage
+from shardline import config, stages
+from shardline.errors import ShardlineError
+from shardline.layout import Layout
+from tasks import options
+
+
+class StageFailed(ShardlineError):
+    """A stage of the line failed; the message names the stage, the cause and the remedy."""
+
+
+def _progress_reporter(logger):
+    """A Prefect progress artifact for training, updated at most every ~2% of the steps."""
+    state = {"id": None, "last": -1.0}
+
+    def report(step: int, target: int) -> None:
+        pct = 100.0 * step / max(target, 1)
+        if state["id"] is None:
+            state["id"] = create_progress_artifact(pct, key="training-progress", description="train stage")
+        elif pct - state["last"] >= 2 or step == target:
+            update_progress_artifact(state["id"], pct, description=f"step {step}/{target}")
+        else:
+            return
+        state["last"] = pct
+
+    return report
+
+
+def run_stage(name: str, root: str, params_file: str, force: bool = False) -> str:
+    """Run one dvc.yaml stage unless DVC says it is up to date; record it in dvc.lock."""
+    logger = get_run_logger()
+    layout = Layout.at(root)
+    t0 = time.perf_counter()
+    with dvcrepo.open_repo(layout.root) as repo, dvcrepo.locked(repo):
+        if not force and dvcrepo.is_up_to_date(repo, name):
+            logger.info(f"{name}: up to date, skipped")
+            return "skipped"
+        params = config.load(layout.root / params_file)
+        extra = {}
+        if name == "train":
+            extra = {"run_id": str(flow_run.id), "on_step": _progress_reporter(logger)}
+        stages.runner(name)(params, layout, log=logger.info, **extra)
+        dvcrepo.commit(repo, name)
+    took = f"ran in {time.perf_counter() - t0:.1f}s"
+    logger.info(f"{name}: {took}, recorded in dvc.lock")
+    return took
+
+
+def _stage_task(name: str, params_file: str, root: str):
+    params = config.load(Path(root, params_file))
+    return task(run_stage, **options(params, f"stage-{name}"))
+
+
+def _run_line(root: str, params_file: str, force: tuple[str, ...] = ()) -> dict:
+    report: dict = {}
+    with dvcrepo.open_repo(root) as repo:
+        order = dvcrepo.stage_order(repo)
+    for name in order:
+        if name not in stages.NAMES:
+            raise StageFailed(f"dvc.yaml stage {name!r} has no engine entry in shardline.stages")
+        try:
+            report[name] = _stage_task(name, params_file, root)(name, root, params_file, force=name in force)
+        except Exception as e:
+            raise StageFailed(f"stage {name} failed: {e}") from e
+    card = Path(root, "data", "reports", "evidence.md")
+    if card.exists():
+        create_markdown_artifact(card.read_text() + _run_notes(report), key="evidence-card",
+                                 description="Shardline evidence card")
+    return report
+
+
+def _run_notes(report: dict) -> str:
+    ran = [k for k, v in report.items() if v != "skipped"]
+    return (f"\n## This Prefect run\n\n- flow run `{flow_run.id}`; stages run: {', '.join(ran) or 'none'}; "
+            f"skipped (up to date): {', '.join(k for k in report if k not in ran) or 'none'}\n"
+            "- task retries: see the stage-* task runs of this flow run\n")
 
 
 @flow(name="shardline-pipeline", log_prints=True)
 def pipeline(root: str = ".", params_file: str = "params.yaml") -> dict:
+    """The whole line: every dvc.yaml stage, skipping what DVC says is up to date."""
+    return _run_line(str(Path(root).resolve()), params_file)
+
+
+@flow(name="shardline-retrain", log_prints=True)
+def retrain(root: str = ".", params_file: str = "params.yaml") -> dict:
+    """Re-check the sources; retrain only when the data version changed."""
     logger = get_run_logger()
     root = str(Path(root).resolve())
-    report: dict = {}
-    with dvcrepo.open_repo(root) as repo:
-        for name in dvcrepo.stage_order(repo):
-            t0 = time.perf_counter()
-            with dvcrepo.locked(repo):
-                if dvcrepo.is_up_to_date(repo, name):
-                    logger.info(f"{name}: up to date, skipped")
-                    report[name] = "skipped"
-                    continue
-                if name not in FLOWS:
-                    raise RuntimeError(f"dvc.yaml stage {name!r} has no Prefect flow in flows.stages")
-                run_stage(name, root, params_file)
-                dvcrepo.commit(repo, name)
-            report[name] = f"ran in {time.perf_counter() - t0:.1f}s"
-            logger.info(f"{name}: {report[name]}, recorded in dvc.lock")
-    return report
+    params = config.load(Path(root, params_file))
+    before = dvcrepo.out_hash(root, "data/raw")
+    _stage_task("download", params_file, root)("download", root, params_file, force=True)
+    if dvcrepo.out_hash(root, "data/raw") == before:
+        with dvcrepo.open_repo(root) as repo:
+            pending = [s for s in dvcrepo.stage_order(repo) if not dvcrepo.is_up_to_date(repo, s)]
+        if not pending:
+            logger.info(f"retrain: sources unchanged (data/raw {before}); data version unchanged, nothing to train")
+            return {"retrained": False, "data_raw": before}
+    report = _run_line(root, params_file)
+    if params.retrain.git_commit:
+        _git_commit(root, logger)
+    if params.retrain.dvc_push:
+        subprocess.run(["dvc", "push"], cwd=root, check=True)
+    return {"retrained": True, "stages": report}
+
+
+def _git_commit(root: str, logger) -> None:
+    subprocess.run(["git", "add", "dvc.lock"], cwd=root, check=True)
+    r = subprocess.run(["git", "commit", "-m", "retrain: new data version", "--", "dvc.lock"], cwd=root,
+                       capture_output=True, text=True)
+    logger.info(f"retrain: git commit of dvc.lock: {(r.stdout or r.stderr).strip().splitlines()[-1:]}")
 
 
 if __name__ == "__main__":

@@ -187,7 +187,8 @@ class Model(_Section):
 
 class Train(_Section):
     steps: int = Field(200, ge=1)
-    """Optimizer steps to train for (raising it later continues from the latest checkpoint)."""
+    """Optimizer steps per data version: from 0 for the first, from the parent checkpoint when
+    training continues on new data. Raising it later continues from the latest checkpoint."""
     grad_accum: int = Field(1, ge=1)
     """Loader steps (global batches) per optimizer step."""
     lr: float = Field(3e-3, gt=0)
@@ -227,10 +228,28 @@ class Train(_Section):
     allow_data_change: bool = False
     """Resume even though data, mix or batch geometry changed since the checkpoint; the change
     is written into the new checkpoints' lineage."""
+    fresh_on_data_change: bool = False
+    """When the data (or mix) changed since the newest checkpoint, move the old checkpoints to
+    data/checkpoints/archive/ and train from scratch instead of continuing."""
     slow_step_factor: float = Field(3.0, gt=1)
     """A step slower than this times the rolling median is logged with its cause."""
     dist_timeout_s: float = Field(60.0, gt=0)
     """Process-group timeout: a dead rank fails the job after this, not after 30 minutes."""
+
+
+class Retrain(_Section):
+    cron: str = "0 3 * * *"
+    """Schedule of the retraining deployment (cron, the runner's local time zone)."""
+    git_commit: bool = False
+    """After a retrain on new data, commit dvc.lock to git (so the data version can be checked out)."""
+    dvc_push: bool = False
+    """After a retrain on new data, `dvc push` to the configured DVC remote."""
+
+    @model_validator(mode="after")
+    def _check(self) -> "Retrain":
+        if len(self.cron.split()) != 5:
+            raise ValueError(f"cron: {self.cron!r} must have 5 fields (minute hour day month weekday)")
+        return self
 
 
 class Params(_Section):
@@ -246,6 +265,8 @@ class Params(_Section):
     """Block length and shard size (shard stage)."""
     pipeline: Pipeline = Pipeline()
     """Prefect retries and timeouts."""
+    retrain: Retrain = Retrain()
+    """The scheduled retraining deployment: when, and what to do after new data trained."""
     loader: Loader = Loader()
     """The streaming loader: shuffle seed, batch geometry, workers, verification."""
     mix: dict[str, float] | None = None

@@ -10,7 +10,8 @@ from __future__ import annotations
 import importlib
 from typing import Callable
 
-_MODULES = {"download": "download", "clean": "clean", "tokenize": "encode", "shard": "shard", "train": "train"}
+_MODULES = {"download": "download", "clean": "clean", "tokenize": "encode", "shard": "shard", "train": "train",
+            "report": "report"}
 NAMES = tuple(_MODULES)
 
 

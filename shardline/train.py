@@ -26,6 +26,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -106,6 +107,55 @@ def _truncate_metrics(path: Path, step: int) -> None:
     fsio.write_bytes(path, "".join(ln + "\n" for ln in keep).encode())
 
 
+@dataclass
+class Position:
+    """Where training stands: counters from the checkpoint, plus what changed at this resume."""
+
+    step: int = 0
+    tokens_seen: int = 0
+    resumes: int = 0
+    version_start: int = 0  # the step this data version's training began at
+    parent: str | None = None
+    changed: list[str] = field(default_factory=list)
+
+
+def _resume(latest: Path, cfg: Train, params: Params, loader: Loader, model, opt, scaler) -> Position:
+    tensors, state, manifest = checkpoint.load(latest)
+    saved_model = manifest["lineage"]["params"]["model"]
+    if saved_model != params.section("model"):
+        raise BadInput(f"train: {latest} was trained with model {saved_model}, params.yaml now says "
+                       f"{params.section('model')}; restore model: in params.yaml, or move data/checkpoints "
+                       "away to start fresh")
+    changed = loader.load_state_dict(state["loader"], allow_change=cfg.allow_data_change)
+    if state["grad_accum"] != cfg.grad_accum:
+        msg = f"grad_accum: saved {state['grad_accum']}, now {cfg.grad_accum}"
+        if not cfg.allow_data_change:
+            raise BadInput(f"train: batch geometry changed since {latest.name}: {msg}; "
+                           "set train.allow_data_change: true to continue anyway (recorded in the lineage)")
+        changed.append(msg)
+    model.load_state_dict(tensors["model.pt"])
+    opt.load_state_dict(tensors["optimizer.pt"])
+    scaler.load_state_dict(tensors["scaler.pt"])
+    rng.restore(tensors["rng.pt"])
+    step = state["step"]
+    return Position(step, state["tokens_seen"], state.get("resumes", 0) + 1,
+                    step if changed else state.get("version_start_step", 0), latest.name, changed)
+
+
+def _archive_if_data_changed(latest: Path, loader: Loader, ckpts: Path, log: Log) -> None:
+    """train.fresh_on_data_change: keep the old version's checkpoints, but out of resume's way."""
+    _, state, _ = checkpoint.load(latest)
+    old = state["loader"]["data_version"]
+    if old == loader.version and state["loader"]["mix"] == loader.state_dict()["mix"]:
+        return
+    dest = ckpts / "archive" / f"data-{old[:12]}"
+    dest.mkdir(parents=True, exist_ok=True)
+    for e in checkpoint.entries(ckpts):
+        e.path.rename(dest / e.path.name)
+    fsio.fsync_dir(ckpts)
+    log(f"train: data changed since {latest.name}; its checkpoints moved to {dest} and training starts fresh")
+
+
 def relaunch_under_torchrun(params: Params, layout: Layout, log: Log) -> dict:
     n = params.train.nproc_per_node
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}",
@@ -116,7 +166,9 @@ def relaunch_under_torchrun(params: Params, layout: Layout, log: Log) -> dict:
     return {"nproc": n}
 
 
-def run(params: Params, layout: Layout, log: Log = print, mapper=None, run_id: str | None = None) -> dict:
+def run(params: Params, layout: Layout, log: Log = print, mapper=None, run_id: str | None = None,
+        on_step: Callable[[int, int], None] | None = None) -> dict:
+    """Train to this data version's start + train.steps. `on_step(step, target)` reports progress."""
     cfg = params.train
     if cfg.nproc_per_node > 1 and "LOCAL_RANK" not in os.environ:
         return relaunch_under_torchrun(params, layout, log)
@@ -128,12 +180,14 @@ def run(params: Params, layout: Layout, log: Log = print, mapper=None, run_id: s
     device = _device(cfg)
     dist = Dist(cfg, device)
     try:
-        return _train(params, layout, log if dist.rank == 0 else (lambda _: None), device, dist, run_id)
+        return _train(params, layout, log if dist.rank == 0 else (lambda _: None), device, dist, run_id,
+                      on_step if dist.rank == 0 else None)
     finally:
         dist.close()
 
 
-def _train(params: Params, layout: Layout, log: Log, device: torch.device, dist: Dist, run_id: str | None) -> dict:
+def _train(params: Params, layout: Layout, log: Log, device: torch.device, dist: Dist, run_id: str | None,
+           on_step: Callable[[int, int], None] | None) -> dict:
     cfg = params.train
     ckpts, metrics = layout.data / "checkpoints", layout.data / "metrics" / "train.jsonl"
     loader = Loader.from_params(params, layout.shards, rank=dist.rank, world=dist.world, log=log)
@@ -148,31 +202,19 @@ def _train(params: Params, layout: Layout, log: Log, device: torch.device, dist:
     opt = configure_optimizer(model, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(cfg.beta1, cfg.beta2),
                               device_type=device.type)
     scaler = torch.amp.GradScaler(device.type, enabled=cfg.precision == "fp16")
-    step, tokens_seen, parent, changed = 0, 0, None, []
+    pos = Position()
+    if latest is not None and cfg.fresh_on_data_change and dist.rank == 0:
+        _archive_if_data_changed(latest, loader, ckpts, log)
+    dist.barrier()
+    latest = checkpoint.latest_valid(ckpts, log) if latest is not None else None
     if latest is not None:
-        tensors, state, manifest = checkpoint.load(latest)
-        saved_model = manifest["lineage"]["params"]["model"]
-        if saved_model != params.section("model"):
-            raise BadInput(f"train: {latest} was trained with model {saved_model}, params.yaml now says "
-                           f"{params.section('model')}; restore model: in params.yaml, or move data/checkpoints "
-                           "away to start fresh")
-        changed = loader.load_state_dict(state["loader"], allow_change=cfg.allow_data_change)
-        if state["grad_accum"] != cfg.grad_accum:
-            msg = f"grad_accum: saved {state['grad_accum']}, now {cfg.grad_accum}"
-            if not cfg.allow_data_change:
-                raise BadInput(f"train: batch geometry changed since {latest.name}: {msg}; "
-                               "set train.allow_data_change: true to continue anyway (recorded in the lineage)")
-            changed.append(msg)
-        model.load_state_dict(tensors["model.pt"])
-        opt.load_state_dict(tensors["optimizer.pt"])
-        scaler.load_state_dict(tensors["scaler.pt"])
-        rng.restore(tensors["rng.pt"])
-        step, tokens_seen, parent = state["step"], state["tokens_seen"], latest.name
-        log(f"train: resuming from {latest.name} (step {step}, {tokens_seen:,} tokens)"
-            + (f"; ALLOWED CHANGES: {'; '.join(changed)}" if changed else ""))
+        pos = _resume(latest, cfg, params, loader, model, opt, scaler)
+        log(f"train: resuming from {latest.name} (step {pos.step}, {pos.tokens_seen:,} tokens)"
+            + (f"; ALLOWED CHANGES: {'; '.join(pos.changed)}" if pos.changed else ""))
     else:
         log(f"train: fresh start, {GPT.__name__} with {model.num_params():,} parameters")
-    lin = lineage.collect(params, layout, loader.version, parent=parent, run_id=run_id, data_change=changed)
+    step, tokens_seen, target = pos.step, pos.tokens_seen, pos.version_start + cfg.steps
+    lin = lineage.collect(params, layout, loader.version, parent=pos.parent, run_id=run_id, data_change=pos.changed)
     net = torch.nn.parallel.DistributedDataParallel(model) if dist.world > 1 else model
     if cfg.compile:
         net = torch.compile(net)
@@ -181,18 +223,19 @@ def _train(params: Params, layout: Layout, log: Log, device: torch.device, dist:
         _truncate_metrics(metrics, step)
     tokens_per_step = loader.spec.global_batch * loader.seq_len * cfg.grad_accum
     monitor = Monitor(metrics if dist.rank == 0 else None, tokens_per_step=tokens_per_step,
-                      flops_per_token=model.flops_per_token(), total_steps=cfg.steps, start_step=step,
+                      flops_per_token=model.flops_per_token(), total_steps=target, start_step=step,
                       peak_flops=guess_peak_flops(device) * dist.world,  # tokens_per_step is the whole job's
                       slow_factor=cfg.slow_step_factor, log=log, device=device,
                       progress=None if dist.rank == 0 else False)
     batches, autocast = iter(loader), _autocast(cfg, device)
-    saved = []
-    if step >= cfg.steps:
-        log(f"train: already at step {step} >= train.steps {cfg.steps}: nothing to train (raise train.steps to continue)")
-    while step < cfg.steps:
+    saved, saver = [], checkpoint.AsyncSaver()
+    if step >= target:
+        log(f"train: already at step {step} = this data version's start {pos.version_start} + train.steps "
+            f"{cfg.steps}: nothing to train (raise train.steps to continue)")
+    while step < target:
         t0 = time.perf_counter()
         for group in opt.param_groups:
-            group["lr"] = lr_at(step, cfg)
+            group["lr"] = lr_at(step - pos.version_start, cfg)
         torch.manual_seed(step_seed(cfg.seed, step, dist.rank))
         wait, total = 0.0, torch.zeros((), device=device)
         for micro in range(cfg.grad_accum):
@@ -219,19 +262,24 @@ def _train(params: Params, layout: Layout, log: Log, device: torch.device, dist:
         dt = time.perf_counter() - t0
         monitor.step(step, loss=loss_value, lr=opt.param_groups[0]["lr"], data_wait_s=wait,
                      compute_s=dt - wait, step_s=dt)
-        if step % cfg.checkpoint_every == 0 or step == cfg.steps:
+        if on_step:
+            on_step(step, target)
+        if step % cfg.checkpoint_every == 0 or step == target:
             if dist.rank == 0:
                 state = {"step": step, "tokens_seen": tokens_seen, "loader": loader.state_dict(),
-                         "grad_accum": cfg.grad_accum, "world_size": dist.world}
-                path = checkpoint.save(ckpts, step, {"model.pt": model.state_dict(), "optimizer.pt": opt.state_dict(),
-                                                     "scaler.pt": scaler.state_dict(), "rng.pt": rng.capture()},
-                                       state, lin)
+                         "grad_accum": cfg.grad_accum, "world_size": dist.world, "resumes": pos.resumes,
+                         "version_start_step": pos.version_start}
+                path = saver.submit(ckpts, step, {"model.pt": model.state_dict(), "optimizer.pt": opt.state_dict(),
+                                                  "scaler.pt": scaler.state_dict(), "rng.pt": rng.capture()},
+                                    state, lin, then=lambda _: checkpoint.retain(ckpts, cfg.keep_last,
+                                                                                  cfg.keep_every, log))
                 saved.append(path.name)
-                checkpoint.retain(ckpts, cfg.keep_last, cfg.keep_every, log)
                 lin = {**lin, "parent": path.name, "data_change": []}
             dist.barrier()
+    saver.wait()  # the last checkpoint is on disk before the stage reports success
+    dist.barrier()
     monitor.close()
-    summary = {**monitor.summary(), "final_step": step, "tokens_seen": tokens_seen, "resumed_from": parent,
+    summary = {**monitor.summary(), "final_step": step, "tokens_seen": tokens_seen, "resumed_from": pos.parent,
                "checkpoints_saved": saved}
     if dist.rank == 0:
         fsio.write_json(layout.data / "metrics" / "train.json", summary)

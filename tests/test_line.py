@@ -84,7 +84,7 @@ def test_dvc_repro_then_noop_then_prefect_pipeline_gives_same_lock(tmp_path, inp
     r = run([str(BIN / "shardline"), "pipeline"], b, env=prefect_server)
     assert run([DVC, "status"], b).stdout.strip() == "Data and pipelines are up to date."
     lock_a, lock_b = (yaml.safe_load((r / "dvc.lock").read_text())["stages"] for r in (a, b))
-    assert list(lock_a) == list(lock_b) == ["download", "clean", "tokenize", "shard", "train"]
+    assert list(lock_a) == list(lock_b) == ["download", "clean", "tokenize", "shard", "train", "report"]
     for stage in ("download", "clean", "tokenize", "shard"):
         assert lock_a[stage] == lock_b[stage], stage
     # train outputs carry timings and the run id (lineage), so their DVC hashes differ by design;
@@ -94,7 +94,7 @@ def test_dvc_repro_then_noop_then_prefect_pipeline_gives_same_lock(tmp_path, inp
     assert tree(a) == tree(b)
     # and the pipeline skips everything DVC considers up to date
     r = run([str(BIN / "shardline"), "pipeline"], b, env=prefect_server)
-    assert r.stdout.count('"skipped"') == 5, r.stdout
+    assert r.stdout.count('"skipped"') == 6, r.stdout
 
 
 def _kill_when(cmd: list[str], cwd: Path, ready) -> None:

@@ -145,8 +145,7 @@ def test_lineage_refuses_changed_mix_unless_allowed(built, tmp_path):
     root = project(built, tmp_path / "p", train={"steps": 4})
     run([SL, "stage", "train"], root)
     p = yaml.safe_load((root / "params.yaml").read_text())
-    p["mix"] = {"code": 0.5, "more": 0.5}
-    p["train"]["steps"] = 8
+    p["mix"] = {"code": 0.5, "more": 0.5}  # train.steps (4) now counts from the parent checkpoint
     write_params(root, p)
     r = run([SL, "stage", "train"], root, check=False)
     assert r.returncode == 2 and "mix: saved" in r.stderr and "train.allow_data_change" in r.stderr
@@ -154,6 +153,7 @@ def test_lineage_refuses_changed_mix_unless_allowed(built, tmp_path):
     p["train"]["allow_data_change"] = True
     write_params(root, p)
     run([SL, "stage", "train"], root)
+    assert final_state(root)["step"] == 8
     lin = json.loads(run([SL, "lineage", "latest", "--json"], root).stdout)
     assert lin["parent"] == "step-000000004" and lin["data_change"][0].startswith("mix:")
     assert lin["mix"] == {"code": 0.5, "more": 0.5} and lin["clean_rules"]["normalize"] == "NFC"
@@ -193,3 +193,17 @@ def test_bf16_autocast_on_cpu_and_fp16_needs_cuda(built, tmp_path):
         root = project(built, tmp_path / "fp16", train={"steps": 3, "precision": "fp16"})
         r = run([SL, "stage", "train"], root, check=False)
         assert r.returncode == 2 and "train.precision: fp16 needs CUDA" in r.stderr
+
+
+def test_fresh_on_data_change_archives_and_restarts(built, tmp_path):
+    root = project(built, tmp_path / "p", train={"steps": 4, "fresh_on_data_change": True})
+    run([SL, "stage", "train"], root)
+    p = yaml.safe_load((root / "params.yaml").read_text())
+    p["mix"] = {"code": 0.5, "more": 0.5}
+    write_params(root, p)
+    r = run([SL, "stage", "train"], root)
+    assert "moved to" in r.stderr and "fresh start" in r.stderr
+    archived = list((root / "data/checkpoints/archive").glob("data-*/step-*"))
+    assert sorted(a.name for a in archived) == ["step-000000004"]
+    lin = json.loads(run([SL, "lineage", "latest", "--json"], root).stdout)
+    assert lin["parent"] is None and final_state(root)["step"] == 4

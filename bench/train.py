@@ -1,0 +1,524 @@
+"""Train stage: trainer vs a bare torch loop, checkpoint blocking time, and the data-wait share.
+
+    python -m bench.train [--repeats 3] [--steps 20] [--ckpt-repeats 7] [--profile] [--tmp-dir DIR]
+
+Builds real shards once, in a temp dir, through the engine stages (download -> clean ->
+tokenize -> shard) with `bench.loader.build_shards`, restricted to its always-present source:
+the Python standard library (builtin://python-stdlib); vocab 8192, seq_len 256. Training params
+are the shipped params.yaml (model n_layer 2, n_head 4, d_model 128, dropout 0.1; fp32;
+deterministic; train.threads left at its default) with global_batch 16 blocks (4,096 tokens per
+step) and --steps steps. Then measures, interleaved (each repeat runs both methods, the order
+alternating between repeats, so machine noise hits both alike):
+
+  1. trainer vs bare loop, tokens/s:
+     (a) the real trainer, `shardline.train.run(params, layout)`, fresh each repeat
+         (data/checkpoints and data/metrics deleted first); checkpoint_every is larger than
+         --steps, so it saves only the final checkpoint. Its tokens/s is its own
+         data/metrics/train.json `median_tokens_per_s`, computed from per-step `step_s`, which
+         the trainer measures *before* its checkpoint branch: the final checkpoint is excluded
+         by construction, not subtracted. run()'s wall time (setup + steps + final checkpoint +
+         summary) is shown alongside, for information.
+     (b) a bare torch loop over the same work: the same GPT (seeded like the trainer: rng.seed_all
+         then GPT(cfg)), the same AdamW (configure_optimizer), the same batches (taken from a
+         Loader.from_params with the same params before timing), the same LR schedule (lr_at),
+         the same per-step dropout seed (step_seed), grad clip, deterministic mode; no
+         monitor, no scaler, no metrics file. Timed per step; tokens/s = the median of 4,096 / step_s
+         (what the trainer's monitor reports).
+     Sanity: (b)'s loss sequence must equal the trainer's train.jsonl losses bit for bit (same
+     model, data, seeds, kernels), so both really did the same work (exit 1 if not).
+     A timing breakdown of the trainer's per-step extras (LR set, dropout reseed, loader next(),
+     monitor.step, disabled GradScaler calls) follows, in microseconds against the step time.
+  2. checkpoint blocking time: what the trainer's checkpoint branch blocks for (state_dict()
+     calls + `AsyncSaver.submit`: a CPU snapshot of the state, the write, sha256s, manifest and
+     retention then run on a background thread, waited for outside the timing) vs a bare
+     `torch.save` of the same objects into one file + fsync of the file + fsync of its dir. For
+     information, a synchronous `checkpoint.save` (temp dir, sha256 while writing, manifest
+     last, rename, fsyncs) of the same state is timed too.
+  3. data wait share: train.json `data_wait_pct` of each trainer repeat (sum of data-wait over
+     sum of step time), median; the first step's wait (it verifies the sha256 of every shard it
+     touches) is shown apart from the rest.
+
+How to read it: the three headline ratios are same-run ratios of medians (targets: (a)/(b) >=
+0.95, save/bare <= 1.5, data wait < 1%); on a small shared machine absolute times move a lot
+from run to run, so quote the ratios, not the tokens/s. Each row shows median and min-max over
+repeats; the per-repeat (a)/(b) ratios are printed too, and a noise check: the ratio of each
+run's fastest step (the least-contended one). A far lower median ratio with fastest-step ratios
+near 1, and per-step extras worth a few microseconds, means the machine moved, not the trainer.
+When a target is missed (or with --profile) cProfiles of both sides follow: own time per step
+(or per save) in buckets (torch compute, fsync, write, sha256, JSON, torch serialization, ...)
+side by side, then the slow side's top functions by own time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import cProfile
+import io
+import json
+import os
+import pstats
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import yaml
+
+import bench.loader as bench_loader
+from shardline import checkpoint, config, fsio, lineage, rng
+from shardline import train as T
+from shardline.layout import Layout
+from shardline.loader import Loader
+from shardline.model import GPT, GPTConfig, configure_optimizer
+from shardline.monitor import Monitor
+
+REPO = Path(__file__).resolve().parents[1]
+GLOBAL_BATCH = 16
+TARGET_AB, TARGET_CKPT, TARGET_WAIT = 0.95, 1.5, 1.0
+
+
+# ---------------------------------------------------------------- setup
+
+
+def build(root: Path) -> Layout:
+    """Real shards of the stdlib source only (bench.loader's helper, its optional corpora off)."""
+    saved, bench_loader.OPTIONAL = bench_loader.OPTIONAL, []
+    try:
+        bench_loader.build_shards(root)
+    finally:
+        bench_loader.OPTIONAL = saved
+    return Layout.at(root)
+
+
+def make_params(steps: int) -> config.Params:
+    """The shipped params.yaml, with build_shards' single source and mix, global_batch 16, `steps`
+    steps and a checkpoint only at the last step."""
+    raw = yaml.safe_load((REPO / "params.yaml").read_text())
+    raw["sources"] = [{"name": "code", "uri": "builtin://python-stdlib", "format": "txt", "txt_unit": "file"}]
+    raw["mix"] = {"code": 1.0}
+    raw["loader"] = {**raw.get("loader", {}), "global_batch": GLOBAL_BATCH}
+    raw["train"] = {**raw.get("train", {}), "steps": steps, "checkpoint_every": steps + 1000,
+                    "nproc_per_node": 1, "device": "cpu"}
+    return config.parse(raw)
+
+
+def model_config(params: config.Params, layout: Layout, seq_len: int) -> GPTConfig:
+    vocab = fsio.read_json(layout.tokenizer / "meta.json")["vocab_size"]
+    return GPTConfig(vocab_size=vocab, seq_len=seq_len, **params.section("model"))
+
+
+# ---------------------------------------------------------------- 1. trainer vs bare loop
+
+
+def trainer_run(params: config.Params, layout: Layout) -> dict:
+    for d in (layout.data / "checkpoints", layout.data / "metrics"):
+        shutil.rmtree(d, ignore_errors=True)
+    logs: list[str] = []
+    t0 = time.perf_counter()
+    T.run(params, layout, log=logs.append)
+    wall = time.perf_counter() - t0
+    summary = fsio.read_json(layout.data / "metrics" / "train.json")
+    recs = [json.loads(ln) for ln in (layout.data / "metrics" / "train.jsonl").read_text().splitlines() if ln]
+    rest = recs[1:]
+    return {"tps": summary["median_tokens_per_s"], "wait_pct": summary["data_wait_pct"], "wall": wall,
+            "losses": [r["loss"] for r in recs], "step_s": statistics.median(r["step_s"] for r in recs),
+            "wait1_ms": recs[0]["data_wait_s"] * 1e3, "step_min": min(r["step_s"] for r in recs),
+            "wait_rest_pct": 100 * sum(r["data_wait_s"] for r in rest) / sum(r["step_s"] for r in rest),
+            "slow_steps": len(summary["slow_steps"]), "ckpts": summary["checkpoints_saved"]}
+
+
+def bare_run(params: config.Params, gcfg: GPTConfig, batches: list) -> dict:
+    cfg = params.train
+    rng.seed_all(cfg.seed)
+    model = GPT(gcfg)
+    opt = configure_optimizer(model, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(cfg.beta1, cfg.beta2),
+                              device_type="cpu")
+    times, losses = [], []
+    for step, (x, y) in enumerate(batches):
+        t0 = time.perf_counter()
+        for group in opt.param_groups:
+            group["lr"] = T.lr_at(step, cfg)
+        torch.manual_seed(T.step_seed(cfg.seed, step, 0))
+        _, loss = model(x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+        times.append(time.perf_counter() - t0)
+    tokens = batches[0][0].numel()
+    # tokens/s as the monitor computes it: the median of the per-step rates
+    return {"tps": statistics.median(tokens / t for t in times), "step_s": statistics.median(times),
+            "step_min": min(times), "losses": losses,
+            "model": model, "opt": opt}
+
+
+def per_call_us(fn, n: int) -> float:
+    """Median over 5 rounds of the mean cost of fn() over n calls, in microseconds."""
+    rounds = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        rounds.append((time.perf_counter() - t0) / n)
+    return statistics.median(rounds) * 1e6
+
+
+def trainer_extras(params: config.Params, layout: Layout, bare: dict, tmp: Path) -> dict[str, float]:
+    """Microseconds per step of what the trainer does that the bare loop does not (or does too)."""
+    cfg, opt, model = params.train, bare["opt"], bare["model"]
+    rng_state = torch.get_rng_state()  # manual_seed below must not leak into what runs next
+    loader = Loader.from_params(params, layout.shards)
+    it = iter(loader)
+    for _ in range(8):
+        next(it)  # every shard verified, order chunk warm
+    mon = Monitor(tmp / "extras.jsonl", tokens_per_step=GLOBAL_BATCH * 256, flops_per_token=model.flops_per_token(),
+                  total_steps=10**9, log=lambda _: None, progress=False, device=torch.device("cpu"))
+    k = [0]
+
+    def monitor_step():
+        k[0] += 1
+        mon.step(k[0], loss=1.0, lr=1e-3, data_wait_s=1e-4, compute_s=0.5, step_s=0.5)
+
+    scaler = torch.amp.GradScaler("cpu", enabled=False)
+    loss = torch.tensor(1.0)
+
+    def scaler_calls():
+        scaler.scale(loss)
+        scaler.unscale_(opt)
+        scaler.update()
+
+    def total_and_float():
+        total = torch.zeros(())
+        total += loss.detach()
+        float(total)
+
+    out = {  # trainer only
+        "loader next() (data wait, warm)": per_call_us(lambda: next(it), 50),
+        "monitor.step (record + JSON line)": per_call_us(monitor_step, 200),
+        "GradScaler (disabled) scale/unscale_/update": per_call_us(scaler_calls, 2000),
+        "loss accumulator + float()": per_call_us(total_and_float, 2000),
+        # both loops do these (the bare loop too, for identical dropout and LR)
+        "[both] lr_at over param groups": per_call_us(lambda: [g.__setitem__("lr", T.lr_at(5, cfg))
+                                                                for g in opt.param_groups], 2000),
+        "[both] step_seed + torch.manual_seed": per_call_us(lambda: torch.manual_seed(T.step_seed(cfg.seed, 5, 0)),
+                                                            2000),
+    }
+    mon.close()
+    torch.set_rng_state(rng_state)
+    return out
+
+
+# ---------------------------------------------------------------- 2. checkpoint blocking time
+
+
+def bare_save(path: Path, objs: dict) -> None:
+    with open(path, "wb") as f:
+        torch.save(objs, f)
+        f.flush()
+        os.fsync(f.fileno())
+    fsio.fsync_dir(path.parent)
+
+
+@contextlib.contextmanager
+def timed_calls(targets: list[tuple[object, str, str]]):
+    """Wrap owner.attr for each (owner, attr, bucket) to add its wall time to acc[bucket]; restored
+    on exit. Plain timers, not cProfile: the profiler's per-call cost inflates pure-Python code
+    (json's indent encoder) several times over and would misname the cause."""
+    acc: dict[str, float] = {b: 0.0 for _, _, b in targets}
+    saved = []
+    for owner, attr, bucket in targets:
+        orig = getattr(owner, attr)
+
+        def wrapper(*a, _orig=orig, _bucket=bucket, **k):
+            t0 = time.perf_counter()
+            try:
+                return _orig(*a, **k)
+            finally:
+                acc[_bucket] += time.perf_counter() - t0
+        setattr(owner, attr, wrapper)
+        saved.append((owner, attr, orig))
+    try:
+        yield acc
+    finally:
+        for owner, attr, orig in reversed(saved):
+            setattr(owner, attr, orig)
+
+
+SAVE_PARTS = [(torch, "save", "torch.save (serialize; bare: + write to file)"),
+              (fsio, "sha256_bytes", "sha256 of every file's bytes"),
+              (json, "dumps", "json.dumps (train_state, manifest + lineage)"),
+              (checkpoint, "versions", "versions() (library versions)"),
+              (os, "fsync", "os.fsync (files and dirs)")]
+
+
+def save_breakdown(fns: dict, reps: int, clean_up) -> dict[str, dict[str, float]]:
+    """Median seconds per part of each save function, interleaved; the rest is 'other' (file
+    write() of the serialized bytes, mkdir, open, rename)."""
+    parts: dict[str, dict[str, list[float]]] = {name: {} for name in fns}
+    for r in range(reps):
+        for name, fn in (fns.items() if r % 2 == 0 else reversed(fns.items())):
+            with timed_calls(SAVE_PARTS) as acc:
+                t0 = time.perf_counter()
+                fn(200 + r)
+                total = time.perf_counter() - t0
+            for k, v in {**acc, "other: write() of the bytes, mkdir, open, rename": total - sum(acc.values()),
+                         "total": total}.items():
+                parts[name].setdefault(k, []).append(v)
+        clean_up()
+    return {name: {k: statistics.median(v) for k, v in d.items()} for name, d in parts.items()}
+
+
+def du(path: Path) -> int:
+    return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file()) if path.is_dir() else path.stat().st_size
+
+
+# ---------------------------------------------------------------- report helpers
+
+
+def fmt(xs: list[float], scale: float = 1.0, unit: str = "", prec: int = 0) -> str:
+    m, lo, hi = (f"{v * scale:,.{prec}f}" for v in (statistics.median(xs), min(xs), max(xs)))
+    return f"{m:>10}{unit}  ({lo} - {hi})"
+
+
+BUCKETS = [  # (bucket, substrings of "file:function" matched in order) for cProfile own times
+    ("fsync (file + dir)", ("posix.fsync",)),
+    ("file write()", ("'write' of '_io",)),
+    ("sha256", ("sha256",)),
+    ("JSON encode (state, manifest+lineage)", ("json/", "_json")),
+    ("torch serialize (pickle + records)", ("serialization.py", "write_record", "Pickler", "torch/_tensor.py",
+                                            "torch/storage.py", "torch/__init__.py")),
+    ("torch compute (kernels, autograd, optim)", ("torch", "run_backward")),
+    ("numpy", ("numpy",)),
+    ("subprocess (git in lineage)", ("subprocess", "posix.read", "waitpid", "_posixsubprocess")),
+    ("shardline python", ("shardline/",)),
+]
+
+
+def profile(fn) -> pstats.Stats:
+    prof = cProfile.Profile()
+    prof.enable()
+    fn()
+    prof.disable()
+    return pstats.Stats(prof)
+
+
+def buckets(st: pstats.Stats) -> dict[str, float]:
+    out = {name: 0.0 for name, _ in BUCKETS} | {"other": 0.0}
+    for (file, line, func), (_cc, _nc, tt, _ct, _callers) in st.stats.items():
+        key = f"{file}:{func}"
+        out[next((name for name, pats in BUCKETS if any(p in key for p in pats)), "other")] += tt
+    return out
+
+
+def top(st: pstats.Stats, n: int = 10) -> str:
+    s = io.StringIO()
+    st.stream = s
+    st.sort_stats("tottime").print_stats(n)
+    return "\n".join("    " + ln for ln in s.getvalue().splitlines()[4:] if ln.strip())
+
+
+def side_by_side(cols: dict[str, pstats.Stats], per: int, label: str = "step") -> None:
+    """Own time per bucket, divided by `per` (steps or calls), one column per profiled run."""
+    bs = {k: buckets(v) for k, v in cols.items()}
+    print(f"    {'own time per ' + label:42}" + "".join(f"{k:>26}" for k in cols))
+    for name in next(iter(bs.values())):
+        if any(b[name] > 0 for b in bs.values()):
+            print(f"    {name:42}" + "".join(f"{b[name] / per * 1e3:22.1f} ms " for b in bs.values()))
+    print(f"    {'total':42}" + "".join(f"{sum(b.values()) / per * 1e3:22.1f} ms " for b in bs.values()))
+
+
+def verdict(ok: bool) -> str:
+    return "PASS" if ok else "BELOW"
+
+
+# ---------------------------------------------------------------- main
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--repeats", type=int, default=3, help="interleaved trainer/bare pairs")
+    ap.add_argument("--steps", type=int, default=20, help="optimizer steps per run (global batch 16 x 256 tokens)")
+    ap.add_argument("--ckpt-repeats", type=int, default=7, help="interleaved checkpoint save pairs (>= 5)")
+    ap.add_argument("--profile", action="store_true", help="always print the cProfiles")
+    ap.add_argument("--tmp-dir", default=None, help="where the temp project lives (its filesystem is what fsync hits)")
+    args = ap.parse_args(argv)
+    torch.use_deterministic_algorithms(True)  # what run() sets for train.deterministic; stays on for (b)
+    tmpdir = tempfile.TemporaryDirectory(prefix="bench-train-", dir=args.tmp_dir)
+    root = Path(tmpdir.name)
+    layout = build(root / "project")
+    params = make_params(args.steps)
+    cfg = params.train
+
+    loader = Loader.from_params(params, layout.shards)
+    it = iter(loader)
+    batches = [next(it) for _ in range(args.steps)]  # the trainer's batches: same params, same positions
+    gcfg = model_config(params, layout, loader.seq_len)
+    tokens_per_step = batches[0][0].numel()
+    print(f"model {gcfg.n_layer} layers x {gcfg.n_head} heads x d{gcfg.d_model}, vocab {gcfg.vocab_size}, "
+          f"{GPT(gcfg).num_params():,} params; global batch {GLOBAL_BATCH} x {gcfg.seq_len} = {tokens_per_step:,} "
+          f"tokens/step; {args.steps} steps per run; torch {torch.__version__}, {torch.get_num_threads()} threads, "
+          f"deterministic={cfg.deterministic}, precision={cfg.precision}")
+    bare_run(params, gcfg, batches[:3])  # warm-up, untimed: first-call kernel and allocator costs
+
+    # ---- 1 + 3: trainer vs bare, interleaved
+    A: list[dict] = []
+    B: list[dict] = []
+    for r in range(args.repeats):
+        order = ("a", "b") if r % 2 == 0 else ("b", "a")
+        for m in order:
+            if m == "a":
+                A.append(trainer_run(params, layout))
+            else:
+                for prev in B:  # keep only the newest model/optimizer alive (for the checkpoint part)
+                    prev.pop("model", None), prev.pop("opt", None)
+                B.append(bare_run(params, gcfg, batches))
+        print(f"repeat {r + 1}/{args.repeats} ({' then '.join(order)}): trainer {A[-1]['tps']:,.0f} tok/s, "
+              f"bare {B[-1]['tps']:,.0f} tok/s, ratio {A[-1]['tps'] / B[-1]['tps']:.3f}", flush=True)
+    same_losses = all(a["losses"] == b["losses"] for a, b in zip(A, B))
+    bare = B[-1]  # the newest bare run: its model and optimizer (Adam moments after --steps steps)
+
+    # ---- 2: checkpoint blocking time, interleaved
+    model, opt = bare["model"], bare["opt"]
+    scaler = torch.amp.GradScaler("cpu", enabled=False)
+    lin = lineage.collect(params, layout, loader.version)
+    state = {"step": args.steps, "tokens_seen": args.steps * tokens_per_step, "loader": loader.state_dict(),
+             "grad_accum": cfg.grad_accum, "world_size": 1}
+    tensors = {"model.pt": model.state_dict(), "optimizer.pt": opt.state_dict(),
+               "scaler.pt": scaler.state_dict(), "rng.pt": rng.capture()}
+    bare_objs = {**tensors, "train_state": state, "lineage": lin}
+    ck_root, bare_dir, block_root = root / "ckpt-save", root / "ckpt-bare", root / "ckpt-block"
+    bare_dir.mkdir()
+
+    def do_save(i):
+        return checkpoint.save(ck_root, i, tensors, state, lin)
+
+    def do_bare(i):
+        bare_save(bare_dir / f"step-{i:09d}.pt", bare_objs)
+
+    saver = checkpoint.AsyncSaver()
+
+    def do_block(i):  # what the trainer's checkpoint branch blocks for: a snapshot, then a background write
+        st = {**state, "loader": loader.state_dict()}
+        saver.submit(block_root, i, {"model.pt": model.state_dict(), "optimizer.pt": opt.state_dict(),
+                                     "scaler.pt": scaler.state_dict(), "rng.pt": rng.capture()}, st, lin,
+                     then=lambda _: checkpoint.retain(block_root, cfg.keep_last, 0, log=lambda _: None))
+
+    def clean_up():
+        shutil.rmtree(ck_root, ignore_errors=True)
+        for p in bare_dir.iterdir():
+            p.unlink()
+
+    do_bare(1)
+    sizes = {"save": du(do_save(1)), "bare": du(bare_dir / f"step-{1:09d}.pt")}
+    clean_up()
+    for i in (1, 2):  # warm-up; leaves keep_last=2 older checkpoints for the block's retain
+        do_block(i)
+        saver.wait()
+    ck = {"trainer block (AsyncSaver.submit)": [], "bare torch.save + fsyncs": [], "checkpoint.save (sync, info)": []}
+    fns = {"trainer block (AsyncSaver.submit)": do_block, "bare torch.save + fsyncs": do_bare,
+           "checkpoint.save (sync, info)": do_save}
+    for r in range(max(5, args.ckpt_repeats)):
+        names = list(fns) if r % 2 == 0 else list(reversed(fns))
+        for name in names:
+            t0 = time.perf_counter()
+            fns[name](3 + r)
+            ck[name].append(time.perf_counter() - t0)
+            saver.wait()  # outside the timing: the background write must not overlap the next measurement
+        clean_up()
+
+    breakdown = save_breakdown({"checkpoint.save": do_save, "bare torch.save": do_bare}, 5, clean_up)
+    extras = trainer_extras(params, layout, bare, root)
+
+    # ---- report
+    n = args.repeats
+    print(f"\n1. trainer vs bare loop: tokens/s, median of {n} interleaved repeats (min - max); "
+          f"each run's own median over its {args.steps} steps")
+    print(f"  {'(a) trainer: train.run, train.json median':44} {fmt([a['tps'] for a in A])} tok/s")
+    print(f"  {'(b) bare torch loop, per-step median':44} {fmt([b['tps'] for b in B])} tok/s")
+    print(f"  {'(a) median step_s':44} {fmt([a['step_s'] for a in A], 1e3, ' ms', 1)}")
+    print(f"  {'(b) median step_s':44} {fmt([b['step_s'] for b in B], 1e3, ' ms', 1)}")
+    e2e = [args.steps * tokens_per_step / a["wall"] for a in A]
+    print(f"  {'(a) run() wall s (setup+steps+final ckpt)':44} {fmt([a['wall'] for a in A], 1, ' s', 2)}"
+          f"   -> {statistics.median(e2e):,.0f} tok/s end to end (info)")
+    ab_runs = [a["tps"] / b["tps"] for a, b in zip(A, B)]
+    print(f"  same-repeat ratio (a)/(b): {', '.join(f'{x:.3f}' for x in ab_runs)}  "
+          f"(median {statistics.median(ab_runs):.3f})")
+    mins = [b["step_min"] / a["step_min"] for a, b in zip(A, B)]
+    print(f"  noise check, fastest step (b)/(a) per repeat: {', '.join(f'{x:.3f}' for x in mins)}  "
+          f"(least-contended steps; near 1 with a far lower median ratio means the machine, not the trainer)")
+    print(f"  trainer's slow-step warnings per run: {[a['slow_steps'] for a in A]}; checkpoints saved: "
+          f"{A[-1]['ckpts']}")
+    print(f"  sanity: bare loss sequence == trainer train.jsonl losses (bit-exact): {same_losses}")
+    step_us = statistics.median(b["step_s"] for b in B) * 1e6
+    print(f"\n  trainer per-step extras, us per call (median of 5 rounds) vs the bare median step {step_us:,.0f} us:")
+    for name, us in extras.items():
+        print(f"    {name:44} {us:9.1f} us  {100 * us / step_us:6.3f}%")
+    tot = sum(us for name, us in extras.items() if not name.startswith("[both]"))
+    print(f"    {'sum of trainer-only extras':44} {tot:9.1f} us  {100 * tot / step_us:6.3f}%  (predicted (a)/(b) "
+          f"{step_us / (step_us + tot):.4f})")
+
+    print(f"\n2. checkpoint blocking time, median of {len(ck['bare torch.save + fsyncs'])} interleaved saves (min - max); "
+          f"sizes: save dir {sizes['save']:,} B, bare file {sizes['bare']:,} B")
+    for name, xs in ck.items():
+        print(f"  {name:44} {fmt(xs, 1e3, ' ms', 1)}")
+    ck_pairs = [s / b for s, b in zip(ck["trainer block (AsyncSaver.submit)"], ck["bare torch.save + fsyncs"])]
+    print(f"  same-repeat ratio trainer block/bare: {', '.join(f'{x:.2f}' for x in ck_pairs)}")
+    print("  where a save's time goes (timers around the calls, median of 5 interleaved saves each):")
+    print(f"    {'':52}" + "".join(f"{k:>18}" for k in breakdown))
+    for part in next(iter(breakdown.values())):
+        print(f"    {part:52}" + "".join(f"{d[part] * 1e3:15.1f} ms" for d in breakdown.values()))
+
+    waits = ", ".join(f"{a['wait_pct']:.3f}%" for a in A)
+    print(f"\n3. data wait share of step time (train.json data_wait_pct), per repeat: {waits}")
+    print(f"  first step's wait (shard sha256 verification on first use): "
+          f"{fmt([a['wait1_ms'] for a in A], 1, ' ms', 1)};  steps 2..{args.steps}: "
+          f"{statistics.median(a['wait_rest_pct'] for a in A):.3f}% of step time")
+
+    ab = statistics.median(a["tps"] for a in A) / statistics.median(b["tps"] for b in B)
+    cr = statistics.median(ck["trainer block (AsyncSaver.submit)"]) / statistics.median(ck["bare torch.save + fsyncs"])
+    blk = statistics.median(ck["checkpoint.save (sync, info)"]) / statistics.median(ck["bare torch.save + fsyncs"])
+    wait = statistics.median(a["wait_pct"] for a in A)
+    print("\nheadline (same-run ratios of medians):")
+    print(f"  1. trainer/bare tokens/s:          {ab:6.3f}x   (target >= {TARGET_AB})   {verdict(ab >= TARGET_AB)}")
+    print(f"  2. trainer checkpoint block/bare torch.save: {cr:6.2f}x   (target <= {TARGET_CKPT})    "
+          f"{verdict(cr <= TARGET_CKPT)}   [synchronous checkpoint.save incl. sha256 + manifest: {blk:.2f}x, info]")
+    print(f"  3. data wait share of step time:   {wait:6.3f}%   (target < {TARGET_WAIT}%)     "
+          f"{verdict(wait < TARGET_WAIT)}")
+
+    if ab < TARGET_AB or args.profile:
+        k = min(args.steps, 8)
+        short = make_params(k)
+        for d in (layout.data / "checkpoints", layout.data / "metrics"):
+            shutil.rmtree(d, ignore_errors=True)
+        pa = profile(lambda: T.run(short, layout, log=lambda _: None))
+        pb = profile(lambda: bare_run(short, gcfg, batches[:k]))
+        print(f"\nwhy (a)/(b) < {TARGET_AB}: cProfile of train.run ({k} steps, setup and final checkpoint "
+              f"included) and of the bare loop ({k} steps), own time by bucket per step:")
+        side_by_side({"(a) trainer": pa, "(b) bare loop": pb}, k)
+        print("  (a) top functions by own time:")
+        print(top(pa))
+    if cr > TARGET_CKPT or args.profile:
+        ps = profile(lambda: [do_save(100 + i) for i in range(3)])
+        clean_up()
+        print(f"\nwhy save/bare > {TARGET_CKPT}: see 'where a save's time goes' above; cProfile of 3 x "
+              f"checkpoint.save, top functions by own time (the profiler inflates the pure-Python JSON "
+              f"encoder; the timers above do not):")
+        print(top(ps))
+    if wait >= TARGET_WAIT or args.profile:
+        print(f"\n(data wait: first step {statistics.median(a['wait1_ms'] for a in A):.1f} ms of shard verification, "
+              f"steady steps {statistics.median(a['wait_rest_pct'] for a in A):.3f}% of step time)")
+
+    tmpdir.cleanup()
+    if not same_losses:
+        print("\nSANITY FAIL: the bare loop's losses differ from the trainer's: the comparison is not like for like")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,152 @@
+"""report stage: data/reports/evidence.md + train.png, the evidence card of the line.
+
+Contract: a pure function of the line's artifacts (shard indexes, clean stats, training
+metrics, checkpoints and their manifests): same inputs, same card. It states the data version
+and lineage; shards (count per source, balance, the resume point); throughput (median
+tokens/s, p95 step time, data-wait share, MFU); checkpoints (saved, valid, resumed from);
+failure modes seen (resumes, torn checkpoints skipped, quarantined records, slow steps and
+their cause); ops notes. Orchestrators add what only they know (retries) around it.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+from typing import Callable
+
+from . import checkpoint, fsio
+from .config import Params
+from .layout import Layout
+from .mixing import Schedule
+
+Log = Callable[[str], None]
+
+
+def _steps(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
+
+
+def _plot(rows: list[dict], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display: write the PNG only
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4), dpi=100)
+    steps = [r["step"] for r in rows]
+    ax.plot(steps, [r["loss"] for r in rows], color="tab:blue", label="loss")
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss", color="tab:blue")
+    ax2 = ax.twinx()
+    ax2.plot(steps, [r["tokens_per_s"] for r in rows], color="tab:orange", alpha=0.6, label="tokens/s")
+    ax2.set_ylabel("tokens/s", color="tab:orange")
+    ax.set_title("training: loss and throughput")
+    fig.tight_layout()
+    with fsio.atomic_writer(out) as f:
+        fig.savefig(f, format="png", metadata={"Software": None})  # no version stamp: same inputs, same bytes
+    plt.close(fig)
+
+
+def _pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
+
+
+def build(params: Params, layout: Layout) -> str:
+    lines = ["# Shardline evidence card", ""]
+    ck_root = layout.data / "checkpoints"
+    entries = checkpoint.entries(ck_root)
+    latest = next((e for e in reversed(entries) if e.valid), None)
+    manifest = json.loads((latest.path / checkpoint.MANIFEST).read_text()) if latest else None
+    state = json.loads((latest.path / checkpoint.STATE).read_text()) if latest else None
+
+    lines += ["## Data version and lineage", ""]
+    if manifest:
+        lin = manifest["lineage"]
+        dv = lin["data_version"]
+        lines += [f"- shards content hash `{dv['shards_sha256'][:16]}`, DVC md5 `{dv['dvc_md5']}`, "
+                  f"tokenizer `{(dv['tokenizer_sha256'] or '')[:16]}`",
+                  f"- mix {json.dumps(lin['mix'])}; code `{lin['code']['commit']}`"
+                  f"{' (dirty)' if lin['code']['dirty'] else ''}; parent {lin['parent'] or '(fresh start)'}",
+                  "- sources: " + ", ".join(f"{s['name']} ({s['uri']}, {len(s['files'] or [])} files)"
+                                            for s in lin["sources"]),
+                  f"- cleaning rules: `{json.dumps(lin['clean_rules'], sort_keys=True)}`", ""]
+    else:
+        lines += ["No valid checkpoint yet.", ""]
+
+    lines += ["## Shards", "", "| source | shards | blocks | blocks/shard min-max | tokens | tail dropped |",
+              "|---|---|---|---|---|---|"]
+    sizes = {}
+    for s in params.sources:
+        ix = fsio.read_json(layout.shards / s.name / "index.json")
+        counts = [x["blocks"] for x in ix["shards"]]
+        sizes[s.name] = ix["total_blocks"]
+        lines.append(f"| {s.name} | {len(counts)} | {ix['total_blocks']:,} | {min(counts)}-{max(counts)} | "
+                     f"{ix['total_tokens']:,} | {ix['tail_tokens_dropped']} |")
+    if state and params.mix:
+        pos = state["loader"]["blocks_consumed"]
+        per = Schedule(params.mix, list(sizes)).counts_before(pos)
+        epochs = ", ".join(f"{n}: {c / sizes[n]:.2f} epochs" for n, c in zip(sizes, per.tolist()))
+        lines += ["", f"Resume point: {pos:,} blocks consumed ({state['loader']['global_batches_consumed']:,} "
+                      f"global batches) at step {state['step']}; {epochs}."]
+
+    rows = _steps(layout.data / "metrics" / "train.jsonl")
+    lines += ["", "## Throughput", ""]
+    if rows:
+        step_s = [r["step_s"] for r in rows]
+        wait = sum(r["data_wait_s"] for r in rows) / max(sum(step_s), 1e-12)
+        mfu = [r["mfu"] for r in rows if r.get("mfu") is not None]
+        lines += [f"- median {statistics.median(r['tokens_per_s'] for r in rows):,.0f} tokens/s over {len(rows)} steps",
+                  f"- p95 step time {_pct(step_s, 0.95):.3f} s (median {statistics.median(step_s):.3f} s)",
+                  f"- data wait {wait:.2%} of step time; mean MFU (estimate) {statistics.mean(mfu):.1%}" if mfu else
+                  f"- data wait {wait:.2%} of step time",
+                  f"- loss {rows[0]['loss']:.3f} at step {rows[0]['step']} -> {rows[-1]['loss']:.3f} at step "
+                  f"{rows[-1]['step']}", "", "![loss and tokens/s](train.png)"]
+    else:
+        lines.append("No training steps recorded.")
+
+    lines += ["", "## Checkpoints", ""]
+    for e in entries:
+        lines.append(f"- `{e.path.name}`: {'valid' if e.valid else 'INVALID: ' + e.why}")
+    if state:
+        lines.append(f"- latest valid: `{latest.path.name}` (step {state['step']}, {state['tokens_seen']:,} tokens); "
+                     f"this data version started at step {state.get('version_start_step', 0)}")
+
+    lines += ["", "## Failure modes seen", ""]
+    if state:
+        lines.append(f"- training resumed {state.get('resumes', 0)} time(s) from a checkpoint")
+    stats = fsio.read_json(layout.clean / "stats.json")
+    for name, s in stats["sources"].items():
+        lines.append(f"- {name}: {s['bad']} unreadable record(s) quarantined, {s['invalid_utf8']} with invalid "
+                     f"UTF-8 repaired" + (f" (e.g. {s['samples'][0]})" if s["samples"] else ""))
+    slow = [r for r in rows if r.get("slow")]
+    causes = {c: sum(r["slow"] == c for r in slow) for c in ("input-bound", "compute-bound")}
+    lines.append(f"- slow steps: {len(slow)} ({causes['input-bound']} input-bound, "
+                 f"{causes['compute-bound']} compute-bound)")
+    invalid = [e for e in entries if not e.valid]
+    lines.append(f"- invalid checkpoints on disk: {len(invalid)}")
+
+    lines += ["", "## Ops notes", ""]
+    enc = {s.name: fsio.read_json(layout.tokens / s.name / "index.json").get("encoder") for s in params.sources}
+    lines.append(f"- encoder backend: {', '.join(f'{k}: {v}' for k, v in enc.items())}")
+    if rows and wait < 0.01:
+        lines.append("- input is not the bottleneck (data wait < 1%)")
+    elif rows:
+        lines.append("- data wait >= 1%: consider loader.num_workers or faster storage")
+    lines.append("- MFU is an estimate against a guessed peak (monitor.guess_peak_flops)")
+    return "\n".join(lines) + "\n"
+
+
+def run(params: Params, layout: Layout, log: Log = print, mapper=None) -> dict:
+    out = layout.data / "reports"
+    out.mkdir(parents=True, exist_ok=True)
+    rows = _steps(layout.data / "metrics" / "train.jsonl")
+    if rows:
+        _plot(rows, out / "train.png")
+    card = build(params, layout)
+    fsio.write_bytes(out / "evidence.md", card.encode())
+    log(f"report: wrote {layout.rel(out / 'evidence.md')}")
+    return {"evidence": str(out / "evidence.md"), "card": card}
