@@ -31,6 +31,7 @@ DEPLOYMENTS = ("line", "retrain")
 
 
 def mark_orphans_crashed(log=print) -> int:
+    """Runs of our deployments still Running/Pending when a runner starts belong to a dead one."""
     with get_client(sync_client=True) as client:
         runs = client.read_flow_runs(
             flow_run_filter=FlowRunFilter(state=FlowRunFilterState(
@@ -40,6 +41,7 @@ def mark_orphans_crashed(log=print) -> int:
             client.set_flow_run_state(run.id, Crashed(message="the runner died while this run was active; "
                                                               "run the deployment again to resume"), force=True)
             log(f"serve: marked orphaned flow run {run.name} ({run.id}) as Crashed")
+    log(f"serve: {len(runs)} orphaned run(s) marked Crashed", flush=True)
     return len(runs)
 
 

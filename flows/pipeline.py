@@ -73,7 +73,7 @@ def run_stage(name: str, root: str, params_file: str, force: bool = False) -> st
 
 def _stage_task(name: str, params_file: str, root: str):
     params = config.load(Path(root, params_file))
-    return task(run_stage, **options(params, f"stage-{name}"))
+    return task(run_stage, **options(params, f"stage-{name}"), task_run_name=f"stage-{name}")
 
 
 def _run_line(root: str, params_file: str, force: tuple[str, ...] = ()) -> dict:
@@ -119,8 +119,9 @@ def retrain(root: str = ".", params_file: str = "params.yaml") -> dict:
         with dvcrepo.open_repo(root) as repo:
             pending = [s for s in dvcrepo.stage_order(repo) if not dvcrepo.is_up_to_date(repo, s)]
         if not pending:
-            logger.info(f"retrain: sources unchanged (data/raw {before}); data version unchanged, nothing to train")
-            return {"retrained": False, "data_raw": before}
+            why = f"sources unchanged (data/raw {before}): data version unchanged, nothing to train"
+            logger.info(f"retrain: {why}")
+            return {"retrained": False, "reason": why}
     report = _run_line(root, params_file)
     if params.retrain.git_commit:
         _git_commit(root, logger)

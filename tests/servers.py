@@ -14,10 +14,11 @@ class FlakyServer:
 
     def __init__(self, files: dict[str, bytes], *, seed: int = 0, p_drop: float = 0.0,
                  p_503: float = 0.0, p_429: float = 0.0, retry_after: str = "1",
-                 ignore_range: bool = False):
+                 ignore_range: bool = False, fail_first: int = 0):
         self.files, self.rng, self.lock = files, random.Random(seed), threading.Lock()
         self.p_drop, self.p_503, self.p_429 = p_drop, p_503, p_429
         self.retry_after, self.ignore_range = retry_after, ignore_range
+        self.fail_first = fail_first  # the first N requests answer 503, whatever the rng says
         self.requests: Counter[str] = Counter()
         self.sent: Counter[str] = Counter()     # body bytes actually written to the socket
         self.ranges: list[str | None] = []
@@ -57,10 +58,11 @@ class FlakyServer:
                     srv.requests[self.path] += 1
                     srv.ranges.append(rng_header)
                     fault = srv.rng.random()
+                    forced = srv.requests.total() <= srv.fail_first
                 data = srv.files.get(self.path)
                 if data is None:
                     return self._status(404)
-                if fault < srv.p_503:
+                if fault < srv.p_503 or forced:
                     return self._status(503)
                 if fault < srv.p_503 + srv.p_429:
                     return self._status(429, {"Retry-After": srv.retry_after})
