@@ -29,7 +29,7 @@ from . import fsio, http
 from .config import Params, Source
 from .errors import BadInput, ChecksumMismatch
 from .layout import Layout
-from .parallel import Mapper, thread_map
+from .parallel import Mapper, per_source, thread_map
 
 Log = Callable[[str], None]
 _GLOB_CHARS = set("*?[")
@@ -196,7 +196,4 @@ def download_source(source: Source, params: Params, layout: Layout, log: Log = p
 
 
 def run(params: Params, layout: Layout, log: Log = print, mapper: Mapper = thread_map) -> dict[str, dict]:
-    layout.raw.mkdir(parents=True, exist_ok=True)
-    fsio.prune_dirs(layout.raw, {s.name for s in params.sources})
-    manifests = mapper(lambda s: download_source(s, params, layout, log), params.sources)
-    return {s.name: m for s, m in zip(params.sources, manifests)}
+    return per_source(layout.raw, params.sources, lambda s: download_source(s, params, layout, log), mapper)

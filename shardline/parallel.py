@@ -9,8 +9,11 @@ half-written by an abandoned thread.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Sequence, TypeVar
+
+from . import fsio
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -25,3 +28,11 @@ def thread_map(fn: Callable[[T], R], items: Sequence[T], workers: int | None = N
     with ThreadPoolExecutor(max_workers=workers) as pool:
         futures = [pool.submit(fn, x) for x in items]
     return [f.result() for f in futures]
+
+
+def per_source(root, sources: Sequence, fn: Callable, mapper: Mapper) -> dict:
+    """Run `fn(source)` for every source into folder `root`, whose other sub-folders (sources
+    no longer in params.yaml) are removed; results keyed by source name."""
+    Path(root).mkdir(parents=True, exist_ok=True)
+    fsio.prune_dirs(root, {s.name for s in sources})
+    return {s.name: r for s, r in zip(sources, mapper(fn, sources))}

@@ -24,7 +24,7 @@ from . import fsio
 from .config import Params, Source
 from .errors import BadInput, ShardCorrupt
 from .layout import Layout
-from .parallel import Mapper, thread_map
+from .parallel import Mapper, per_source, thread_map
 
 Log = Callable[[str], None]
 DTYPES = {"uint16": np.dtype("<u2"), "uint32": np.dtype("<u4")}
@@ -100,10 +100,7 @@ def shard_source(source: Source, params: Params, layout: Layout, log: Log = prin
 
 
 def run(params: Params, layout: Layout, log: Log = print, mapper: Mapper = thread_map) -> dict[str, dict]:
-    layout.shards.mkdir(parents=True, exist_ok=True)
-    fsio.prune_dirs(layout.shards, {s.name for s in params.sources})
-    indexes = mapper(lambda s: shard_source(s, params, layout, log), params.sources)
-    return {s.name: ix for s, ix in zip(params.sources, indexes)}
+    return per_source(layout.shards, params.sources, lambda s: shard_source(s, params, layout, log), mapper)
 
 
 def verify_shard(shard_dir: Path, entry: dict, mode: str = "full") -> None:
