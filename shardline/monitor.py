@@ -170,20 +170,8 @@ class Monitor:
                      f"eta {self._eta(step)}")
 
     def summary(self) -> dict:
-        seen = self._seen
-        step_s = [r["step_s"] for r in seen]
-        mfus = [r["mfu"] for r in seen if math.isfinite(r["mfu"])]
-        total = sum(step_s)
-        return {
-            "steps": len(seen),
-            "tokens": len(seen) * self.tokens_per_step,
-            "median_tokens_per_s": statistics.median(r["tokens_per_s"] for r in seen) if seen else None,
-            "p95_step_s": float(np.percentile(step_s, 95)) if seen else None,  # linear interpolation
-            "data_wait_pct": 100.0 * sum(r["data_wait_s"] for r in seen) / total if total > 0 else None,
-            "mean_mfu": sum(mfus) / len(mfus) if mfus else None,
-            "slow_steps": list(self._slow),
-            "last_loss": seen[-1]["loss"] if seen else None,
-        }
+        """Over the steps this process ran."""
+        return {**summarize(self._seen, self.tokens_per_step), "slow_steps": list(self._slow)}
 
     def close(self) -> None:
         if self.progress and self._seen:
@@ -199,3 +187,20 @@ class Monitor:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def summarize(records: list[dict], tokens_per_step: int) -> dict:
+    """Throughput figures over step records (this process's, or a whole train.jsonl)."""
+    step_s = [r["step_s"] for r in records]
+    mfus = [r["mfu"] for r in records if r.get("mfu") is not None and math.isfinite(r["mfu"])]
+    total = sum(step_s)
+    return {
+        "steps": len(records),
+        "tokens": len(records) * tokens_per_step,
+        "median_tokens_per_s": statistics.median(r["tokens_per_s"] for r in records) if records else None,
+        "p95_step_s": float(np.percentile(step_s, 95)) if records else None,  # linear interpolation
+        "data_wait_pct": 100.0 * sum(r["data_wait_s"] for r in records) / total if total > 0 else None,
+        "mean_mfu": sum(mfus) / len(mfus) if mfus else None,
+        "slow_steps": [{"step": r["step"], "cause": r["slow"]} for r in records if r.get("slow")],
+        "last_loss": records[-1]["loss"] if records else None,
+    }

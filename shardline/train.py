@@ -38,7 +38,7 @@ from .errors import BadInput, ShardlineError
 from .layout import Layout
 from .loader import Loader
 from .model import GPT, GPTConfig, configure_optimizer
-from .monitor import Monitor, guess_peak_flops
+from .monitor import Monitor, guess_peak_flops, summarize
 
 Log = Callable[[str], None]
 
@@ -279,18 +279,19 @@ def _train(params: Params, layout: Layout, log: Log, device: torch.device, dist:
     saver.wait()  # the last checkpoint is on disk before the stage reports success
     dist.barrier()
     monitor.close()
-    summary = {**monitor.summary(), "final_step": step, "tokens_seen": tokens_seen, "resumed_from": pos.parent,
-               "checkpoints_saved": saved}
-    if dist.rank == 0:
+    summary = {"final_step": step, "tokens_seen": tokens_seen, "resumed_from": pos.parent, "checkpoints_saved": saved,
+               "this_process": monitor.summary()}
+    if dist.rank == 0:  # figures over every step on record (train.jsonl), not only this process's
+        import json
+
+        rows = [json.loads(ln) for ln in metrics.read_text().splitlines() if ln.strip()]
+        summary = {**summarize(rows, tokens_per_step), **summary}
         fsio.write_json(layout.data / "metrics" / "train.json", summary)
-        _write_plot(metrics, layout.data / "metrics" / "train.csv")
+        _write_plot(rows, layout.data / "metrics" / "train.csv")
     return summary
 
 
-def _write_plot(jsonl: Path, csv: Path) -> None:
+def _write_plot(rows: list[dict], csv: Path) -> None:
     """DVC plots read CSV, not JSON lines: step, loss, lr, tokens/s."""
-    import json
-
-    rows = [json.loads(ln) for ln in jsonl.read_text().splitlines() if ln.strip()]
     lines = ["step,loss,lr,tokens_per_s"] + [f"{r['step']},{r['loss']},{r['lr']},{r['tokens_per_s']}" for r in rows]
     fsio.write_bytes(csv, ("\n".join(lines) + "\n").encode())
