@@ -16,6 +16,7 @@ transient failures exit 75 (EX_TEMPFAIL) so wrappers can tell them apart.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import sys
 import time
@@ -136,6 +137,12 @@ def main(argv: list[str] | None = None) -> int:
     except ShardlineError as e:
         _log(f"error: {e}")
         return 75 if is_transient(e) else 2
+    except OSError as e:
+        if e.errno != errno.ENOSPC:
+            raise
+        _log(f"error: no space left on the device while writing {e.filename or 'data/'}; free space and re-run "
+             "the same command (finished parts and the last valid checkpoint are kept; nothing half-written is)")
+        return 2
     except KeyboardInterrupt:
         _log("interrupted; re-run the same command to resume (finished parts are kept)")
         return 130

@@ -92,15 +92,19 @@ def save(root: Path, step: int, tensors: dict[str, Any], state: dict, lineage: d
     tmp = root / f".{final.name}{fsio.TMP_MARK}{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
-    files = {}
-    for name, obj in tensors.items():
-        files[name] = _write(tmp / name, lambda out, obj=obj: torch.save(obj, out))
-    files[STATE] = _write(tmp / STATE, lambda out: out.write(json.dumps(state, indent=2, sort_keys=True).encode()))
-    chaos.point(f"checkpoint.files@{step}")
-    manifest = {"step": step, "files": files, "lineage": lineage, "versions": versions(), "created": time.time()}
-    # compact: the C encoder (indent= forces the pure-Python one, ~5x slower on a big lineage)
-    _write(tmp / MANIFEST, lambda out: out.write(json.dumps(manifest, sort_keys=True).encode()))
-    fsio.fsync_dir(tmp)
+    try:
+        files = {}
+        for name, obj in tensors.items():
+            files[name] = _write(tmp / name, lambda out, obj=obj: torch.save(obj, out))
+        files[STATE] = _write(tmp / STATE, lambda out: out.write(json.dumps(state, indent=2, sort_keys=True).encode()))
+        chaos.point("checkpoint.files", str(step))
+        manifest = {"step": step, "files": files, "lineage": lineage, "versions": versions(), "created": time.time()}
+        # compact: the C encoder (indent= forces the pure-Python one, ~5x slower on a big lineage)
+        _write(tmp / MANIFEST, lambda out: out.write(json.dumps(manifest, sort_keys=True).encode()))
+        fsio.fsync_dir(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # e.g. ENOSPC: the previous checkpoint stays the newest valid
+        raise
     if final.exists():  # the same step again after a resume: retire the old copy, manifest first
         _remove(final)
     os.rename(tmp, final)
@@ -191,7 +195,7 @@ def retain(root: Path, keep_last: int, keep_every: int, log: Log = print) -> lis
     removed = []
     for e in all_:
         if e.step not in keep:
-            chaos.point(f"retention@{e.step}")
+            chaos.point("retention", str(e.step))
             _remove(e.path)
             removed.append(e.step)
     if removed:

@@ -28,7 +28,7 @@ from typing import Callable
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import download, fsio, readers, rules
+from . import chaos, download, fsio, readers, rules
 from .config import Clean, Params, Source
 from .errors import BadInput
 from .layout import Layout
@@ -132,6 +132,7 @@ def clean_part(part: Part) -> dict:
              "rules": {k: {"docs": v[0], "bytes": v[1]} for k, v in counts.items()}}
     table = pa.table({"id": ids, "text": texts, "hash": hashes}, schema=_SCHEMA)
     _write(part.out, table, {"key": part.key, "ctx": None, "stats": stats, "dedup": {"docs": 0, "bytes": 0}})
+    chaos.point("clean.part")
     return {**stats, "skipped": False}
 
 
@@ -158,6 +159,7 @@ def dedup(parts: list[Part], enabled: bool, log: Log) -> None:
             nbytes = 0
         meta.update(ctx=part.ctx, dedup={"docs": dropped, "bytes": nbytes})
         _write(part.out, table.select(["id", "text", "hash"]), meta)
+        chaos.point("clean.dedup")
         if dropped:
             log(f"clean: {part.name}: {dropped} exact duplicate(s) dropped")
 

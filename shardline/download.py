@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Callable
 from urllib.parse import unquote, urlparse
 
-from . import fsio, http
+from . import chaos, fsio, http
 from .config import Params, Source
 from .errors import BadInput, ChecksumMismatch
 from .layout import Layout
@@ -181,7 +181,10 @@ def download_source(source: Source, params: Params, layout: Layout, log: Log = p
     entries = []
     for item in items:
         dest = files_dir / item.rel
+        fresh = not dest.exists()
         digest = _materialise(item, dest, source, params, log)
+        if fresh:
+            chaos.point("download.file")
         if source.sha256 and digest != source.sha256:
             dest.unlink()
             raise ChecksumMismatch(f"{layout.rel(dest)}: sha256 mismatch for {item.origin}: expected "

@@ -22,7 +22,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from . import clean, fsio, tokenizer
+from . import chaos, clean, fsio, tokenizer
 from .config import Params
 from .errors import BadInput
 from .layout import Layout
@@ -126,6 +126,7 @@ def encode_part(job: Job, encoder: "tokenizer.Encoder", eos: int, dtype: np.dtyp
             f.write(arr.tobytes())
             docs += len(ids)
             tokens += n
+    chaos.point("tokenize.part")  # ids on disk, their .json not yet: the part is not done
     meta = {"key": job.key, "file": job.out.name, "tokens": tokens, "docs": docs,
             "bytes": tokens * dtype.itemsize, "sha256": fsio.sha256_file(job.out)}
     fsio.write_json(job.out.with_suffix(".json"), meta)

@@ -209,6 +209,7 @@ class Loader:
         self.reader = Reader(self.spec)
         self.num_workers, self.log = num_workers, log
         self.blocks_consumed = 0
+        self.last_batch: str | None = None
         self.version = data_version(self.reader.sources)
 
     @classmethod
@@ -237,9 +238,10 @@ class Loader:
             batches = iter(torch.utils.data.DataLoader(_Steps(self.spec, self.blocks_consumed), batch_size=None,
                                                        num_workers=self.num_workers))
         for x, y in batches:
+            # the global batch's identity: cheap (the order is computed ahead) and logged per step
+            self.last_batch = batch_hash(self.reader.global_ids(self.blocks_consumed))
             if self.log:
-                ids = self.reader.global_ids(self.blocks_consumed)
-                self.log(f"loader: step {self.blocks_consumed // g} batch {batch_hash(ids)}")
+                self.log(f"loader: step {self.blocks_consumed // g} batch {self.last_batch}")
             self.blocks_consumed += g
             yield x, y
 

@@ -109,12 +109,12 @@ class Monitor:
             self._file = open(path, "a", encoding="utf-8")
 
     def step(self, step: int, *, loss: float, lr: float, data_wait_s: float, compute_s: float,
-             step_s: float) -> dict:
+             step_s: float, extra: dict | None = None) -> dict:
         tps = self.tokens_per_step / step_s if step_s > 0 else float("nan")
         rec = {"step": step, "loss": float(loss), "lr": float(lr), "tokens": step * self.tokens_per_step,
                "step_s": step_s, "data_wait_s": data_wait_s, "compute_s": compute_s, "tokens_per_s": tps,
                "mfu": self.flops_per_token * tps / self.peak_flops, "gpu_util": self._read_gpu_util(),
-               "slow": None}
+               "slow": None, **(extra or {})}
         # Judge against the steps before this one: a slow step must not raise its own bar.
         if len(self._recent["step_s"]) >= MIN_KNOWN:
             med = {k: statistics.median(d) for k, d in self._recent.items()}

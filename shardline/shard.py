@@ -20,7 +20,7 @@ from typing import Callable
 
 import numpy as np
 
-from . import fsio
+from . import chaos, fsio
 from .config import Params, Source
 from .errors import BadInput, ShardCorrupt
 from .layout import Layout
@@ -85,6 +85,7 @@ def shard_source(source: Source, params: Params, layout: Layout, log: Log = prin
         if not (path.exists() and path.stat().st_size == len(data) and fsio.sha256_file(path) == digest):
             fsio.write_bytes(path, data)
             written += 1
+            chaos.point("shard.file")
         shards.append({"file": path.name, "blocks": count, "bytes": len(data), "sha256": digest})
         first += count
     fsio.prune(out_dir, {out_dir / s["file"] for s in shards} | {out_dir / "index.json"})

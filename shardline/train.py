@@ -32,7 +32,7 @@ from typing import Callable
 
 import torch
 
-from . import checkpoint, fsio, lineage, rng
+from . import chaos, checkpoint, fsio, lineage, rng
 from .config import Params, Train
 from .errors import BadInput, ShardlineError
 from .layout import Layout
@@ -237,11 +237,12 @@ def _train(params: Params, layout: Layout, log: Log, device: torch.device, dist:
         for group in opt.param_groups:
             group["lr"] = lr_at(step - pos.version_start, cfg)
         torch.manual_seed(step_seed(cfg.seed, step, dist.rank))
-        wait, total = 0.0, torch.zeros((), device=device)
+        wait, total, hashes = 0.0, torch.zeros((), device=device), []
         for micro in range(cfg.grad_accum):
             tw = time.perf_counter()
             x, y = next(batches)
             wait += time.perf_counter() - tw
+            hashes.append(loader.last_batch)
             x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
             sync = net.no_sync() if dist.world > 1 and micro < cfg.grad_accum - 1 else contextlib.nullcontext()
             with sync:
@@ -261,7 +262,8 @@ def _train(params: Params, layout: Layout, log: Log, device: torch.device, dist:
         loss_value = dist.mean(total)
         dt = time.perf_counter() - t0
         monitor.step(step, loss=loss_value, lr=opt.param_groups[0]["lr"], data_wait_s=wait,
-                     compute_s=dt - wait, step_s=dt)
+                     compute_s=dt - wait, step_s=dt, extra={"batches": hashes})  # consumed ids, auditable
+        chaos.point("train.step")
         if on_step:
             on_step(step, target)
         if step % cfg.checkpoint_every == 0 or step == target:

@@ -1,0 +1,196 @@
+"""Chaos suite: the whole line under SIGKILLs in every stage ends identical to an unkilled run.
+
+    python -m bench.chaos [--seed 0] [--kills 20] [--corpus stdlib|shared]
+
+Builds a reference project with one uninterrupted `dvc repro`, then runs a second project
+from scratch through a seeded plan of kills that follows the line through every stage: mid-download, mid-part in
+clean and tokenize (token ids written, their .json not), mid-dedup, mid-shard-write, mid-step,
+mid-checkpoint-write, mid-retention (exact moments through shardline.chaos kill points, a real
+SIGKILL) plus SIGKILLs of the whole process group at random times. Every kill is followed by
+a resume through an entry point a user types, alternating `dvc repro` and `shardline
+pipeline` (the flow the Prefect deployment runs). Pass: data/clean, data/tokenizer,
+data/tokens and data/shards byte-identical; per-step losses and consumed global-batch hashes
+equal; final model and optimizer bytes equal (CPU); `dvc status` clean. Prints a table of
+kills per stage and outcomes; the same --seed replays the same plan.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+DATA = ("data/clean", "data/tokenizer", "data/tokens", "data/shards")
+STAGE_OF = {"download.file": "download", "clean.part": "clean", "clean.dedup": "clean", "tokenize.part": "tokenize",
+            "shard.file": "shard", "train.step": "train", "checkpoint.files": "train", "retention": "train"}
+
+
+POINTS = {"download.file": 2, "clean.part": 4, "clean.dedup": 4, "tokenize.part": 4, "shard.file": 2,
+          "train.step": 9, "checkpoint.files": 2, "retention": 2}  # point -> largest k drawn
+
+
+def plan(seed: int, kills: int) -> list[str]:
+    """One kill spec per attempt. A spec arms every point, each at a random k-th hit, so the kill
+    lands at the first armed point the resumed run reaches, wherever the line stands; a few
+    attempts are SIGKILLs of the whole process group at a random time instead."""
+    rnd = random.Random(seed)
+    specs = [",".join(f"{p}#{rnd.randint(1, k)}" for p, k in POINTS.items()) for _ in range(2 * kills + 10)]
+    for _ in range(max(3, kills // 6)):
+        specs.insert(rnd.randint(0, len(specs)), f"timed:{rnd.uniform(0.5, 4.0):.2f}")
+    return specs
+
+
+def project(root: Path, params: dict) -> Path:
+    root.mkdir(parents=True)
+    shutil.copy(REPO / "dvc.yaml", root / "dvc.yaml")
+    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    for cmd in (["git", "init", "-q"], ["git", "config", "user.email", "c@example.com"],
+                ["git", "config", "user.name", "chaos"], [str(BIN / "dvc"), "init", "-q"],
+                [str(BIN / "dvc"), "config", "core.analytics", "false"]):
+        subprocess.run(cmd, cwd=root, check=True, capture_output=True)
+    return root
+
+
+def env(extra: dict | None = None) -> dict:
+    return {**os.environ, **(extra or {}), "PATH": f"{BIN}:{os.environ['PATH']}", "DO_NOT_TRACK": "1",
+            "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_LOGGING_LEVEL": "WARNING"}
+
+
+def entry_cmd(entry: str) -> list[str]:
+    return [str(BIN / "dvc"), "repro"] if entry == "dvc repro" else [str(BIN / "shardline"), "pipeline"]
+
+
+def attempt(root: Path, entry: str, spec: str, prefect_env: dict, timeout: float = 600) -> str:
+    """Run one entry point under one kill spec; 'killed', 'completed' or 'failed: ...'."""
+    e = {**env(prefect_env), "SHARDLINE_CHAOS_LOG": str(root / "chaos.log")}
+    if spec and not spec.startswith("timed:"):
+        e["SHARDLINE_CHAOS"] = spec
+    proc = subprocess.Popen(entry_cmd(entry), cwd=root, env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    if spec.startswith("timed:"):
+        try:
+            out, _ = proc.communicate(timeout=float(spec[6:]))
+            return "completed" if proc.returncode == 0 else f"failed: {out[-500:]}"
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            return "killed"
+    out, _ = proc.communicate(timeout=timeout)
+    if proc.returncode == -signal.SIGKILL or "exited with -9" in out:
+        return "killed"
+    return "completed" if proc.returncode == 0 else f"failed: {out[-800:]}"
+
+
+def tree(root: Path, dirs=DATA) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for d in dirs for p in sorted((root / d).rglob("*")) if p.is_file()}
+
+
+def training(root: Path) -> tuple[list, dict]:
+    rows = [json.loads(ln) for ln in (root / "data/metrics/train.jsonl").read_text().splitlines() if ln.strip()]
+    last = sorted((root / "data/checkpoints").glob("step-*"))[-1]
+    files = json.loads((last / "manifest.json").read_text())["files"]
+    return [(r["step"], r["loss"], r["batches"]) for r in rows], {k: files[k]["sha256"] for k in ("model.pt", "optimizer.pt")}
+
+
+def run_chaos(workdir: Path, params: dict, *, seed: int, kills: int, prefect_env: dict, log=print,
+              cover_all: bool = True) -> dict:
+    """cover_all: keep killing (within the plan) until every kill point has fired at least once."""
+    ref = project(workdir / "ref", params)
+    r = subprocess.run(entry_cmd("dvc repro"), cwd=ref, env=env(), capture_output=True, text=True)
+    if r.returncode:
+        raise SystemExit(f"reference dvc repro failed:\n{r.stdout}\n{r.stderr}")
+    crash = project(workdir / "chaos", params)
+    table: Counter = Counter()
+    fired, entries, chaos_log = 0, ["dvc repro", "pipeline"], crash / "chaos.log"
+    hit: set[str] = set()
+    for i, spec in enumerate(plan(seed, kills)):
+        if fired >= kills and (hit >= set(POINTS) or not cover_all):  # enough kills (and every point fired)
+            break
+        entry = entries[i % 2]
+        seen = chaos_log.read_text().splitlines() if chaos_log.exists() else []
+        outcome = attempt(crash, entry, spec, prefect_env)
+        now = chaos_log.read_text().splitlines() if chaos_log.exists() else []
+        where = now[-1] if len(now) > len(seen) else ("timed" if spec.startswith("timed:") else "-")
+        stage = STAGE_OF.get(where.split("#")[0], "whichever ran")
+        table[(stage, where.split("#")[0], outcome.split(":")[0])] += 1
+        fired += outcome == "killed"
+        hit.add(where.split("#")[0])
+        log(f"  {i + 1:2d}. {entry:9} {('at ' + where) if outcome == 'killed' else spec[:30]:28} -> {outcome[:120]}")
+        if outcome.startswith("failed"):
+            raise SystemExit(f"resume failed after a kill: {outcome}")
+        if outcome == "completed":
+            log("  (the line completed before an armed point was reached; no more kills possible)")
+            break
+    for entry in entries:  # finish through both entry points; the second must find nothing to do
+        outcome = attempt(crash, entry, "", prefect_env)
+        log(f"  final {entry:9} -> {outcome[:200]}")
+        assert outcome == "completed", outcome
+    status = subprocess.run([str(BIN / "dvc"), "status"], cwd=crash, env=env(), capture_output=True, text=True).stdout
+    steps_ref, w_ref = training(ref)
+    steps_crash, w_crash = training(crash)
+    result = {
+        "kills": fired, "table": table,
+        "data identical": tree(ref) == tree(crash),
+        "losses and batches identical": steps_ref == steps_crash,
+        "weights identical": w_ref == w_crash,
+        "dvc status clean": status.strip() == "Data and pipelines are up to date.",
+    }
+    return result
+
+
+def small_params(corpus: str) -> dict:
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    if corpus == "shared" and (REPO.parent / "shared" / "corpora" / "tinyshakespeare.txt").exists():
+        c = REPO.parent / "shared" / "corpora"
+        params["sources"] = [{"name": "shakespeare", "uri": str(c / "tinyshakespeare.txt"), "format": "txt",
+                              "txt_unit": "blank_lines"},
+                             {"name": "wiki", "uri": str(c / "wikitext2-valid.jsonl"), "format": "jsonl"}]
+        params["mix"] = {"shakespeare": 0.5, "wiki": 0.5}
+    params["clean"]["part_mb"] = 0.5
+    params["tokenizer"]["vocab_size"] = 1024
+    params["shard"].update(seq_len=64, target_mb=0.1)
+    params["model"].update(n_layer=1, n_head=2, d_model=32)
+    params["loader"]["global_batch"] = 8
+    params["train"].update(steps=40, checkpoint_every=4, keep_last=2, keep_every=0, warmup_steps=2, threads=1)
+    return params
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--kills", type=int, default=20)
+    ap.add_argument("--corpus", choices=["stdlib", "shared"], default="shared")
+    args = ap.parse_args()
+    from flows.server import local_server
+
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp, local_server(Path(tmp) / "prefect") as penv:
+        print(f"chaos: seed {args.seed}, plan of {len(plan(args.seed, args.kills))} kill specs, corpus {args.corpus}")
+        res = run_chaos(Path(tmp), small_params(args.corpus), seed=args.seed, kills=args.kills, prefect_env=penv)
+    print(f"\n{'stage':14} {'kill point':18} {'outcome':10} count")
+    for (stage, where, outcome), n in sorted(res.pop("table").items()):
+        print(f"{stage:14} {where:18} {outcome:10} {n}")
+    ok = res["kills"] >= args.kills and all(v for k, v in res.items() if k != "kills")
+    for k, v in res.items():
+        print(f"{k}: {v}")
+    print(f"\nchaos: {'PASS' if ok else 'FAIL'} ({res['kills']} kills, {time.perf_counter() - t0:.0f}s)")
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,76 @@
+"""The bad-input matrix: every case gives a clear message (file/field/shard named, remedy given)
+or a counted quarantine, and nothing valid is lost or overwritten.
+
+| case                               | where it is tested                                             |
+|------------------------------------|----------------------------------------------------------------|
+| malformed JSONL                    | test_readers::test_jsonl_bad_records..., test_clean::test_bad_records... |
+| invalid UTF-8                      | test_readers::test_invalid_utf8..., ::test_lone_surrogate...    |
+| empty and huge files (50 MB line)  | test_clean::test_huge_single_line_and_empty_files...           |
+| binary garbage                     | here: test_binary_garbage_is_quarantined_by_rules              |
+| truncated parquet                  | test_readers::test_parquet_column_and_damage                   |
+| wrong sha256                       | test_download::test_wrong_sha256..., test_http::test_wrong_sha256... |
+| HTTP 404 / server never answers    | test_http::test_404..., ::test_silent_server_times_out, test_retries |
+| corrupt shard                      | test_loader::test_corrupt_shard..., test_shard::test_verify...  |
+| torn checkpoint                    | test_train::test_torn_checkpoints..., test_checkpoint::test_validity... |
+| full disk (ENOSPC) shard/ckpt      | here: test_enospc_*                                            |
+| invalid params.yaml                | test_config, test_cli::test_invalid_params...                  |
+| mix naming an unknown source       | test_config::test_cross_field_checks..., test_loader (Schedule) |
+| resume with changed data           | test_train::test_lineage_refuses..., ::test_changed_shards...   |
+| checkpoint crafted to run code     | test_checkpoint::test_malicious_pickle_is_not_executed         |
+| archive entry with ../             | not applicable: archives are not a supported source format     |
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+
+import pytest
+import torch
+
+from shardline import checkpoint, clean, download, fsio, shard
+from tests.conftest import make_project
+from tests.test_shard import fake_tokens
+
+
+def test_binary_garbage_is_quarantined_by_rules(tmp_path):
+    d = tmp_path / "in"
+    d.mkdir()
+    (d / "garbage.bin.txt").write_bytes(os.urandom(200_000))
+    (d / "ok.txt").write_text("A perfectly ordinary document about the weather, long enough to keep.\n")
+    params, layout = make_project(tmp_path / "p", [{"name": "t", "uri": str(d), "format": "txt"}])
+    download.run(params, layout, log=lambda _: None)
+    stats = clean.run(params, layout, log=lambda _: None)["sources"]["t"]
+    assert stats["docs_out"] == 1 and stats["invalid_utf8"] == 1
+    dropped = {k: v["docs"] for k, v in stats["rules"].items() if v["docs"]}
+    assert sum(dropped.values()) == 1, dropped  # counted under the rule that caught it
+
+
+def _enospc(*_a, **_k):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def test_enospc_during_shard_write_keeps_the_old_shards(tmp_path, monkeypatch):
+    params, layout = make_project(tmp_path, [{"name": "s", "uri": "x", "format": "txt"}], shard={"seq_len": 15})
+    fake_tokens(layout, "s", [5000])
+    shard.run(params, layout, log=lambda _: None)
+    before = {p.name: p.read_bytes() for p in (layout.shards / "s").iterdir()}
+    fake_tokens(layout, "s", [5000], seed=1)  # new tokens: every shard must be rewritten
+    monkeypatch.setattr(fsio.os, "fsync", _enospc)
+    with pytest.raises(OSError, match="No space left"):
+        shard.run(params, layout, log=lambda _: None)
+    monkeypatch.undo()
+    after = {p.name: p.read_bytes() for p in (layout.shards / "s").iterdir()}
+    assert after == before  # the valid old shards and index are intact; no temp file left behind
+    shard.verify(layout.shards / "s")
+
+
+def test_enospc_during_checkpoint_write_keeps_the_last_valid(tmp_path, monkeypatch):
+    model = torch.nn.Linear(4, 4)
+    checkpoint.save(tmp_path, 1, {"model.pt": model.state_dict()}, {"step": 1}, {})
+    monkeypatch.setattr(checkpoint.os, "fsync", _enospc)
+    with pytest.raises(OSError):
+        checkpoint.save(tmp_path, 2, {"model.pt": model.state_dict()}, {"step": 2}, {})
+    monkeypatch.undo()
+    assert [p.name for p in tmp_path.iterdir()] == ["step-000000001"]  # no half-written step-2, no temp dir
+    assert checkpoint.latest_valid(tmp_path, lambda _: None).name == "step-000000001"
