@@ -24,7 +24,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 BENCHES = [("tokenize", []), ("loader", []), ("train", []), ("pipeline", [])]
-HEADLINE = re.compile(r"ratio|headline|->|PASS|BELOW|OK|flat|identical", re.I)
+HEADLINE = re.compile(r"^\s*ratio |\(target|\((full|no-op)\)|identical: ")
 
 
 def main() -> None:

@@ -7,8 +7,9 @@ from scratch through a seeded plan of kills that follows the line through every 
 clean and tokenize (token ids written, their .json not), mid-dedup, mid-shard-write, mid-step,
 mid-checkpoint-write, mid-retention (exact moments through shardline.chaos kill points, a real
 SIGKILL) plus SIGKILLs of the whole process group at random times. Every kill is followed by
-a resume through an entry point a user types, alternating `dvc repro` and `shardline
-pipeline` (the flow the Prefect deployment runs). Pass: data/clean, data/tokenizer,
+a resume through an entry point a user types, in turn `dvc repro`, `shardline pipeline` and the
+Prefect deployment (`shardline serve` + `prefect deployment run`; the runner gets the kill
+spec in its environment, which its flow runs inherit). Pass: data/clean, data/tokenizer,
 data/tokens and data/shards byte-identical; per-step losses and consumed global-batch hashes
 equal; final model and optimizer bytes equal (CPU); `dvc status` clean. Prints a table of
 kills per stage and outcomes; the same --seed replays the same plan.
@@ -74,11 +75,61 @@ def entry_cmd(entry: str) -> list[str]:
     return [str(BIN / "dvc"), "repro"] if entry == "dvc repro" else [str(BIN / "shardline"), "pipeline"]
 
 
+def _api(e: dict, path: str) -> dict:
+    import urllib.request
+
+    with urllib.request.urlopen(e["PREFECT_API_URL"] + path, timeout=30) as r:
+        return json.loads(r.read())
+
+
+def deployment_attempt(root: Path, e: dict, spec: str) -> str:
+    """`shardline serve` (with the kill spec in its env, which its flow runs inherit), then
+    `prefect deployment run`; a timed kill takes down the runner's whole process group."""
+    port = e["PREFECT_API_URL"].split(":")[-1].split("/")[0]
+    log = root / "serve.log"
+    start = log.stat().st_size if log.exists() else 0
+    with open(log, "ab") as out:
+        serve = subprocess.Popen([str(BIN / "shardline"), "serve", "--port", port], cwd=root, env=e, stdout=out,
+                                 stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.time() + 120
+        while b"orphaned run(s) marked Crashed" not in log.read_bytes()[start:]:
+            if serve.poll() is not None or time.time() > deadline:
+                return f"failed: runner did not start: {log.read_text()[-500:]}"
+            time.sleep(0.3)
+        while _api(e, "/deployments/name/shardline-pipeline/line")["parameters"].get("root") != str(root):
+            time.sleep(0.3)
+        timed = spec.startswith("timed:")
+        cmd = [str(BIN / "prefect"), "deployment", "run", "shardline-pipeline/line"]
+        r = subprocess.run(cmd + ([] if timed else ["--watch", "--watch-timeout", "600"]), cwd=root, env=e,
+                           capture_output=True, text=True)
+        run_id = next(ln.split()[-1] for ln in r.stdout.splitlines() if "UUID:" in ln)
+        if timed:
+            time.sleep(float(spec[6:]))
+            os.killpg(serve.pid, signal.SIGKILL)
+            serve.wait()
+            state = _api(e, f"/flow_runs/{run_id}")["state"]["type"]
+            return "completed" if state == "COMPLETED" else "killed"
+        state = _api(e, f"/flow_runs/{run_id}")["state"]
+        if state["type"] == "COMPLETED":
+            return "completed"
+        return "killed" if state["type"] == "CRASHED" else f"failed: {state['type']} {state.get('message')}"
+    finally:
+        if serve.poll() is None:
+            os.killpg(serve.pid, signal.SIGTERM)
+            try:
+                serve.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(serve.pid, signal.SIGKILL)
+
+
 def attempt(root: Path, entry: str, spec: str, prefect_env: dict, timeout: float = 600) -> str:
     """Run one entry point under one kill spec; 'killed', 'completed' or 'failed: ...'."""
     e = {**env(prefect_env), "SHARDLINE_CHAOS_LOG": str(root / "chaos.log")}
     if spec and not spec.startswith("timed:"):
         e["SHARDLINE_CHAOS"] = spec
+    if entry == "deployment":
+        return deployment_attempt(root, e, spec)
     proc = subprocess.Popen(entry_cmd(entry), cwd=root, env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True)
     if spec.startswith("timed:"):
@@ -108,7 +159,7 @@ def training(root: Path) -> tuple[list, dict]:
 
 
 def run_chaos(workdir: Path, params: dict, *, seed: int, kills: int, prefect_env: dict, log=print,
-              cover_all: bool = True) -> dict:
+              cover_all: bool = True, entries: tuple[str, ...] = ("dvc repro", "pipeline", "deployment")) -> dict:
     """cover_all: keep killing (within the plan) until every kill point has fired at least once."""
     ref = project(workdir / "ref", params)
     r = subprocess.run(entry_cmd("dvc repro"), cwd=ref, env=env(), capture_output=True, text=True)
@@ -116,12 +167,12 @@ def run_chaos(workdir: Path, params: dict, *, seed: int, kills: int, prefect_env
         raise SystemExit(f"reference dvc repro failed:\n{r.stdout}\n{r.stderr}")
     crash = project(workdir / "chaos", params)
     table: Counter = Counter()
-    fired, entries, chaos_log = 0, ["dvc repro", "pipeline"], crash / "chaos.log"
+    fired, chaos_log = 0, crash / "chaos.log"
     hit: set[str] = set()
     for i, spec in enumerate(plan(seed, kills)):
         if fired >= kills and (hit >= set(POINTS) or not cover_all):  # enough kills (and every point fired)
             break
-        entry = entries[i % 2]
+        entry = entries[i % len(entries)]
         seen = chaos_log.read_text().splitlines() if chaos_log.exists() else []
         outcome = attempt(crash, entry, spec, prefect_env)
         now = chaos_log.read_text().splitlines() if chaos_log.exists() else []
@@ -130,15 +181,15 @@ def run_chaos(workdir: Path, params: dict, *, seed: int, kills: int, prefect_env
         table[(stage, where.split("#")[0], outcome.split(":")[0])] += 1
         fired += outcome == "killed"
         hit.add(where.split("#")[0])
-        log(f"  {i + 1:2d}. {entry:9} {('at ' + where) if outcome == 'killed' else spec[:30]:28} -> {outcome[:120]}")
+        log(f"  {i + 1:2d}. {entry:10} {('at ' + where) if outcome == 'killed' else spec[:30]:28} -> {outcome[:120]}")
         if outcome.startswith("failed"):
             raise SystemExit(f"resume failed after a kill: {outcome}")
         if outcome == "completed":
             log("  (the line completed before an armed point was reached; no more kills possible)")
             break
-    for entry in entries:  # finish through both entry points; the second must find nothing to do
+    for entry in entries:  # finish through every entry point; all but the first find nothing to do
         outcome = attempt(crash, entry, "", prefect_env)
-        log(f"  final {entry:9} -> {outcome[:200]}")
+        log(f"  final {entry:10} -> {outcome[:200]}")
         assert outcome == "completed", outcome
     status = subprocess.run([str(BIN / "dvc"), "status"], cwd=crash, env=env(), capture_output=True, text=True).stdout
     steps_ref, w_ref = training(ref)
