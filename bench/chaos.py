@@ -82,6 +82,15 @@ def _api(e: dict, path: str) -> dict:
         return json.loads(r.read())
 
 
+def _deployed_root(e: dict) -> str | None:
+    import urllib.error
+
+    try:
+        return _api(e, "/deployments/name/shardline-pipeline/line")["parameters"].get("root")
+    except urllib.error.HTTPError:
+        return None
+
+
 def deployment_attempt(root: Path, e: dict, spec: str) -> str:
     """`shardline serve` (with the kill spec in its env, which its flow runs inherit), then
     `prefect deployment run`; a timed kill takes down the runner's whole process group."""
@@ -97,7 +106,9 @@ def deployment_attempt(root: Path, e: dict, spec: str) -> str:
             if serve.poll() is not None or time.time() > deadline:
                 return f"failed: runner did not start: {log.read_text()[-500:]}"
             time.sleep(0.3)
-        while _api(e, "/deployments/name/shardline-pipeline/line")["parameters"].get("root") != str(root):
+        while _deployed_root(e) != str(root):  # the runner registers its deployments after the sweep
+            if serve.poll() is not None or time.time() > deadline:
+                return f"failed: deployment never appeared: {log.read_text()[-500:]}"
             time.sleep(0.3)
         timed = spec.startswith("timed:")
         cmd = [str(BIN / "prefect"), "deployment", "run", "shardline-pipeline/line"]

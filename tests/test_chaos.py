@@ -1,6 +1,7 @@
 """The chaos suite, small: the line SIGKILLed across its stages, resumed through `dvc repro` and
 the Prefect pipeline flow alternately, ends byte- and bit-identical to an unkilled run.
-`python -m bench.chaos` is the full version (>= 20 kills, every kill point)."""
+`python -m bench.chaos` is the full version (>= 20 kills, every kill point, the served
+deployment as a third entry point)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ def test_line_survives_kills_in_every_stage_identically(tmp_path, prefect_server
     params["train"]["steps"] = 16
     lines = []
     res = run_chaos(tmp_path, params, seed=3, kills=10, prefect_env=prefect_server, log=lines.append,
-                    cover_all=False)
+                    cover_all=False, entries=("dvc repro", "pipeline"))  # the deployment: bench.chaos
     report = "\n".join(lines)
     assert res["kills"] >= 10, report
     assert len({stage for stage, _, outcome in res["table"] if outcome == "killed"}) >= 4, report
