@@ -204,3 +204,10 @@ def summarize(records: list[dict], tokens_per_step: int) -> dict:
         "slow_steps": [{"step": r["step"], "cause": r["slow"]} for r in records if r.get("slow")],
         "last_loss": records[-1]["loss"] if records else None,
     }
+
+
+def read_records(path: Path) -> list[dict]:
+    """The step records of a train.jsonl (empty if there is none yet)."""
+    if not Path(path).exists():
+        return []
+    return [json.loads(ln) for ln in Path(path).read_text().splitlines() if ln.strip()]

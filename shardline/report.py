@@ -19,14 +19,9 @@ from . import checkpoint, fsio
 from .config import Params
 from .layout import Layout
 from .mixing import Schedule
+from .monitor import read_records
 
 Log = Callable[[str], None]
-
-
-def _steps(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
 
 
 def _plot(rows: list[dict], out: Path) -> None:
@@ -93,7 +88,7 @@ def build(params: Params, layout: Layout) -> str:
         lines += ["", f"Resume point: {pos:,} blocks consumed ({state['loader']['global_batches_consumed']:,} "
                       f"global batches) at step {state['step']}; {epochs}."]
 
-    rows = _steps(layout.data / "metrics" / "train.jsonl")
+    rows = read_records(layout.data / "metrics" / "train.jsonl")
     lines += ["", "## Throughput", ""]
     if rows:
         step_s = [r["step_s"] for r in rows]
@@ -143,7 +138,7 @@ def build(params: Params, layout: Layout) -> str:
 def run(params: Params, layout: Layout, log: Log = print, mapper=None) -> dict:
     out = layout.data / "reports"
     out.mkdir(parents=True, exist_ok=True)
-    rows = _steps(layout.data / "metrics" / "train.jsonl")
+    rows = read_records(layout.data / "metrics" / "train.jsonl")
     if rows:
         _plot(rows, out / "train.png")
     card = build(params, layout)

@@ -38,7 +38,7 @@ from .errors import BadInput, ShardlineError
 from .layout import Layout
 from .loader import Loader
 from .model import GPT, GPTConfig, configure_optimizer
-from .monitor import Monitor, guess_peak_flops, summarize
+from .monitor import Monitor, guess_peak_flops, read_records, summarize
 
 Log = Callable[[str], None]
 
@@ -284,9 +284,7 @@ def _train(params: Params, layout: Layout, log: Log, device: torch.device, dist:
     summary = {"final_step": step, "tokens_seen": tokens_seen, "resumed_from": pos.parent, "checkpoints_saved": saved,
                "this_process": monitor.summary()}
     if dist.rank == 0:  # figures over every step on record (train.jsonl), not only this process's
-        import json
-
-        rows = [json.loads(ln) for ln in metrics.read_text().splitlines() if ln.strip()]
+        rows = read_records(metrics)
         summary = {**summarize(rows, tokens_per_step), **summary}
         fsio.write_json(layout.data / "metrics" / "train.json", summary)
         _write_plot(rows, layout.data / "metrics" / "train.csv")
