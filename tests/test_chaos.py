@@ -26,3 +26,21 @@ def test_line_survives_kills_in_every_stage_identically(tmp_path, prefect_server
     assert len({stage for stage, _, outcome in res["table"] if outcome == "killed"}) >= 4, report
     assert res["data identical"] and res["losses and batches identical"] and res["weights identical"], report
     assert res["dvc status clean"], report
+
+
+@pytest.mark.parametrize("shell", ["/bin/sh", "/bin/bash", None])
+def test_a_kill_point_counts_as_a_kill_under_any_login_shell(tmp_path, monkeypatch, shell):
+    """dvc runs a stage under $SHELL: dash reports the child's SIGKILL as 'exited with 137'
+    (CI, SHELL=/bin/sh), bash as -9. Both are the kill the suite asked for, not a failed resume."""
+    from bench.chaos import attempt, project
+
+    if shell:
+        monkeypatch.setenv("SHELL", shell)
+    else:
+        monkeypatch.delenv("SHELL", raising=False)
+    params = small_params("stdlib")
+    params["sources"] = [{"name": "code", "uri": "builtin://python-stdlib", "format": "txt"}]
+    params["mix"] = {"code": 1.0}
+    root = project(tmp_path / "p", params)
+    assert attempt(root, "dvc repro", "download.file#1", prefect_env={}) == "killed"
+    assert (root / "chaos.log").read_text().splitlines() == ["download.file#1"]
