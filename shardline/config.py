@@ -149,6 +149,22 @@ class Pipeline(_Section):
     thread; Prefect cannot interrupt tasks in worker threads."""
 
 
+class Engine(_Section):
+    runner: Literal["threads", "processes", "dask", "ray"] = "threads"
+    """Where the per-part work of clean, tokenize and shard runs: threads (in-process, the
+    default), processes (a local process pool), dask or ray (a cluster; the project and its
+    data/ folder must be reachable at the same path on every worker). Outputs are byte-identical
+    whichever runs them."""
+    address: str | None = None
+    """Scheduler of an existing cluster: `tcp://host:8786` (dask) or `ray://host:10001` / `auto`
+    (ray). Unset: a temporary local cluster of `workers` processes for the stage."""
+    workers: int = Field(0, ge=0)
+    """Workers of the temporary local cluster / pool size (0: one per CPU core)."""
+    connect_timeout_s: float = Field(60.0, gt=0)
+    """How long to wait for the cluster, and for every worker to import the project, before the
+    stage fails with a message naming the worker (instead of hanging)."""
+
+
 class Loader(_Section):
     seed: int = 1234
     """Seeds the shuffle: each (source, epoch) gets its own keyed permutation of the blocks."""
@@ -164,6 +180,18 @@ class Loader(_Section):
     debug_batch_hashes: bool = False
     """Log a hash of every global batch's block ids, so two runs can be diffed for duplicates
     or gaps."""
+    shards_uri: str | None = None
+    """Read the shards from this fsspec location (`s3://bucket/prefix/shards`, `gs://...`,
+    `file://...`) instead of data/shards: each shard is fetched into `cache_dir`, its sha256
+    checked on arrival, with the next shards prefetched. Credentials and endpoint come from the
+    environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL, ...)."""
+    cache_dir: str = ".shardline/cache"
+    """Local cache of streamed shards (relative to the project root)."""
+    cache_mb: float = Field(4096.0, gt=0)
+    """Cache limit: past it, shards already read are evicted (they are re-fetched if needed
+    again); shards about to be read are never evicted."""
+    prefetch: int = Field(2, ge=0)
+    """Shards fetched ahead of the reader, in the order the coming steps need them."""
 
 
 class Model(_Section):
@@ -233,6 +261,10 @@ class Train(_Section):
     data/checkpoints/archive/ and train from scratch instead of continuing."""
     slow_step_factor: float = Field(3.0, gt=1)
     """A step slower than this times the rolling median is logged with its cause."""
+    strategy: Literal["ddp", "fsdp"] = "ddp"
+    """Multi-process training: ddp replicates the model on every rank; fsdp shards parameters,
+    gradients and optimizer state over the ranks (for models that do not fit one device).
+    Checkpoints hold the full state either way, so they resume at any world size and strategy."""
     dist_timeout_s: float = Field(60.0, gt=0)
     """Process-group timeout: a dead rank fails the job after this, not after 30 minutes."""
 
@@ -265,6 +297,8 @@ class Params(_Section):
     """Block length and shard size (shard stage)."""
     pipeline: Pipeline = Pipeline()
     """Prefect retries and timeouts."""
+    engine: Engine = Engine()
+    """Where the data stages' per-part work runs: threads, processes, a Dask or a Ray cluster."""
     retrain: Retrain = Retrain()
     """The scheduled retraining deployment: when, and what to do after new data trained."""
     loader: Loader = Loader()
