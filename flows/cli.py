@@ -35,7 +35,12 @@ def cmd_stage(args: argparse.Namespace) -> int:
     layout = Layout.at(args.root)
     params = config.load(Path(layout.root, args.params))
     t0 = time.perf_counter()
-    stages.runner(args.name)(params, layout, log=_log)
+    if stages.uses_engine(params, args.name):
+        from flows.stages import run_stage  # parts on a Prefect task runner (Dask, Ray, processes)
+
+        run_stage(args.name, str(layout.root), args.params)
+    else:
+        stages.runner(args.name)(params, layout, log=_log)
     _log(f"{args.name}: done in {time.perf_counter() - t0:.1f}s")
     return 0
 

@@ -24,6 +24,7 @@ from prefect.artifacts import create_markdown_artifact, create_progress_artifact
 from prefect.runtime import flow_run
 
 from flows import dvcrepo
+from flows import stages as stage_flows
 from shardline import config, stages
 from shardline.errors import ShardlineError
 from shardline.layout import Layout
@@ -64,7 +65,10 @@ def run_stage(name: str, root: str, params_file: str, force: bool = False) -> st
         extra = {}
         if name == "train":
             extra = {"run_id": str(flow_run.id), "on_step": _progress_reporter(logger)}
-        stages.runner(name)(params, layout, log=logger.info, **extra)
+        if stages.uses_engine(params, name):
+            stage_flows.run_stage(name, root, params_file)  # a sub-flow: parts on the engine's task runner
+        else:
+            stages.runner(name)(params, layout, log=logger.info, **extra)
         dvcrepo.commit(repo, name)
     took = f"ran in {time.perf_counter() - t0:.1f}s"
     logger.info(f"{name}: {took}, recorded in dvc.lock")

@@ -3,7 +3,9 @@
 Contract: a stage flow's outputs are byte-identical to `shardline stage <name>` (what
 dvc.yaml runs): both call `shardline.stages.runner(name)`; only the mapper differs. The
 stage timeout (`pipeline.stage_timeout_s`) is enforced on the flow, which runs in the main
-thread where Prefect can interrupt it.
+thread where Prefect can interrupt it. The parted stages (clean, tokenize, shard) run their
+parts on the task runner params.yaml's `engine` names, after checking its workers; with
+`engine.runner` other than threads, `shardline stage` and the pipeline flow come through here.
 """
 
 from __future__ import annotations
@@ -16,13 +18,16 @@ from prefect.runtime import flow_run
 from shardline import config, stages
 from shardline.layout import Layout
 from tasks import part_mapper
+from tasks.runners import check_workers, task_runner
 
 
 def run_stage(name: str, root: str = ".", params_file: str = "params.yaml") -> dict:
     layout = Layout.at(root)
     params = config.load(Path(layout.root, params_file))
-    stage_flow = FLOWS[name].with_options(timeout_seconds=params.pipeline.stage_timeout_s)
-    return stage_flow(root=str(layout.root), params_file=params_file)
+    opts: dict = {"timeout_seconds": params.pipeline.stage_timeout_s}
+    if name in stages.PARTED:
+        opts["task_runner"] = task_runner(params.engine)
+    return FLOWS[name].with_options(**opts)(root=str(layout.root), params_file=params_file)
 
 
 def _stage_flow(name: str):
@@ -31,6 +36,10 @@ def _stage_flow(name: str):
         layout = Layout.at(root)
         params = config.load(Path(layout.root, params_file))
         log = get_run_logger().info
+        if stages.uses_engine(params, name):
+            workers = check_workers(params.engine)
+            log(f"{name}: parts on the {params.engine.runner} runner" + (f", {len(workers)} worker(s): "
+                                                                         f"{', '.join(workers)}" if workers else ""))
         extra = {"run_id": str(flow_run.id)} if name == "train" else {}  # recorded in the lineage
         return stages.runner(name)(params, layout, log=log, mapper=part_mapper(params, name), **extra)
 

@@ -3,4 +3,18 @@
 The engine imports neither Prefect nor DVC; `tasks/` and `flows/` adapt it.
 """
 
+from __future__ import annotations
+
 __version__ = "0.1.0"
+
+
+def fingerprint() -> str:
+    """sha256 of the engine's source files. Cluster workers must report the same value as the
+    driver: a worker running other engine code would write other bytes into the same parts."""
+    import hashlib
+    from pathlib import Path
+
+    h = hashlib.sha256()
+    for p in sorted(Path(__file__).parent.glob("*.py")):
+        h.update(p.name.encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()[:16]

@@ -15,6 +15,8 @@ Contract:
 
 from __future__ import annotations
 
+import functools
+
 import itertools
 from dataclasses import dataclass
 from pathlib import Path
@@ -154,7 +156,7 @@ def run(params: Params, layout: Layout, log: Log = print, mapper: Mapper = threa
     for name in parts:
         (layout.tokens / name).mkdir(parents=True, exist_ok=True)
         fsio.remove_temps(layout.tokens / name)
-    results = mapper(lambda j: encode_part(j, encoder, tmeta["eos_id"], dtype), jobs)
+    results = mapper(functools.partial(encode_part, encoder=encoder, eos=tmeta["eos_id"], dtype=dtype), jobs)
     skipped = sum(r["skipped"] for r in results)
     log(f"tokenize: {len(jobs)} part(s), {skipped} already done, {len(jobs) - skipped} encoded")
     indexes = {}

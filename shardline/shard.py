@@ -15,6 +15,8 @@ file is replaced atomically. The output is a pure function of the token parts an
 
 from __future__ import annotations
 
+import functools
+
 from pathlib import Path
 from typing import Callable
 
@@ -65,7 +67,9 @@ def shard_counts(blocks: int, block_bytes: int, target_mb: float) -> list[int]:
     return [blocks // n + (i < blocks % n) for i in range(n)]
 
 
-def shard_source(source: Source, params: Params, layout: Layout, log: Log = print) -> dict:
+def shard_source(source: Source, params: Params, layout: Layout) -> tuple[dict, int]:
+    """One source's shards (a task that may run on a cluster worker: it logs nothing itself);
+    returns the index and how many shard files it wrote."""
     tok_index = fsio.read_json(layout.tokens / source.name / "index.json")
     dtype = DTYPES[tok_index["dtype"]]
     stream = TokenStream([layout.tokens / source.name / p["file"] for p in tok_index["parts"]], dtype)
@@ -95,13 +99,16 @@ def shard_source(source: Source, params: Params, layout: Layout, log: Log = prin
              "total_blocks": blocks, "total_tokens": blocks * block,
              "tail_tokens_dropped": len(stream) - blocks * block}
     fsio.write_json(out_dir / "index.json", index)
-    log(f"shard: {source.name}: {blocks} blocks of {block} tokens in {len(shards)} shard(s) "
-        f"({written} written, {len(shards) - written} already in place)")
-    return index
+    return index, written
 
 
 def run(params: Params, layout: Layout, log: Log = print, mapper: Mapper = thread_map) -> dict[str, dict]:
-    return per_source(layout.shards, params.sources, lambda s: shard_source(s, params, layout, log), mapper)
+    done = per_source(layout.shards, params.sources, functools.partial(shard_source, params=params, layout=layout),
+                      mapper)
+    for name, (ix, written) in done.items():
+        log(f"shard: {name}: {ix['total_blocks']} blocks of {ix['block_tokens']} tokens in {len(ix['shards'])} "
+            f"shard(s) ({written} written, {len(ix['shards']) - written} already in place)")
+    return {name: ix for name, (ix, _) in done.items()}
 
 
 def verify_shard(shard_dir: Path, entry: dict, mode: str = "full") -> None:

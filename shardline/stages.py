@@ -13,6 +13,13 @@ from typing import Callable
 _MODULES = {"download": "download", "clean": "clean", "tokenize": "encode", "shard": "shard", "train": "train",
             "report": "report"}
 NAMES = tuple(_MODULES)
+PARTED = ("clean", "tokenize", "shard")  # per-part work that params.yaml's `engine` may spread
+
+
+def uses_engine(params, name: str) -> bool:
+    """True when the stage's parts go to the Prefect task runner `engine.runner` names (Dask,
+    Ray, processes) instead of the engine's own threads."""
+    return name in PARTED and params.engine.runner != "threads"
 
 
 def runner(name: str) -> Callable:

@@ -1,0 +1,140 @@
+"""The data stages on a cluster: a real Dask scheduler and workers on 127.0.0.1, started here.
+
+clean + tokenize + shard through the Dask runner (and the process pool) write the same bytes as
+the engine's threads; a worker that cannot import the project fails the stage with a message
+naming it, within engine.connect_timeout_s, instead of hanging.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import sysconfig
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import BIN, env_for, run, small_params, stdlib_files, write_params
+
+SL = str(BIN / "shardline")
+PARTED = ("clean", "tokenize", "shard")
+
+
+class DaskCluster:
+    """`dask scheduler` + `dask worker`s as separate processes, like a real deployment."""
+
+    def __init__(self, tmp: Path, workers: int = 2, worker_env: dict | None = None, worker_cmd=None):
+        self.procs: list[subprocess.Popen] = []
+        self.file = tmp / "scheduler.json"
+        self.log = open(tmp / "dask.log", "ab")
+        self._spawn([str(BIN / "dask"), "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
+                     "--scheduler-file", str(self.file)], env_for())
+        deadline = time.time() + 60
+        while not self.file.exists():
+            assert time.time() < deadline, "dask scheduler did not start"
+            time.sleep(0.2)
+        import json
+
+        self.address = json.loads(self.file.read_text())["address"]
+        cmd = worker_cmd or [str(BIN / "dask"), "worker"]
+        for _ in range(workers):
+            self._spawn([*cmd, self.address, "--nthreads", "1", "--no-dashboard", "--host", "127.0.0.1"],
+                        worker_env or env_for(), cwd=tmp)
+        from distributed import Client
+
+        with Client(self.address, timeout=60) as c:
+            c.wait_for_workers(workers, timeout=120)
+
+    def _spawn(self, cmd, env, cwd=None):
+        self.procs.append(subprocess.Popen(cmd, env=env, cwd=cwd, stdout=self.log, stderr=subprocess.STDOUT,
+                                           start_new_session=True))
+
+    def close(self):
+        for p in reversed(self.procs):
+            p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        self.log.close()
+
+
+def _project(root: Path, **engine) -> Path:
+    root.mkdir(parents=True)
+    src = root / "input"
+    src.mkdir()
+    for f in stdlib_files(24):
+        (src / f"{f.parent.name}_{f.name}").write_bytes(f.read_bytes())
+    # ~8 parts: enough that both workers get several
+    params = small_params([{"name": "code", "uri": str(src), "format": "txt"}], clean={"part_mb": 0.04})
+    params["engine"] = {**params["engine"], **engine}
+    write_params(root, params)
+    return root
+
+
+def _tree(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for d in ("data/clean", "data/tokenizer", "data/tokens", "data/shards")
+            for p in sorted((root / d).rglob("*")) if p.is_file()}
+
+
+def _line(root: Path, env: dict, stages=("download", *PARTED)) -> str:
+    return "".join(run([SL, "stage", s], root, env=env, timeout=600).stderr for s in stages)
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    c = DaskCluster(tmp_path)
+    yield c
+    c.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_dask_and_process_runners_write_the_same_bytes_as_threads(tmp_path, cluster, prefect_server):
+    ref = _project(tmp_path / "threads")
+    _line(ref, env_for())
+    expected = _tree(ref)
+    assert len([k for k in expected if k.startswith("data/clean/code/part-")]) >= 6
+
+    dask = _project(tmp_path / "dask", runner="dask", address=cluster.address)
+    _line(dask, {**prefect_server, "PREFECT_LOGGING_LEVEL": "INFO"})
+    assert _tree(dask) == expected
+    from distributed import Client
+
+    with Client(cluster.address, timeout=30) as c:  # the parts really ran on both workers
+        done = c.run(lambda dask_worker: dask_worker.state.transition_counter)
+    assert len(done) == 2 and all(n > 0 for n in done.values()), done
+
+    procs = _project(tmp_path / "procs", runner="processes", workers=2)
+    _line(procs, prefect_server)
+    assert _tree(procs) == expected
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_worker_without_the_project_fails_the_stage_clearly(tmp_path, prefect_server):
+    # The worker has every library but not this project: site-packages on PYTHONPATH with
+    # site disabled, so the editable install's .pth file is never read, and cwd outside the repo.
+    site = sysconfig.get_paths()["purelib"]
+    env = {k: v for k, v in env_for().items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = site
+    cmd = [sys.executable, "-S", "-m", "distributed.cli.dask_worker"]
+    cluster = DaskCluster(tmp_path, workers=1, worker_env=env, worker_cmd=cmd)
+    try:
+        root = _project(tmp_path / "p", runner="dask", address=cluster.address, connect_timeout_s=30)
+        run([SL, "stage", "download"], root)
+        t0 = time.monotonic()
+        r = run([SL, "stage", "clean"], root, env=prefect_server, check=False, timeout=240)
+        took = time.monotonic() - t0
+    finally:
+        cluster.close()
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "1 of 1 Dask worker(s) cannot run this project's tasks" in r.stderr, r.stderr
+    assert "No module named" in r.stderr and "pip install -e ." in r.stderr, r.stderr
+    assert took < 120, took
+    assert not list((root / "data").glob("clean/*/part-*.parquet"))  # nothing half-written
