@@ -15,6 +15,7 @@ stage (DVC skips the finished ones) and inside it (parts, checkpoints on disk).
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -28,6 +29,7 @@ from flows import stages as stage_flows
 from shardline import config, stages
 from shardline.errors import ShardlineError
 from shardline.layout import Layout
+from shardline.remote import aws_env
 from tasks import options
 
 
@@ -130,8 +132,14 @@ def retrain(root: str = ".", params_file: str = "params.yaml") -> dict:
     if params.retrain.git_commit:
         _git_commit(root, logger)
     if params.retrain.dvc_push:
-        subprocess.run(["dvc", "push"], cwd=root, check=True)
+        dvc_push(root)
     return {"retrained": True, "stages": report}
+
+
+def dvc_push(root: str) -> None:
+    """`dvc push` to the project's default remote; S3 credentials come from the environment
+    only (aws_env: without any, the EC2 metadata endpoint is never probed)."""
+    subprocess.run(["dvc", "push"], cwd=root, check=True, env=aws_env(dict(os.environ)))
 
 
 def _git_commit(root: str, logger) -> None:

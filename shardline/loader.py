@@ -15,6 +15,9 @@ Contract:
   differ, naming the field and the override, unless `allow_change` is set.
 - Every shard is verified against index.json before its first block is read (sha256, or size
   only with verify="size"); a bad shard raises ShardCorrupt and nothing from it is yielded.
+- With `shards_uri` the index files and shards come from object storage (shardline.remote;
+  shardline.shardcache verifies on arrival, caches within cache_mb and prefetches in the exact
+  order the coming steps need); the order and batches are those of the same shards on disk.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ from . import fsio
 from .errors import BadInput, ShardlineError
 from .mixing import Schedule
 from .permute import Permutation, key_for
+from .remote import Remote, read_indexes
+from .shardcache import Fetcher
 from .shard import DTYPES, verify_shard
 
 
@@ -59,13 +64,15 @@ class Source:
         return int(self.starts[-1])
 
 
-def open_sources(shards_dir: str | Path, names: Sequence[str]) -> list[Source]:
-    out = []
-    for name in names:
-        path = Path(shards_dir) / name / "index.json"
-        if not path.exists():
-            raise BadInput(f"{path}: missing; build shards first ('dvc repro shard')")
-        out.append(Source(name, path.parent, fsio.read_json(path)))
+def open_sources(shards_dir: str | Path, names: Sequence[str], remote: Remote | None = None) -> list[Source]:
+    if remote is not None:  # the index files come from the store; shards are fetched when first needed
+        out = [Source(n, Path(remote.cache_dir), ix) for n, ix in zip(names, read_indexes(remote, names))]
+    else:
+        paths = [Path(shards_dir) / name / "index.json" for name in names]
+        for path in paths:
+            if not path.exists():
+                raise BadInput(f"{path}: missing; build shards first ('dvc repro shard')")
+        out = [Source(name, p.parent, fsio.read_json(p)) for name, p in zip(names, paths)]
     geometry = {(s.index["seq_len"], s.index["dtype"], s.index["tokenizer_sha256"]) for s in out}
     if len(geometry) != 1:
         raise BadInput(f"{shards_dir}: sources disagree on seq_len/dtype/tokenizer ({geometry}); re-run 'dvc repro'")
@@ -122,14 +129,16 @@ class Spec:
     rank: int = 0
     world: int = 1
     verify: str = "full"
+    remote: Remote | None = None  # loader.shards_uri and its cache
 
 
 class Reader:
     """Reads blocks from shards, verifying each shard before its first use in this process."""
 
-    def __init__(self, spec: Spec):
-        self.spec = spec
-        self.sources = open_sources(spec.shards_dir, spec.sources)
+    def __init__(self, spec: Spec, workers: int = 1):
+        self.spec, self.workers = spec, workers  # it serves every workers-th step (DataLoader workers)
+        self.sources = open_sources(spec.shards_dir, spec.sources, spec.remote)
+        self.fetcher: Fetcher | None = None  # made at first use: a reader that never reads fetches nothing
         self.order = Order(self.sources, dict(spec.mix), spec.seed)
         ix = self.sources[0].index
         self.width, self.dtype = ix["seq_len"] + 1, DTYPES[ix["dtype"]]
@@ -137,7 +146,15 @@ class Reader:
         self.chunk: tuple[int, np.ndarray] | None = None  # (first position, ids): order computed ahead
         self.chunk_steps = 1  # doubles up to CHUNK_POSITIONS: a resume's first batch stays cheap
 
+    def fetch(self) -> Fetcher:
+        if self.fetcher is None:
+            self.fetcher = Fetcher(self.spec.remote, [(s.name, s.index) for s in self.sources], dtype=self.dtype,
+                                   width=self.width, verify=self.spec.verify, share=self.workers)
+        return self.fetcher
+
     def _map(self, s: int, shard: int) -> np.memmap:
+        if self.spec.remote is not None:  # verified on arrival; not kept here, since the cache may evict it
+            return self.fetch().array((s << 32) | shard)
         mm = self.maps.get((s, shard))
         if mm is None:
             source = self.sources[s]
@@ -161,22 +178,32 @@ class Reader:
         out[order] = buf
         return out
 
-    def global_ids(self, step_start: int) -> np.ndarray:
+    def global_ids(self, step_start: int, ahead: bool = False) -> np.ndarray:
         """The whole global batch at `step_start` (every rank's blocks). The order is computed a
         chunk of steps ahead: per-call numpy overhead, not arithmetic, dominates small batches."""
         g = self.spec.global_batch
         if self.chunk is None or not self.chunk[0] <= step_start <= self.chunk[0] + len(self.chunk[1]) - g:
+            if ahead:  # a prefetch look-ahead must not move the chunk the reads use
+                return self.order.blocks(step_start, g)
             self.chunk = (step_start, self.order.blocks(step_start, g * self.chunk_steps))
             self.chunk_steps = min(2 * self.chunk_steps, max(1, CHUNK_POSITIONS // g))
         off = step_start - self.chunk[0]
         return self.chunk[1][off:off + g]
 
-    def rank_ids(self, step_start: int) -> np.ndarray:
+    def rank_ids(self, step_start: int, ahead: bool = False) -> np.ndarray:
         per = self.spec.global_batch // self.spec.world
-        return self.global_ids(step_start)[self.spec.rank * per:(self.spec.rank + 1) * per]
+        return self.global_ids(step_start, ahead)[self.spec.rank * per:(self.spec.rank + 1) * per]
+
+    def _keys_at(self, step_start: int) -> list[int]:
+        """The shards this reader reads at a step, in the order read() visits them."""
+        ids = self.rank_ids(step_start, ahead=True)
+        return np.unique(ids[:, 0] * (1 << 32) + ids[:, 1]).tolist()
 
     def batch(self, step_start: int) -> tuple[torch.Tensor, torch.Tensor]:
-        arr = torch.from_numpy(self.read(self.rank_ids(step_start)))
+        ids = self.rank_ids(step_start)
+        if self.spec.remote is not None:
+            self.fetch().advance(step_start, self._keys_at, self.workers * self.spec.global_batch)
+        arr = torch.from_numpy(self.read(ids))
         return arr[:, :-1], arr[:, 1:]
 
 
@@ -189,7 +216,7 @@ class _Steps(torch.utils.data.IterableDataset):
     def __iter__(self):
         info = torch.utils.data.get_worker_info()
         w, nw = (info.id, info.num_workers) if info else (0, 1)
-        reader = Reader(self.spec)
+        reader = Reader(self.spec, workers=nw)
         step = w
         while True:
             yield reader.batch(self.first_block + step * self.spec.global_batch)
@@ -201,12 +228,17 @@ class Loader:
 
     def __init__(self, shards_dir: str | Path, *, sources: Sequence[str], mix: Mapping[str, float], seed: int,
                  global_batch: int, rank: int = 0, world: int = 1, num_workers: int = 0, verify: str = "full",
-                 log: Callable[[str], None] | None = None):
+                 log: Callable[[str], None] | None = None, shards_uri: str | None = None,
+                 cache_dir: str | Path | None = None, cache_mb: float = 4096.0, prefetch: int = 2):
         if global_batch % world:
             raise BadInput(f"loader.global_batch ({global_batch}) must be divisible by the world size ({world})")
         if verify not in ("full", "size"):
             raise BadInput(f"loader.verify: must be 'full' or 'size', got {verify!r}")
-        self.spec = Spec(str(shards_dir), tuple(sources), tuple(mix.items()), seed, global_batch, rank, world, verify)
+        if shards_uri and not cache_dir:
+            raise BadInput("loader.cache_dir: required with loader.shards_uri (where streamed shards are cached)")
+        remote = Remote(shards_uri, str(cache_dir), cache_mb, prefetch) if shards_uri else None
+        self.spec = Spec(str(shards_dir), tuple(sources), tuple(mix.items()), seed, global_batch, rank, world, verify,
+                         remote)
         self.reader = Reader(self.spec)
         self.num_workers, self.log = num_workers, log
         self.blocks_consumed = 0
@@ -218,9 +250,11 @@ class Loader:
         if params.mix is None:
             raise BadInput("mix: required to load data; give every source a weight in params.yaml")
         c = params.loader
+        root = Path(shards_dir).resolve().parents[1]  # data/shards sits two below the project root (Layout)
         return cls(shards_dir, sources=[s.name for s in params.sources], mix=params.mix, seed=c.seed,
                    global_batch=c.global_batch, rank=rank, world=world, num_workers=c.num_workers,
-                   verify=c.verify, log=log if c.debug_batch_hashes else None)
+                   verify=c.verify, log=log if c.debug_batch_hashes else None, shards_uri=c.shards_uri,
+                   cache_dir=root / c.cache_dir, cache_mb=c.cache_mb, prefetch=c.prefetch)
 
     @property
     def seq_len(self) -> int:
