@@ -8,6 +8,7 @@
   shardline params          validate params.yaml and print the resolved settings
   shardline checkpoints     list checkpoints, valid or not and why
   shardline lineage CKPT    what a checkpoint was trained on (data version, mix, rules, code)
+  shardline push-shards URI publish data/shards at an fsspec URL (s3://...) for loader.shards_uri
 
 Errors from the engine are printed as one clear message (no traceback) with exit code 2;
 transient failures exit 75 (EX_TEMPFAIL) so wrappers can tell them apart.
@@ -88,6 +89,16 @@ def cmd_lineage(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_push_shards(args: argparse.Namespace) -> int:
+    from shardline import remote
+
+    layout = Layout.at(args.root)
+    params = config.load(Path(layout.root, args.params))
+    sent = remote.upload_shards(layout.shards, args.uri, [s.name for s in params.sources], log=_log)
+    _log(f"push-shards: {sent} file(s) sent; set loader.shards_uri: {args.uri} to stream them")
+    return 0
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     import contextlib
     import os
@@ -132,6 +143,9 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("checkpoint", help="a step-NNNNNNNNN directory (or its name, or 'latest')")
     s.add_argument("--json", action="store_true", help="the raw lineage as JSON")
     s.set_defaults(fn=cmd_lineage)
+    s = sub.add_parser("push-shards", help="publish data/shards at an fsspec URL for loader.shards_uri")
+    s.add_argument("uri", help="e.g. s3://bucket/project/shards (credentials from the AWS_* environment)")
+    s.set_defaults(fn=cmd_push_shards)
     return p
 
 

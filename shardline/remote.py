@@ -76,3 +76,32 @@ def read_indexes(remote: Remote, names: Sequence[str]) -> list[dict]:
         except Exception as e:
             raise _failed(f"{remote.uri.rstrip('/')}/{name}/index.json", e) from e
     return out
+
+
+def upload_shards(shards_dir: str | Path, uri: str, names: Sequence[str], log=print) -> int:
+    """Publish data/shards at `uri` for loader.shards_uri. Per source, the shards go first and
+    index.json last, so a reader never finds an index naming shards that are not there yet; a
+    shard already stored with the same size is not sent again (its sha256 is checked on every
+    fetch anyway). Returns how many files were sent."""
+    from .shard import verify
+
+    fs, root = filesystem(uri)
+    sent = 0
+    for name in names:
+        local = Path(shards_dir, name)
+        index = verify(local)  # never publish a shard that does not match its own index
+        for entry in index["shards"]:
+            target = f"{root}/{name}/{entry['file']}"
+            try:
+                if fs.exists(target) and fs.size(target) == entry["bytes"]:
+                    continue
+                fs.put_file(str(local / entry["file"]), target)
+            except Exception as e:
+                raise _failed(target, e) from e
+            sent += 1
+        try:
+            fs.put_file(str(local / "index.json"), f"{root}/{name}/index.json")
+        except Exception as e:
+            raise _failed(f"{root}/{name}/index.json", e) from e
+        log(f"push-shards: {name}: {len(index['shards'])} shard(s) at {uri.rstrip('/')}/{name}")
+    return sent + len(names)

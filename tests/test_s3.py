@@ -18,7 +18,7 @@ from shardline.errors import ShardCorrupt
 from shardline.layout import Layout
 from shardline.loader import Loader
 from shardline.remote import FetchError, Remote, aws_env, read_indexes
-from tests.conftest import BIN, init_repo, run, small_params, stdlib_files, write_params
+from tests.conftest import BIN, env_for, init_repo, run, small_params, stdlib_files, write_params
 from tests.s3 import BUCKET, CountingServer, aws, client, s3_env, upload_dir  # noqa: F401 (fixtures)
 from tests.test_loader import ids, make_shards
 
@@ -72,8 +72,14 @@ def loader_for(root: Path, **loader_keys) -> Loader:
 
 @pytest.fixture(scope="module")
 def shards_uri(project, s3_env) -> str:
-    upload_dir(s3_env, project / "data/shards", BUCKET, "proj/data/shards")
-    return f"s3://{BUCKET}/proj/data/shards"
+    """Published the way a user does it: `shardline push-shards URI` (shards first, index last)."""
+    uri = f"s3://{BUCKET}/proj/data/shards"
+    r = run([str(BIN / "shardline"), "push-shards", uri], project, env={**env_for(), **s3_env})
+    assert "set loader.shards_uri" in r.stderr, r.stderr
+    keys = [o["Key"] for o in client(s3_env).list_objects_v2(Bucket=BUCKET, Prefix="proj/data/shards/")["Contents"]]
+    assert sorted(k.split("proj/data/shards/")[1] for k in keys) == sorted(
+        str(p.relative_to(project / "data/shards")) for p in (project / "data/shards").rglob("*") if p.is_file())
+    return uri
 
 
 @pytest.mark.slow  # builds the tiny project with dvc repro (once per module)
