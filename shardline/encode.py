@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 
 import itertools
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
@@ -33,6 +34,7 @@ from .shard import DTYPES, dtype_for
 
 Log = Callable[[str], None]
 PROBE_DOCS = 256
+PROBE_CHARS = 4096  # per probe doc: the proof covers every source's text, not whole files (HF is the slow side)
 
 
 @dataclass(frozen=True)
@@ -115,10 +117,39 @@ def _done(job: Job) -> dict | None:
     return meta if meta["key"] == job.key and job.out.stat().st_size == meta["bytes"] else None
 
 
-def encode_part(job: Job, encoder: "tokenizer.Encoder", eos: int, dtype: np.dtype) -> dict:
+@dataclass(frozen=True)
+class Recipe:
+    """How to rebuild the driver's encoder in any process: tasks carry this (a few hundred bytes),
+    not the encoder (Dask hashes and pickles every task's arguments; an encoder is ~100 KB and
+    rebuilding tiktoken's core on each unpickle cost the driver seconds of CPU per stage)."""
+
+    path: str     # data/tokenizer/tokenizer.json, on the filesystem every worker shares
+    sha256: str   # what it must hash to: a worker never encodes with another tokenizer
+    backend: str  # the backend the driver chose (and proved identical on its probe)
+
+
+_ENCODERS: dict[Recipe, "tokenizer.Encoder"] = {}
+_ENCODERS_LOCK = threading.Lock()
+
+
+def encoder_for(recipe: Recipe) -> "tokenizer.Encoder":
+    """This process's encoder for `recipe`, built once (threads share it)."""
+    with _ENCODERS_LOCK:
+        enc = _ENCODERS.get(recipe)
+        if enc is None:
+            got = fsio.sha256_file(recipe.path)
+            if got != recipe.sha256:
+                raise BadInput(f"{recipe.path}: sha256 {got[:12]} is not the tokenizer this stage started with "
+                               f"({recipe.sha256[:12]}); was data/tokenizer changed mid-stage? re-run the stage")
+            enc = _ENCODERS[recipe] = tokenizer.Encoder.build(tokenizer.load(recipe.path), backend=recipe.backend)
+        return enc
+
+
+def encode_part(job: Job, recipe: Recipe, eos: int, dtype: np.dtype) -> dict:
     done = _done(job)
     if done:
         return {**done, "skipped": True}
+    encoder = encoder_for(recipe)
     docs = tokens = 0
     with fsio.atomic_writer(job.out) as f:
         for batch in clean.read_texts(job.src):
@@ -139,7 +170,7 @@ def _probe(parts: dict[str, list[Path]]) -> list[str]:
     texts: list[str] = []
     for ps in parts.values():  # the first documents of every source: code, prose, unicode alike
         for batch in clean.read_texts(ps[0], batch_size=PROBE_DOCS // len(parts) + 1):
-            texts += batch
+            texts += [t[:PROBE_CHARS] for t in batch]
             break
     return texts
 
@@ -149,6 +180,9 @@ def run(params: Params, layout: Layout, log: Log = print, mapper: Mapper = threa
     tok, tmeta = prepare_tokenizer(params, layout, parts, log)
     encoder = tokenizer.Encoder.build(tok, backend=params.tokenizer.backend, probe_texts=_probe(parts))
     log(f"tokenize: encoder {encoder.backend}: {encoder.reason}")
+    recipe = Recipe(str(layout.tokenizer / "tokenizer.json"), tmeta["sha256"], encoder.backend)
+    with _ENCODERS_LOCK:
+        _ENCODERS[recipe] = encoder  # in-process runners (threads) reuse the proven one
     dtype = DTYPES[tmeta["dtype"]]
     jobs = [Job(name, p, layout.tokens / name / f"{p.stem}.bin",
                 fsio.stable_hash([_part_key(p), tmeta["sha256"], tmeta["eos_id"], tmeta["dtype"]]))
@@ -156,7 +190,7 @@ def run(params: Params, layout: Layout, log: Log = print, mapper: Mapper = threa
     for name in parts:
         (layout.tokens / name).mkdir(parents=True, exist_ok=True)
         fsio.remove_temps(layout.tokens / name)
-    results = mapper(functools.partial(encode_part, encoder=encoder, eos=tmeta["eos_id"], dtype=dtype), jobs)
+    results = mapper(functools.partial(encode_part, recipe=recipe, eos=tmeta["eos_id"], dtype=dtype), jobs)
     skipped = sum(r["skipped"] for r in results)
     log(f"tokenize: {len(jobs)} part(s), {skipped} already done, {len(jobs) - skipped} encoded")
     indexes = {}

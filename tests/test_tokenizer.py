@@ -281,3 +281,26 @@ def test_train_rejects_bad_arguments():
         T.train_bpe(["x"], vocab_size=100, special_tokens=SPECIALS)
     with pytest.raises(BadInput, match="distinct"):
         T.train_bpe(["x"], vocab_size=1000, special_tokens=["<a>", "<a>"])
+
+
+def test_workers_rebuild_the_drivers_encoder_from_a_recipe_and_refuse_another_tokenizer(small, tmp_path):
+    """Tasks carry a Recipe, not the encoder: each process builds it once from the shared
+    tokenizer.json, with the backend the driver proved, and never from a file that changed."""
+    import shutil
+
+    from shardline import encode, fsio
+    from shardline.errors import BadInput
+
+    path = tmp_path / "tokenizer.json"
+    T.save(small, path)
+    recipe = encode.Recipe(str(path), fsio.sha256_file(path), "tiktoken")
+    enc = encode.encoder_for(recipe)
+    assert enc is encode.encoder_for(recipe) and enc.backend == "tiktoken"  # built once per process
+    text = ["def f(x):\n    return x + 1  # ünïcode"]
+    assert enc.encode_batch(text) == T.Encoder.build(small, backend="hf").encode_batch(text)
+    other = tmp_path / "other.json"
+    shutil.copy(path, other)
+    with open(other, "a") as f:
+        f.write(" ")
+    with pytest.raises(BadInput, match="not the tokenizer this stage started with"):
+        encode.encoder_for(encode.Recipe(str(other), recipe.sha256, "tiktoken"))
