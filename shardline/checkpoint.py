@@ -169,12 +169,13 @@ def latest_valid(root: Path, log: Log = print) -> Path | None:
     return None
 
 
-def load(path: Path) -> tuple[dict[str, Any], dict, dict]:
-    """(tensors by file name, train state, manifest) of a verified checkpoint."""
+def load(path: Path, skip: tuple[str, ...] = ()) -> tuple[dict[str, Any], dict, dict]:
+    """(tensors by file name, train state, manifest) of a verified checkpoint; `skip`: tensor
+    files not to read (e.g. what another rank will broadcast)."""
     path = Path(path)
     manifest = json.loads((path / MANIFEST).read_text())
     tensors = {name: torch.load(path / name, map_location="cpu", weights_only=True)
-               for name in manifest["files"] if name != STATE}
+               for name in manifest["files"] if name != STATE and name not in skip}
     return tensors, json.loads((path / STATE).read_text()), manifest
 
 

@@ -9,9 +9,11 @@ Contract:
   never killed (tests/test_train.py).
 - Resume refuses data, mix or batch-geometry changes (the loader's invariants plus
   grad_accum) unless train.allow_data_change, which is then recorded in the lineage.
-- Under torchrun (RANK/WORLD_SIZE set) ranks share each global batch (the loader's elastic
-  slices); gradients are averaged by DDP; rank 0 writes checkpoints and metrics, everyone
-  waits at a barrier. `train.nproc_per_node > 1` makes `run` relaunch itself under torchrun.
+- Under torchrun (RANK/WORLD_SIZE set, one node or many) ranks share each global batch (the
+  loader's elastic slices); gradients are averaged by DDP or FSDP (train.strategy, see
+  shardline.dist); global rank 0 writes checkpoints (always the full, single-process state)
+  and metrics, everyone waits at a barrier. `train.nproc_per_node > 1` makes `run` relaunch
+  itself under torchrun on this machine.
 - Per step, data/metrics/train.jsonl gets tokens, step/data-wait/compute time, tokens/s, MFU
   (shardline.monitor); a resumed run first drops lines past its checkpoint.
 """
@@ -19,12 +21,9 @@ Contract:
 from __future__ import annotations
 
 import contextlib
-import datetime
 import hashlib
 import math
 import os
-import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +33,8 @@ import torch
 
 from . import chaos, checkpoint, fsio, lineage, rng
 from .config import Params, Train
-from .errors import BadInput, ShardlineError
+from .dist import Dist, relaunch_under_torchrun
+from .errors import BadInput
 from .layout import Layout
 from .loader import Loader
 from .model import GPT, GPTConfig, configure_optimizer
@@ -53,32 +53,6 @@ def lr_at(step: int, cfg: Train) -> float:
 
 def step_seed(seed: int, step: int, rank: int) -> int:
     return int.from_bytes(hashlib.blake2b(f"{seed}:{step}:{rank}".encode(), digest_size=8).digest(), "little")
-
-
-class Dist:
-    """This process's place in a torchrun job (a single process when not under torchrun)."""
-
-    def __init__(self, cfg: Train, device: torch.device):
-        self.world = int(os.environ.get("WORLD_SIZE", "1"))
-        self.rank = int(os.environ.get("RANK", "0"))
-        if self.world > 1 and not torch.distributed.is_initialized():
-            torch.distributed.init_process_group("nccl" if device.type == "cuda" else "gloo",
-                                                 timeout=datetime.timedelta(seconds=cfg.dist_timeout_s))
-
-    def barrier(self) -> None:
-        if self.world > 1:
-            torch.distributed.barrier()
-
-    def mean(self, value: torch.Tensor) -> float:
-        if self.world > 1:
-            value = value.clone()
-            torch.distributed.all_reduce(value)
-            value /= self.world
-        return float(value)
-
-    def close(self) -> None:
-        if self.world > 1 and torch.distributed.is_initialized():
-            torch.distributed.destroy_process_group()
 
 
 def _device(cfg: Train) -> torch.device:
@@ -119,8 +93,10 @@ class Position:
     changed: list[str] = field(default_factory=list)
 
 
-def _resume(latest: Path, cfg: Train, params: Params, loader: Loader, model, opt, scaler) -> Position:
-    tensors, state, manifest = checkpoint.load(latest)
+def _resume(latest: Path, cfg: Train, params: Params, loader: Loader, dist: Dist, model, opt, scaler) -> Position:
+    # fsdp ranks > 0 get the model and optimizer broadcast by rank 0: not a full copy in each one's memory
+    skip = () if dist.holds_full_state else ("model.pt", "optimizer.pt")
+    tensors, state, manifest = checkpoint.load(latest, skip=skip)
     saved_model = manifest["lineage"]["params"]["model"]
     if saved_model != params.section("model"):
         raise BadInput(f"train: {latest} was trained with model {saved_model}, params.yaml now says "
@@ -133,8 +109,7 @@ def _resume(latest: Path, cfg: Train, params: Params, loader: Loader, model, opt
             raise BadInput(f"train: batch geometry changed since {latest.name}: {msg}; "
                            "set train.allow_data_change: true to continue anyway (recorded in the lineage)")
         changed.append(msg)
-    model.load_state_dict(tensors["model.pt"])
-    opt.load_state_dict(tensors["optimizer.pt"])
+    dist.load_full_state(model, opt, tensors.get("model.pt"), tensors.get("optimizer.pt"))
     scaler.load_state_dict(tensors["scaler.pt"])
     rng.restore(tensors["rng.pt"])
     step = state["step"]
@@ -156,16 +131,6 @@ def _archive_if_data_changed(latest: Path, loader: Loader, ckpts: Path, log: Log
     log(f"train: data changed since {latest.name}; its checkpoints moved to {dest} and training starts fresh")
 
 
-def relaunch_under_torchrun(params: Params, layout: Layout, log: Log) -> dict:
-    n = params.train.nproc_per_node
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}",
-           "--no-python", str(Path(sys.executable).with_name("shardline")), "--root", str(layout.root), "stage", "train"]
-    log(f"train: launching {n} processes: {' '.join(cmd)}")
-    if subprocess.run(cmd).returncode:
-        raise ShardlineError(f"train: torchrun with {n} processes failed (see the rank logs above)")
-    return {"nproc": n}
-
-
 def run(params: Params, layout: Layout, log: Log = print, mapper=None, run_id: str | None = None,
         on_step: Callable[[int, int], None] | None = None) -> dict:
     """Train to this data version's start + train.steps. `on_step(step, target)` reports progress."""
@@ -178,12 +143,11 @@ def run(params: Params, layout: Layout, log: Log = print, mapper=None, run_id: s
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     device = _device(cfg)
-    dist = Dist(cfg, device)
-    try:
-        return _train(params, layout, log if dist.rank == 0 else (lambda _: None), device, dist, run_id,
-                      on_step if dist.rank == 0 else None)
-    finally:
-        dist.close()
+    dist = Dist(cfg, device, log)
+    summary = _train(params, layout, log if dist.rank == 0 else (lambda _: None), device, dist, run_id,
+                     on_step if dist.rank == 0 else None)
+    dist.close()  # not on an exception: see Dist.close
+    return summary
 
 
 def _train(params: Params, layout: Layout, log: Log, device: torch.device, dist: Dist, run_id: str | None,
@@ -199,6 +163,7 @@ def _train(params: Params, layout: Layout, log: Log, device: torch.device, dist:
     latest = checkpoint.latest_valid(ckpts, log)
     rng.seed_all(cfg.seed)
     model = GPT(gcfg).to(device)
+    net = dist.wrap(model, model.transformer.h)
     opt = configure_optimizer(model, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(cfg.beta1, cfg.beta2),
                               device_type=device.type)
     scaler = torch.amp.GradScaler(device.type, enabled=cfg.precision == "fp16")
@@ -208,14 +173,13 @@ def _train(params: Params, layout: Layout, log: Log, device: torch.device, dist:
     dist.barrier()
     latest = checkpoint.latest_valid(ckpts, log) if latest is not None else None
     if latest is not None:
-        pos = _resume(latest, cfg, params, loader, model, opt, scaler)
+        pos = _resume(latest, cfg, params, loader, dist, model, opt, scaler)
         log(f"train: resuming from {latest.name} (step {pos.step}, {pos.tokens_seen:,} tokens)"
             + (f"; ALLOWED CHANGES: {'; '.join(pos.changed)}" if pos.changed else ""))
     else:
         log(f"train: fresh start, {GPT.__name__} with {model.num_params():,} parameters")
     step, tokens_seen, target = pos.step, pos.tokens_seen, pos.version_start + cfg.steps
     lin = lineage.collect(params, layout, loader.version, parent=pos.parent, run_id=run_id, data_change=pos.changed)
-    net = torch.nn.parallel.DistributedDataParallel(model) if dist.world > 1 else model
     if cfg.compile:
         net = torch.compile(net)
     if dist.rank == 0:
@@ -244,8 +208,7 @@ def _train(params: Params, layout: Layout, log: Log, device: torch.device, dist:
             wait += time.perf_counter() - tw
             hashes.append(loader.last_batch)
             x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-            sync = net.no_sync() if dist.world > 1 and micro < cfg.grad_accum - 1 else contextlib.nullcontext()
-            with sync:
+            with dist.grad_sync(net, last=micro == cfg.grad_accum - 1):
                 with autocast:
                     _, loss = net(x, y)
                 loss = loss / cfg.grad_accum
@@ -263,15 +226,17 @@ def _train(params: Params, layout: Layout, log: Log, device: torch.device, dist:
         dt = time.perf_counter() - t0
         monitor.step(step, loss=loss_value, lr=opt.param_groups[0]["lr"], data_wait_s=wait,
                      compute_s=dt - wait, step_s=dt, extra={"batches": hashes})  # consumed ids, auditable
-        chaos.point("train.step")
+        chaos.point("train.step", f"{step}:rank{dist.rank}")  # e.g. train.step@3:rank1 kills one rank
         if on_step:
             on_step(step, target)
         if step % cfg.checkpoint_every == 0 or step == target:
+            full = dist.full_state(model, opt)  # every rank: a collective under fsdp
             if dist.rank == 0:
                 state = {"step": step, "tokens_seen": tokens_seen, "loader": loader.state_dict(),
-                         "grad_accum": cfg.grad_accum, "world_size": dist.world, "resumes": pos.resumes,
+                         "grad_accum": cfg.grad_accum, "world_size": dist.world, "strategy": dist.strategy,
+                         "resumes": pos.resumes,
                          "version_start_step": pos.version_start}
-                path = saver.submit(ckpts, step, {"model.pt": model.state_dict(), "optimizer.pt": opt.state_dict(),
+                path = saver.submit(ckpts, step, {"model.pt": full[0], "optimizer.pt": full[1],
                                                   "scaler.pt": scaler.state_dict(), "rng.pt": rng.capture()},
                                     state, lin, then=lambda _: checkpoint.retain(ckpts, cfg.keep_last,
                                                                                   cfg.keep_every, log))
