@@ -205,8 +205,14 @@ def main() -> None:
     if not args.skip_stream:
         from bench import stream
 
+        print("\nloader streaming from a local S3 server (moto) vs local disk:")
         results["loader streaming"] = stream.run(repeats=args.repeats)
-    print(json.dumps(results, indent=2))
+        stream.report(results["loader streaming"])
+    t = results["tokenize on dask"]
+    print(f"\nsummary: tokenize stage 2 vs 1 Dask worker {t['speedup']:.2f}x (parts phase {t['parts phase speedup']:.2f}x)"
+          + ("" if args.skip_stream else "; loader from S3 vs local, after the first batch: cold "
+             f"{results['loader streaming']['ratio']['steady']['s3 cold']:.2f}x, warm "
+             f"{results['loader streaming']['ratio']['steady']['s3 warm']:.2f}x"))
 
 
 if __name__ == "__main__":
