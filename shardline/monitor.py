@@ -49,10 +49,19 @@ _GPU_FALLBACK = 312e12
 
 
 def guess_peak_flops(device: torch.device) -> float:
+    """This rank's share of its device's peak fp32/bf16 FLOP/s, for MFU (an estimate).
+    CPU: the cores of this machine split over the ranks torchrun put on it (LOCAL_WORLD_SIZE),
+    at 2.5 GHz and 32 FLOP/cycle with two FMA units of AVX2/AVX-512 (16 without FMA)."""
     if device.type == "cuda" and torch.cuda.is_available():
         name = torch.cuda.get_device_name(device).upper()
         return next((peak for key, peak in _GPU_PEAK if key in name), _GPU_FALLBACK)
-    return (os.cpu_count() or 1) * 2.5e9 * 16
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        flags = ""
+    per_cycle = 32 if ("fma" in flags and ("avx2" in flags or "avx512f" in flags)) else 16
+    cores = (os.cpu_count() or 1) / max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    return cores * 2.5e9 * per_cycle
 
 
 def _gpu_util_reader(device: torch.device) -> Callable[[], float] | None:

@@ -123,3 +123,13 @@ def test_no_gpu_is_fine():
     assert guess_peak_flops(torch.device("cpu")) > 0
     mon.close()
     mon.close()
+
+
+def test_cpu_peak_is_shared_by_the_ranks_on_one_machine(monkeypatch):
+    """Two torchrun ranks on one CPU machine share its cores: each rank's peak is half, so the
+    job's peak (rank peak x world) is the machine's, not twice it (MFU was overstated 2x)."""
+    cpu = torch.device("cpu")
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    whole = guess_peak_flops(cpu)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert guess_peak_flops(cpu) == whole / 2
