@@ -2,9 +2,10 @@
 
     python -m bench [--quick]
 
-Runs bench.tokenize, bench.loader, bench.train (which includes the checkpoint benchmark) and
+Runs bench.tokenize, bench.loader, bench.train (which includes the checkpoint benchmark),
 bench.pipeline (no-op and full `dvc repro` vs the Prefect pipeline flow, on the default line
-with 10 training steps) one after another, each in its own process, and writes their full
+with 10 training steps) and bench.scale (tokenize on 2 Dask workers vs 1; the loader streaming
+from a local S3 server vs local disk) one after another, each in its own process, and writes their full
 output plus the headline lines to bench/REPORT.md. Every figure there is a median of >= 3
 interleaved repeats with min-max, and a same-run ratio against its baseline (raw HF/tiktoken,
 raw memmap, a bare torch loop, a bare torch.save, dvc repro). LitData's loader is not
@@ -23,8 +24,8 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-BENCHES = [("tokenize", []), ("loader", []), ("train", []), ("pipeline", [])]
-HEADLINE = re.compile(r"^\s*ratio |\(target|\((full|no-op)\)|identical: ")
+BENCHES = [("tokenize", []), ("loader", []), ("train", []), ("pipeline", []), ("scale", [])]
+HEADLINE = re.compile(r"^\s*ratio |\(target|\((full|no-op)\)|identical: |^summary: |parts phase: ")
 
 
 def main() -> None:
