@@ -12,6 +12,7 @@ import contextlib
 import hashlib
 import json
 import os
+import uuid
 import shutil
 from pathlib import Path
 from typing import Any, BinaryIO, Iterator
@@ -28,16 +29,19 @@ def fsync_dir(path: str | os.PathLike) -> None:
         os.close(fd)
 
 
-def temp_name(final: Path) -> Path:
-    return final.with_name(f".{final.name}{TMP_MARK}{os.getpid()}")
+def temp_name(final: Path, unique: bool = False) -> Path:
+    """`.<name>.tmp-<pid>`; `unique` adds a random tag, for writers of one file that may race
+    inside one process (two shard caches fetching the same shard)."""
+    tag = f"-{uuid.uuid4().hex[:8]}" if unique else ""
+    return final.with_name(f".{final.name}{TMP_MARK}{os.getpid()}{tag}")
 
 
 @contextlib.contextmanager
-def atomic_writer(final: str | os.PathLike) -> Iterator[BinaryIO]:
+def atomic_writer(final: str | os.PathLike, unique: bool = False) -> Iterator[BinaryIO]:
     """Open a binary temp file that becomes `final` only if the block completes."""
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = temp_name(final)
+    tmp = temp_name(final, unique)
     f = open(tmp, "wb")
     try:
         yield f

@@ -24,7 +24,6 @@ import hashlib
 import os
 import threading
 import time
-import uuid
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
@@ -158,10 +157,12 @@ class Fetcher:
             self.unread.discard(sha)
             return self.arrays[sha]
 
-    def close(self) -> None:
+    def close(self, timeout: float = 60.0) -> None:
+        """Stop fetching; a fetch in flight is let finish (or fail), so no temp file is left behind."""
         with self.cond:
             self.closed = True
             self.cond.notify_all()
+            self.cond.wait_for(lambda: self.inflight is None, timeout)
 
     # ---- under self.cond
 
@@ -235,32 +236,30 @@ class Fetcher:
     def _download(self, name: str, entry: dict, final: Path) -> None:
         url = f"{self.remote.uri.rstrip('/')}/{name}/{entry['file']}"
         fs, root = self.fs = self.fs or filesystem(self.remote.uri)  # made here: the thread that uses it
-        tmp = final.with_name(f".{final.name}{fsio.TMP_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}")
         for attempt in range(ATTEMPTS):
-            h, n = hashlib.sha256(), 0
             try:
-                with fs.open(f"{root}/{name}/{entry['file']}", "rb", block_size=CHUNK) as fin, open(tmp, "wb") as out:
-                    while chunk := fin.read(CHUNK):
-                        h.update(chunk)
-                        out.write(chunk)
-                        n += len(chunk)
-                    out.flush()
-                    os.fsync(out.fileno())
-                break
+                # the temp file becomes `final` only if the block ends: a refused shard never does
+                with fsio.atomic_writer(final, unique=True) as out:
+                    h, n = hashlib.sha256(), 0
+                    with fs.open(f"{root}/{name}/{entry['file']}", "rb", block_size=CHUNK) as fin:
+                        while chunk := fin.read(CHUNK):
+                            h.update(chunk)
+                            out.write(chunk)
+                            n += len(chunk)
+                    if n != entry["bytes"] or h.hexdigest() != entry["sha256"]:
+                        raise ShardCorrupt(
+                            f"{url}: sha256 mismatch on arrival (expected {entry['sha256'][:12]}…, got "
+                            f"{h.hexdigest()[:12]}…; {n} bytes, index.json says {entry['bytes']}): shard "
+                            f"{name}/{entry['file']} refused, nothing from it was read. The store holds other "
+                            f"bytes than its index.json names: publish the shards again ('shardline push-shards "
+                            f"{self.remote.uri}') or point loader.shards_uri at the matching data.")
+                return
+            except ShardCorrupt:
+                raise
             except Exception as e:  # only transient faults are retried: a missing object fails at once
-                tmp.unlink(missing_ok=True)
                 if not is_transient(e) or attempt == ATTEMPTS - 1:
                     raise _failed(url, e) from e
                 time.sleep(0.2 * 2**attempt)
-        if n != entry["bytes"] or h.hexdigest() != entry["sha256"]:
-            tmp.unlink(missing_ok=True)
-            raise ShardCorrupt(
-                f"{url}: sha256 mismatch on arrival (expected {entry['sha256'][:12]}…, got {h.hexdigest()[:12]}…; "
-                f"{n} bytes, index.json says {entry['bytes']}): shard {name}/{entry['file']} refused, nothing from it "
-                f"was read. The store holds other bytes than its index.json names: upload data/shards again (e.g. "
-                f"'aws s3 sync data/shards {self.remote.uri}') or point loader.shards_uri at the matching data.")
-        os.replace(tmp, final)
-        fsio.fsync_dir(self.dir)
 
 
 def _work(ref: weakref.ref[Fetcher]) -> None:
