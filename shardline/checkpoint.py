@@ -89,7 +89,7 @@ def save(root: Path, step: int, tensors: dict[str, Any], state: dict, lineage: d
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     final = step_dir(root, step)
-    tmp = root / f".{final.name}{fsio.TMP_MARK}{os.getpid()}"
+    tmp = fsio.temp_name(final)
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
@@ -162,10 +162,13 @@ def entries(root: Path, cached: bool = False) -> list[Entry]:
 
 
 def latest_valid(root: Path, log: Log = print) -> Path | None:
-    for e in reversed(entries(root)):
-        if e.valid:
-            return e.path
-        log(f"checkpoint: skipping {e.path.name}: {e.why}")
+    """The newest checkpoint that verifies; older ones are not hashed (resume reads only it)."""
+    dirs = [p for p in Path(root).glob("step-*") if p.is_dir() and p.name[5:].isdigit()] if Path(root).exists() else []
+    for p in sorted(dirs, reverse=True):
+        ok, why = verify(p)
+        if ok:
+            return p
+        log(f"checkpoint: skipping {p.name}: {why}")
     return None
 
 

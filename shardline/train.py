@@ -119,7 +119,7 @@ def _resume(latest: Path, cfg: Train, params: Params, loader: Loader, dist: Dist
 
 def _archive_if_data_changed(latest: Path, loader: Loader, ckpts: Path, log: Log) -> None:
     """train.fresh_on_data_change: keep the old version's checkpoints, but out of resume's way."""
-    _, state, _ = checkpoint.load(latest)
+    state = fsio.read_json(latest / checkpoint.STATE)  # verified by latest_valid; tensors not needed here
     old = state["loader"]["data_version"]
     if old == loader.version and state["loader"]["mix"] == loader.state_dict()["mix"]:
         return
@@ -171,7 +171,8 @@ def _train(params: Params, layout: Layout, log: Log, device: torch.device, dist:
     if latest is not None and cfg.fresh_on_data_change and dist.rank == 0:
         _archive_if_data_changed(latest, loader, ckpts, log)
     dist.barrier()
-    latest = checkpoint.latest_valid(ckpts, log) if latest is not None else None
+    if latest is not None and cfg.fresh_on_data_change:  # rank 0 may have archived it meanwhile
+        latest = checkpoint.latest_valid(ckpts, log)
     if latest is not None:
         pos = _resume(latest, cfg, params, loader, dist, model, opt, scaler)
         log(f"train: resuming from {latest.name} (step {pos.step}, {pos.tokens_seen:,} tokens)"

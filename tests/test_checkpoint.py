@@ -110,4 +110,3 @@ def test_lr_is_a_function_of_the_step():
     assert lr_at(10, cfg) == pytest.approx(1.0) and lr_at(100, cfg) == pytest.approx(0.1)
     lrs = [lr_at(s, cfg) for s in range(10, 101)]
     assert all(a >= b for a, b in zip(lrs, lrs[1:]))
-    assert [lr_at(s, cfg) for s in range(50)] == [lr_at(s, cfg) for s in range(50)]  # no hidden state
