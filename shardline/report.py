@@ -19,7 +19,7 @@ from . import checkpoint, fsio
 from .config import Params
 from .layout import Layout
 from .mixing import Schedule
-from .monitor import read_records
+from .monitor import read_records, summarize
 
 Log = Callable[[str], None]
 
@@ -43,11 +43,6 @@ def _plot(rows: list[dict], out: Path) -> None:
     with fsio.atomic_writer(out) as f:
         fig.savefig(f, format="png", metadata={"Software": None})  # no version stamp: same inputs, same bytes
     plt.close(fig)
-
-
-def _pct(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
 
 
 def build(params: Params, layout: Layout) -> str:
@@ -90,14 +85,13 @@ def build(params: Params, layout: Layout) -> str:
 
     rows = read_records(layout.data / "metrics" / "train.jsonl")
     lines += ["", "## Throughput", ""]
-    if rows:
-        step_s = [r["step_s"] for r in rows]
-        wait = sum(r["data_wait_s"] for r in rows) / max(sum(step_s), 1e-12)
-        mfu = [r["mfu"] for r in rows if r.get("mfu") is not None]
-        lines += [f"- median {statistics.median(r['tokens_per_s'] for r in rows):,.0f} tokens/s over {len(rows)} steps",
-                  f"- p95 step time {_pct(step_s, 0.95):.3f} s (median {statistics.median(step_s):.3f} s)",
-                  f"- data wait {wait:.2%} of step time; mean MFU (estimate) {statistics.mean(mfu):.1%}" if mfu else
-                  f"- data wait {wait:.2%} of step time",
+    if rows:  # the figures of data/metrics/train.json (monitor.summarize), so the two never disagree
+        sm = summarize(rows, params.loader.global_batch * params.shard.seq_len)
+        wait = (sm["data_wait_pct"] or 0) / 100
+        lines += [f"- median {sm['median_tokens_per_s']:,.0f} tokens/s over {sm['steps']} steps",
+                  f"- p95 step time {sm['p95_step_s']:.3f} s (median {statistics.median(r['step_s'] for r in rows):.3f} s)",
+                  f"- data wait {wait:.2%} of step time" + (f"; mean MFU (estimate) {sm['mean_mfu']:.1%}"
+                                                             if sm["mean_mfu"] is not None else ""),
                   f"- loss {rows[0]['loss']:.3f} at step {rows[0]['step']} -> {rows[-1]['loss']:.3f} at step "
                   f"{rows[-1]['step']}", "", "![loss and tokens/s](train.png)"]
     else:

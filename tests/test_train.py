@@ -207,3 +207,18 @@ def test_fresh_on_data_change_archives_and_restarts(built, tmp_path):
     assert sorted(a.name for a in archived) == ["step-000000004"]
     lin = json.loads(run([SL, "lineage", "latest", "--json"], root).stdout)
     assert lin["parent"] is None and final_state(root)["step"] == 4
+
+
+def test_evidence_card_quotes_the_figures_of_train_json(built, tmp_path):
+    """The card's throughput lines come from monitor.summarize, like data/metrics/train.json: it
+    used its own nearest-rank p95, which disagreed with train.json's (linear) p95."""
+    import re
+
+    root = project(built, tmp_path / "p", train={"steps": 7})
+    run([SL, "stage", "train"], root)
+    run([SL, "stage", "report"], root)
+    summary = json.loads((root / "data/metrics/train.json").read_text())
+    card = (root / "data/reports/evidence.md").read_text()
+    assert re.search(r"p95 step time ([\d.]+) s", card).group(1) == f"{summary['p95_step_s']:.3f}"
+    assert re.search(r"median ([\d,]+) tokens/s", card).group(1) == f"{summary['median_tokens_per_s']:,.0f}"
+    assert f"over {summary['steps']} steps" in card
