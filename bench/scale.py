@@ -37,6 +37,7 @@ from pathlib import Path
 import yaml
 
 from flows.server import OFFLINE, local_server
+from tests.dask_cluster import DaskCluster
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -95,32 +96,6 @@ def tokens_digest(root: Path) -> str:
     return h.hexdigest()
 
 
-class Cluster:
-    def __init__(self, tmp: Path, cores: list[int], env: dict):
-        self.procs: list[subprocess.Popen] = []
-        sched = tmp / f"scheduler-{len(cores)}.json"
-        log = open(tmp / f"dask-{len(cores)}.log", "ab")
-        start = lambda cmd: self.procs.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT))
-        start([str(BIN / "dask"), "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
-               "--scheduler-file", str(sched)])
-        while not sched.exists():
-            time.sleep(0.2)
-        self.address = json.loads(sched.read_text())["address"]
-        for c in cores:  # one single-threaded worker per core
-            start(["taskset", "-c", str(c), str(BIN / "dask"), "worker", self.address, "--nthreads", "1",
-                   "--no-dashboard", "--host", "127.0.0.1"])
-        from distributed import Client
-
-        with Client(self.address, timeout=60) as client:
-            client.wait_for_workers(len(cores), timeout=120)
-
-    def close(self) -> None:
-        for p in self.procs:
-            p.terminate()
-        for p in self.procs:
-            p.wait(timeout=30)
-
-
 def fmt(xs: list[float]) -> str:
     return f"{statistics.median(xs):6.2f} s  ({min(xs):.2f} - {max(xs):.2f})"
 
@@ -133,7 +108,8 @@ def tokenize_on_dask(repeats: int, tmp: Path, env: dict) -> dict:
     tokens = sum(json.loads(p.read_text())["tokens"] for p in (root / "data/tokens").glob("*/index.json"))
     parts = len(list((root / "data/tokens").rglob("*.bin")))
     n_cores = os.cpu_count() or 1
-    clusters = {1: Cluster(tmp, [0], env), 2: Cluster(tmp, [0, 1 % n_cores], env)}
+    clusters = {n: DaskCluster(tmp, env=env, cores=cores, name=f"dask-{n}")
+                for n, cores in ((1, [0]), (2, [0, 1 % n_cores]))}
     times: dict[int, list[float]] = {1: [], 2: []}
     phase: dict[int, list[float]] = {1: [], 2: []}
     try:

@@ -8,8 +8,6 @@ naming it, within engine.connect_timeout_s, instead of hanging.
 from __future__ import annotations
 
 import hashlib
-import os
-import subprocess
 import sys
 import sysconfig
 import time
@@ -18,49 +16,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import BIN, env_for, run, small_params, stdlib_files, write_params
+from tests.dask_cluster import DaskCluster
 
 SL = str(BIN / "shardline")
 PARTED = ("clean", "tokenize", "shard")
-
-
-class DaskCluster:
-    """`dask scheduler` + `dask worker`s as separate processes, like a real deployment."""
-
-    def __init__(self, tmp: Path, workers: int = 2, worker_env: dict | None = None, worker_cmd=None):
-        self.procs: list[subprocess.Popen] = []
-        self.file = tmp / "scheduler.json"
-        self.log = open(tmp / "dask.log", "ab")
-        self._spawn([str(BIN / "dask"), "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
-                     "--scheduler-file", str(self.file)], env_for())
-        deadline = time.time() + 60
-        while not self.file.exists():
-            assert time.time() < deadline, "dask scheduler did not start"
-            time.sleep(0.2)
-        import json
-
-        self.address = json.loads(self.file.read_text())["address"]
-        cmd = worker_cmd or [str(BIN / "dask"), "worker"]
-        for _ in range(workers):
-            self._spawn([*cmd, self.address, "--nthreads", "1", "--no-dashboard", "--host", "127.0.0.1"],
-                        worker_env or env_for(), cwd=tmp)
-        from distributed import Client
-
-        with Client(self.address, timeout=60) as c:
-            c.wait_for_workers(workers, timeout=120)
-
-    def _spawn(self, cmd, env, cwd=None):
-        self.procs.append(subprocess.Popen(cmd, env=env, cwd=cwd, stdout=self.log, stderr=subprocess.STDOUT,
-                                           start_new_session=True))
-
-    def close(self):
-        for p in reversed(self.procs):
-            p.terminate()
-        for p in self.procs:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-        self.log.close()
 
 
 def _project(root: Path, **engine) -> Path:
@@ -88,7 +47,7 @@ def _line(root: Path, env: dict, stages=("download", *PARTED)) -> str:
 
 @pytest.fixture
 def cluster(tmp_path):
-    c = DaskCluster(tmp_path)
+    c = DaskCluster(tmp_path, env=env_for())
     yield c
     c.close()
 
@@ -124,7 +83,7 @@ def test_a_worker_without_the_project_fails_the_stage_clearly(tmp_path, prefect_
     env = {k: v for k, v in env_for().items() if k != "PYTHONPATH"}
     env["PYTHONPATH"] = site
     cmd = [sys.executable, "-S", "-m", "distributed.cli.dask_worker"]
-    cluster = DaskCluster(tmp_path, workers=1, worker_env=env, worker_cmd=cmd)
+    cluster = DaskCluster(tmp_path, workers=1, env=env_for(), worker_env=env, worker_cmd=cmd)
     try:
         root = _project(tmp_path / "p", runner="dask", address=cluster.address, connect_timeout_s=30)
         run([SL, "stage", "download"], root)

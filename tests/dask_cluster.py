@@ -1,0 +1,54 @@
+"""A real Dask cluster on 127.0.0.1 for tests and benchmarks: `dask scheduler` and `dask worker`
+processes started as a user would, each worker single-threaded (optionally pinned to a core)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+BIN = Path(sys.executable).parent
+
+
+class DaskCluster:
+    def __init__(self, tmp: Path, workers: int = 2, *, env: dict | None = None, worker_env: dict | None = None,
+                 worker_cmd: list[str] | None = None, cores: list[int] | None = None, name: str = "dask"):
+        """`cores`: one worker per listed core, pinned with taskset (as if each were its own node)."""
+        env = env or dict(os.environ)
+        self.procs: list[subprocess.Popen] = []
+        self.file = tmp / f"{name}-scheduler.json"
+        self.log = open(tmp / f"{name}.log", "ab")
+        self._spawn([str(BIN / "dask"), "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
+                     "--scheduler-file", str(self.file)], env)
+        deadline = time.time() + 60
+        while not self.file.exists():
+            if time.time() > deadline:
+                raise RuntimeError(f"dask scheduler did not start; see {tmp / f'{name}.log'}")
+            time.sleep(0.2)
+        self.address = json.loads(self.file.read_text())["address"]
+        cmd = worker_cmd or [str(BIN / "dask"), "worker"]
+        pins = [["taskset", "-c", str(c)] for c in cores] if cores else [[]] * workers
+        for pin in pins:
+            self._spawn([*pin, *cmd, self.address, "--nthreads", "1", "--no-dashboard", "--host", "127.0.0.1"],
+                        worker_env or env, cwd=tmp)
+        from distributed import Client
+
+        with Client(self.address, timeout=60) as c:
+            c.wait_for_workers(len(pins), timeout=120)
+
+    def _spawn(self, cmd: list[str], env: dict, cwd: Path | None = None) -> None:
+        self.procs.append(subprocess.Popen(cmd, env=env, cwd=cwd, stdout=self.log, stderr=subprocess.STDOUT,
+                                           start_new_session=True))
+
+    def close(self) -> None:
+        for p in reversed(self.procs):
+            p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        self.log.close()
