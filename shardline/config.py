@@ -145,8 +145,9 @@ class Pipeline(_Section):
     retry_delay_s: float = Field(2.0, ge=0)
     """First retry delay; doubles each retry, with +/-50% jitter."""
     stage_timeout_s: float = Field(24 * 3600, gt=0)
-    """A stage flow running longer than this fails. Enforced on the flow, which runs in the main
-    thread; Prefect cannot interrupt tasks in worker threads."""
+    """A stage flow (flows.stages: the parted stages on a Dask/Ray/process runner) running longer
+    than this fails; enforced on the flow, in the main thread, where Prefect can interrupt it. The
+    pipeline flow's stage-<name> tasks run the engine in-process and are not bounded by it."""
 
 
 class Engine(_Section):
