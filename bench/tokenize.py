@@ -78,6 +78,7 @@ class StageRun:
             "sources": [{"name": "bench", "uri": str(root / "docs.jsonl"), "format": "jsonl"}],
             "clean": {**off, "normalize": "none", "strip_control": False, "whitespace": False, "dedup": False,
                       "part_mb": max(mb / 8, 0.01)},
+            "eval": {"fraction": 0, "min_docs": 0, "every": 0},  # every doc on the training side
             "tokenizer": {"vocab_size": vocab_size}})
         self.layout = Layout.at(root)
         self.encode = encode
@@ -88,7 +89,7 @@ class StageRun:
     def __call__(self) -> int:
         shutil.rmtree(self.layout.tokens)
         ix = self.encode.run(self.params, self.layout, log=lambda _: None)
-        return sum(x["tokens"] for x in ix.values())
+        return sum(x["train"]["tokens"] for x in ix.values())
 
     def close(self) -> None:
         self.tmp.cleanup()

@@ -1,20 +1,26 @@
-"""clean stage: raw files -> data/clean/<source>/part-NNNNN.parquet (+ data/clean/stats.json).
+"""clean stage: raw files -> data/clean/<source>/part-NNNNN.parquet + .split.json (+ data/clean/stats.json).
 
 Contract:
 - A source's raw files (manifest order) are grouped into parts of about `clean.part_mb`; a
   bigger file is cut into spans at record boundaries (`readers.spans`), a part each.
-  Phase 1 (parallel, per part): read records, run the rules (`shardline.rules`), write the
-  part with columns id, text, hash. Phase 2 (sequential, cheap: hash column only): exact dedup
-  in global order (sources in params order, parts, rows), first occurrence wins; a part is
-  rewritten without its duplicates.
-- Every part carries, in its parquet metadata, `key` = hash(input files' sha256, reading
-  options, clean rules, code version) and `ctx` = the dedup context (hash of every part key up
-  to and including its own) once phase 2 has processed it. A re-run skips a part whose key
-  matches and whose ctx is unset or current; so after a kill only unfinished parts are redone,
-  and a part deduped against a different prefix is rebuilt, never trusted.
-- stats.json (written last) sums the per-part tallies: docs/bytes in and out, per rule docs
-  and bytes dropped, dedup, bad records with `file:line` samples, invalid UTF-8 count. The
-  stage fails with `BadInput` when a source's bad-record fraction exceeds max_bad_fraction.
+- Phase 1 (parallel, per part): read records, run the rules (`shardline.rules`), write every
+  document they keep to the part: columns id, text, hash (of the text), bytes (UTF-8 length)
+  and u (the split hash, `shardline.split`). Its parquet metadata holds `key` = hash(input
+  files' sha256, reading options, clean rules, code version) and the part's tallies; a re-run
+  skips a part whose key matches, so after a kill only unfinished parts are redone. A part
+  never changes once written: what other parts hold cannot invalidate it.
+- Phase 2 (sequential, cheap: reads only the hash, bytes and u columns): the held-out split
+  (a threshold per source from every part's u), then exact dedup in global order (sources in
+  params order, parts, rows) with the held-out documents first: a training document equal to a
+  held-out one is always dropped from training (split integrity, even with dedup off); with
+  `clean.dedup` the later copy of any other duplicate is dropped, on its side. Each part gets
+  `part-NNNNN.split.json` {key, heldout rows, dropped rows, tallies}: rows in neither list are
+  training documents. A selection is rewritten only when it changes.
+- `documents(part, side)` reads one side's texts; the tokenize stage reads nothing else.
+- stats.json (written last) sums the tallies: docs/bytes in and out, held out (and which clamp
+  decided the split), per rule docs and bytes dropped, dedup, training copies of held-out
+  documents, bad records with `file:line` samples, invalid UTF-8 count. The stage fails with
+  `BadInput` when a source's bad-record fraction exceeds max_bad_fraction.
 """
 
 from __future__ import annotations
@@ -23,20 +29,23 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import chaos, download, fsio, readers, rules
+from . import chaos, download, fsio, readers, rules, split
 from .config import Clean, Params, Source
 from .errors import BadInput
 from .layout import Layout
 from .parallel import Mapper, thread_map
 
-CODE_VERSION = 1  # bump when cleaning output changes for the same inputs and params
+CODE_VERSION = 2  # bump when cleaning output changes for the same inputs and params
+SIDES = ("train", "val")
 _META = b"shardline"
-_SCHEMA = pa.schema([("id", pa.string()), ("text", pa.string()), ("hash", pa.binary(16))])
+_SCHEMA = pa.schema([("id", pa.string()), ("text", pa.string()), ("hash", pa.binary(16)), ("bytes", pa.int64()),
+                     ("u", pa.uint64())])
 
 Log = Callable[[str], None]
 
@@ -49,12 +58,19 @@ class Part:
     raw_dir: str
     out: str
     key: str
-    ctx: str
     cfg: Clean  # the clean section (picklable: parts may run on process/Dask workers)
 
     @property
     def name(self) -> str:
         return f"{self.source.name}/part-{self.index:05d}"
+
+    @property
+    def selection(self) -> Path:
+        return selection_path(self.out)
+
+
+def selection_path(part: str | Path) -> Path:
+    return Path(part).with_suffix(".split.json")
 
 
 def _group(source: Source, raw_dir: Path, files: list[dict], part_bytes: float) -> list[list[tuple]]:
@@ -72,23 +88,23 @@ def _group(source: Source, raw_dir: Path, files: list[dict], part_bytes: float) 
 
 
 def plan(params: Params, layout: Layout) -> list[Part]:
-    """Every part of every source, in global (dedup) order, with keys and contexts."""
-    rule_keys = {k: v for k, v in params.section("clean").items() if k != "max_bad_fraction"}
-    parts, chain = [], hashlib.sha256()
+    """Every part of every source, in global (dedup) order, with its key."""
+    rule_keys = {k: v for k, v in params.section("clean").items() if k not in ("max_bad_fraction", "dedup")}
+    parts = []
     for source in params.sources:
         manifest = download.read_manifest(layout, source.name)
         reading = {k: getattr(source, k) for k in ("format", "text_field", "txt_unit")}
         raw_dir = download.source_dir(layout, source.name) / "files"
         for i, files in enumerate(_group(source, raw_dir, manifest["files"], params.clean.part_mb * 2**20)):
-            key = fsio.stable_hash({"files": files, "reading": reading, "rules": rule_keys, "v": CODE_VERSION})
-            chain.update(key.encode())
+            key = fsio.stable_hash({"files": files, "reading": reading, "rules": rule_keys, "v": CODE_VERSION,
+                                    "source": source.name})  # the split hash is keyed by the source name
             parts.append(Part(source, i, tuple(files), str(raw_dir),
-                              str(layout.clean / source.name / f"part-{i:05d}.parquet"), key,
-                              chain.hexdigest(), params.clean))
+                              str(layout.clean / source.name / f"part-{i:05d}.parquet"), key, params.clean))
     return parts
 
 
-def _meta(path: str) -> dict | None:
+def part_meta(path: str | Path) -> dict | None:
+    """A clean part's metadata (key and tallies), or None when it is missing or unreadable."""
     try:
         md = pq.read_schema(path).metadata or {}
         return json.loads(md[_META])
@@ -96,15 +112,9 @@ def _meta(path: str) -> dict | None:
         return None
 
 
-def _write(path: str, table: pa.Table, meta: dict) -> None:
-    table = table.replace_schema_metadata({_META: json.dumps(meta, sort_keys=True)})
-    with fsio.atomic_writer(path) as f:
-        pq.write_table(table, f, compression="zstd")
-
-
 def _fresh(part: Part) -> dict | None:
-    meta = _meta(part.out) if Path(part.out).exists() else None
-    return meta if meta and meta["key"] == part.key and meta["ctx"] in (None, part.ctx) else None
+    meta = part_meta(part.out) if Path(part.out).exists() else None
+    return meta if meta and meta["key"] == part.key else None
 
 
 def clean_part(part: Part) -> dict:
@@ -115,7 +125,7 @@ def clean_part(part: Part) -> dict:
     chain = rules.build(part.cfg)
     rstats = readers.ReadStats()
     counts: dict[str, list[int]] = {}
-    ids, texts, hashes = [], [], []
+    cols: dict[str, list] = {"id": [], "text": [], "hash": [], "bytes": [], "u": []}
     docs_in = bytes_in = 0
     for rel, _sha, span in part.files:
         for doc_id, text in readers.read(Path(part.raw_dir, rel), rel, part.source, rstats, readers.Span(*span)):
@@ -123,55 +133,133 @@ def clean_part(part: Part) -> dict:
             bytes_in += len(text.encode())
             out = rules.apply(chain, text, counts)
             if out is not None:
-                ids.append(doc_id)
-                texts.append(out)
-                hashes.append(hashlib.blake2b(out.encode(), digest_size=16).digest())
+                data = out.encode()
+                cols["id"].append(doc_id)
+                cols["text"].append(out)
+                cols["hash"].append(hashlib.blake2b(data, digest_size=16).digest())
+                cols["bytes"].append(len(data))
+                cols["u"].append(split.hash_id(part.source.name, doc_id))
     stats = {"docs_in": docs_in, "bytes_in": bytes_in, "records": rstats.records, "bad": rstats.bad,
-             "invalid_utf8": rstats.invalid_utf8, "samples": rstats.samples, "docs_kept": len(texts),
-             "bytes_kept": sum(len(t.encode()) for t in texts),
-             "rules": {k: {"docs": v[0], "bytes": v[1]} for k, v in counts.items()}}
-    table = pa.table({"id": ids, "text": texts, "hash": hashes}, schema=_SCHEMA)
-    _write(part.out, table, {"key": part.key, "ctx": None, "stats": stats, "dedup": {"docs": 0, "bytes": 0}})
+             "invalid_utf8": rstats.invalid_utf8, "samples": rstats.samples, "docs_kept": len(cols["id"]),
+             "bytes_kept": sum(cols["bytes"]), "rules": {k: {"docs": v[0], "bytes": v[1]} for k, v in counts.items()}}
+    table = pa.table(cols, schema=_SCHEMA)
+    table = table.replace_schema_metadata({_META: json.dumps({"key": part.key, "stats": stats}, sort_keys=True)})
+    with fsio.atomic_writer(part.out) as f:
+        pq.write_table(table, f, compression="zstd")
     chaos.point("clean.part")
     return {**stats, "skipped": False}
 
 
-def dedup(parts: list[Part], enabled: bool, log: Log) -> None:
-    """Phase 2: drop exact duplicates in global order; marks every part with its ctx."""
+def _columns(part: Part, *names: str) -> dict[str, np.ndarray | list]:
+    t = pq.read_table(part.out, columns=list(names))
+    return {n: t.column(n).to_pylist() if n == "hash" else t.column(n).to_numpy() for n in names}
+
+
+def select(parts: list[Part], params: Params, log: Log) -> dict[str, split.Threshold]:
+    """Phase 2: the held-out split, then dedup (held-out documents first); one selection per part."""
+    thresholds = {s.name: split.threshold((_columns(p, "u")["u"] for p in parts if p.source.name == s.name),
+                                          params.eval) for s in params.sources}
+    dedup = params.clean.dedup
+    held: dict[str, tuple[list[int], list[int]]] = {}
+    seen_held: set[bytes] = set()
+    for part in parts:  # held-out documents, in global order: the first copy wins (with dedup)
+        c = _columns(part, "hash", "u")
+        keep, drop = [], []
+        for r in np.flatnonzero(thresholds[part.source.name].mask(c["u"])).tolist():
+            (drop if dedup and c["hash"][r] in seen_held else keep).append(r)
+            seen_held.add(c["hash"][r])
+        held[part.name] = (keep, drop)
     seen: set[bytes] = set()
-    for part in parts:
-        meta = _meta(part.out)
-        if meta["ctx"] == part.ctx:
-            seen.update(pq.read_table(part.out, columns=["hash"]).column(0).to_pylist())
-            continue
-        table = pq.read_table(part.out)
-        keep, dropped = [], 0
-        for h in table.column("hash").to_pylist():
-            dup = enabled and h in seen
-            keep.append(not dup)
-            dropped += dup
+    changed = 0
+    for part in parts:  # training documents: a copy of a held-out one always goes; a later copy with dedup
+        c = _columns(part, "hash", "bytes")
+        keep, vdrop = held[part.name]
+        skip = set(keep) | set(vdrop)
+        copies, dups = [], list(vdrop)
+        for r, h in enumerate(c["hash"]):
+            if r in skip:
+                continue
+            if h in seen_held:
+                copies.append(r)
+            elif dedup and h in seen:
+                dups.append(r)
             seen.add(h)
-        if dropped:
-            texts = table.column("text").to_pylist()
-            nbytes = sum(len(t.encode()) for t, k in zip(texts, keep) if not k)
-            table = table.filter(pa.array(keep))
-        else:
-            nbytes = 0
-        meta.update(ctx=part.ctx, dedup={"docs": dropped, "bytes": nbytes})
-        _write(part.out, table.select(["id", "text", "hash"]), meta)
-        chaos.point("clean.dedup")
-        if dropped:
-            log(f"clean: {part.name}: {dropped} exact duplicate(s) dropped")
+        size = lambda rows: int(c["bytes"][rows].sum()) if rows else 0  # noqa: E731
+        sel = {"key": part.key, "heldout": keep, "dropped": sorted(copies + dups),
+               "tally": {"heldout": {"docs": len(keep), "bytes": size(keep)},
+                         "dedup": {"docs": len(dups), "bytes": size(dups)},
+                         "heldout_copies": {"docs": len(copies), "bytes": size(copies)}}}
+        if _write_selection(part, sel):
+            changed += 1
+            chaos.point("clean.dedup")
+    for name, t in thresholds.items():
+        why = {None: "", "min_docs": " (eval.min_docs)", "max_docs": " (eval.max_docs)",
+               "half": " (eval.min_docs, capped at half the source)"}[t.clamp]
+        log(f"clean: {name}: {t.held} document(s) held out{why}")
+    if changed:
+        log(f"clean: {changed} part selection(s) updated")
+    return thresholds
 
 
-def _summarise(parts: list[Part], params: Params, layout: Layout) -> dict:
-    out: dict = {"rules_order": rules.names(params.clean), "sources": {}}
+def _write_selection(part: Part, sel: dict) -> bool:
+    """Write the selection unless the same bytes are there; True when written."""
+    data = (json.dumps(sel, sort_keys=True) + "\n").encode()
+    path = part.selection
+    if path.exists() and path.read_bytes() == data:
+        return False
+    fsio.write_bytes(path, data)
+    return True
+
+
+def read_selection(part: str | Path) -> dict:
+    path = selection_path(part)
+    try:
+        sel = fsio.read_json(path)
+    except FileNotFoundError:
+        raise BadInput(f"{path}: missing (the clean stage did not finish); re-run 'dvc repro clean'") from None
+    meta = part_meta(part)
+    if meta is None or sel["key"] != meta["key"]:
+        raise BadInput(f"{path}: does not belong to {Path(part).name} (an unfinished clean stage); "
+                       "re-run 'dvc repro clean'")
+    return sel
+
+
+def side_key(part: str | Path, side: str) -> str:
+    """What one side of a clean part holds, as a hash: the part key and the rows selected."""
+    sel = read_selection(part)
+    return fsio.stable_hash([sel["key"], side, sel["heldout"], sel["dropped"]])
+
+
+def documents(part: str | Path, side: str = "train", batch_size: int = 1024, column: str = "text") -> Iterator[list]:
+    """Stream one side ("train" or "val") of a clean part, in batches, in row order: its texts, or
+    another column (`id`)."""
+    sel = read_selection(part)
+    pf = pq.ParquetFile(part)
+    mask = np.zeros(pf.metadata.num_rows, dtype=bool)
+    mask[sel["heldout"]] = True
+    if side == "train":
+        mask = ~mask
+        mask[sel["dropped"]] = False
+    start = 0
+    for batch in pf.iter_batches(columns=[column], batch_size=batch_size):
+        texts = batch.column(0).to_pylist()
+        keep = mask[start:start + len(texts)]
+        start += len(texts)
+        if keep.all():
+            yield texts
+        elif keep.any():
+            yield [t for t, k in zip(texts, keep) if k]
+
+
+def _summarise(parts: list[Part], params: Params, thresholds: dict | None = None) -> dict:
+    out: dict = {"rules_order": rules.names(params.clean), "split": params.eval.split(), "sources": {}}
     for part in parts:
-        meta = _meta(part.out)
-        st = meta["stats"]
+        st = part_meta(part.out)["stats"]
+        tally = fsio.read_json(part.selection)["tally"] if thresholds else {}
         s = out["sources"].setdefault(part.source.name, {
             "parts": 0, "docs_in": 0, "bytes_in": 0, "records": 0, "bad": 0, "invalid_utf8": 0,
-            "docs_out": 0, "bytes_out": 0, "samples": [], "rules": {}, "dedup": {"docs": 0, "bytes": 0}})
+            "docs_out": 0, "bytes_out": 0, "samples": [], "rules": {},
+            **{k: {"docs": 0, "bytes": 0} for k in ("heldout", "dedup", "heldout_copies")}})
         s["parts"] += 1
         for k in ("docs_in", "bytes_in", "records", "bad", "invalid_utf8"):
             s[k] += st[k]
@@ -180,11 +268,16 @@ def _summarise(parts: list[Part], params: Params, layout: Layout) -> dict:
             r = s["rules"].setdefault(name, {"docs": 0, "bytes": 0})
             r["docs"] += c["docs"]
             r["bytes"] += c["bytes"]
-        for k in ("docs", "bytes"):
-            s["dedup"][k] += meta["dedup"][k]
-        s["docs_out"] += st["docs_kept"] - meta["dedup"]["docs"]
-        s["bytes_out"] += st["bytes_kept"] - meta["dedup"]["bytes"]
+        s["docs_out"] += st["docs_kept"]
+        s["bytes_out"] += st["bytes_kept"]
+        for k, c in tally.items():
+            for unit in ("docs", "bytes"):
+                s[k][unit] += c[unit]
+                s[f"{unit}_out"] -= c[unit]  # docs_out/bytes_out: what trains
+    for name, t in (thresholds or {}).items():
+        out["sources"][name]["heldout"]["clamp"] = t.clamp
     totals = {k: sum(s[k] for s in out["sources"].values()) for k in ("docs_in", "docs_out", "bytes_in", "bytes_out", "bad")}
+    totals["heldout_docs"] = sum(s["heldout"]["docs"] for s in out["sources"].values())
     out["totals"] = totals
     return out
 
@@ -207,19 +300,13 @@ def run(params: Params, layout: Layout, log: Log = print, mapper: Mapper = threa
     results = mapper(clean_part, parts)
     skipped = sum(r["skipped"] for r in results)
     log(f"clean: {len(parts)} part(s), {skipped} already done, {len(parts) - skipped} cleaned")
-    summary = _summarise(parts, params, layout)  # before dedup: bad records are judged on input
-    check_bad_fraction(summary, params, layout)
-    dedup(parts, params.clean.dedup, log)
-    fsio.prune(layout.clean, {Path(p.out) for p in parts} | {layout.clean / "stats.json"})
-    summary = _summarise(parts, params, layout)
+    check_bad_fraction(_summarise(parts, params), params, layout)  # judged on input, before the split
+    thresholds = select(parts, params, log)
+    fsio.prune(layout.clean, {Path(p.out) for p in parts} | {p.selection for p in parts}
+               | {layout.clean / "stats.json"})
+    summary = _summarise(parts, params, thresholds)
     fsio.write_json(layout.clean / "stats.json", summary)
     t = summary["totals"]
-    log(f"clean: kept {t['docs_out']}/{t['docs_in']} docs, {t['bytes_out'] / 1e6:.1f}/{t['bytes_in'] / 1e6:.1f} MB")
+    log(f"clean: kept {t['docs_out']}/{t['docs_in']} docs for training ({t['bytes_out'] / 1e6:.1f}/"
+        f"{t['bytes_in'] / 1e6:.1f} MB), {t['heldout_docs']} held out")
     return summary
-
-
-def read_texts(path: str | Path, batch_size: int = 1024):
-    """Stream a clean part's texts in batches (the tokenize stage's reader)."""
-    pf = pq.ParquetFile(path)
-    for batch in pf.iter_batches(columns=["text"], batch_size=batch_size):
-        yield batch.column(0).to_pylist()

@@ -138,6 +138,43 @@ class Shard(_Section):
     """Approximate shard size; a source's blocks are spread over shards of equal count (+/-1)."""
 
 
+class Eval(_Section):
+    """The held-out split (decided in the clean stage) and evaluation during training."""
+
+    fraction: float = Field(0.02, ge=0, lt=1)
+    """Share of each source's documents held out. A document is held out when the keyed hash of
+    its source and stable id falls below this share (within the clamps below), so it stays on the
+    same side in every run and data version, and a document added later never moves one across."""
+    min_docs: int = Field(4, ge=0)
+    """Hold out at least this many documents per source (the lowest hashes), so a small source still
+    has a held-out set. Never the last training document of a source."""
+    max_docs: int = Field(10_000, ge=1)
+    """Hold out at most this many documents per source (the lowest hashes): a huge source keeps a
+    held-out set of useful size, not fraction x terabytes."""
+    every: int = Field(50, ge=0)
+    """Evaluate every this many optimizer steps, at every checkpoint and at the last step
+    (0: no evaluation during training; `shardline eval` still works)."""
+    blocks: int = Field(64, ge=1)
+    """Budget: held-out blocks evaluated per source, spread evenly over its held-out shards (the
+    same blocks every time). 64 blocks of 257 ids ~ 16k tokens per source."""
+    drift_tolerance: float = Field(0.02, ge=0)
+    """The evidence card flags 'metric drift' when a source's val loss rises by more than this
+    fraction between two consecutive evals."""
+
+    @model_validator(mode="after")
+    def _check(self) -> "Eval":
+        if self.min_docs > self.max_docs:
+            raise ValueError(f"min_docs: {self.min_docs} must be <= max_docs ({self.max_docs})")
+        if self.every and self.fraction == 0 and self.min_docs == 0:
+            raise ValueError("every: evaluation needs held-out documents, but fraction and min_docs are 0; "
+                             "set eval.fraction or eval.min_docs, or eval.every: 0")
+        return self
+
+    def split(self) -> dict:
+        """The settings that decide the split (the clean stage's); cadence and budget are not."""
+        return {"fraction": self.fraction, "min_docs": self.min_docs, "max_docs": self.max_docs}
+
+
 class Pipeline(_Section):
     retries: int = Field(3, ge=0)
     """Retries of a Prefect task after a transient fault (network, EIO, busy lock). Deterministic
@@ -296,6 +333,8 @@ class Params(_Section):
     """Tokenizer training and encoding (tokenize stage)."""
     shard: Shard = Shard()
     """Block length and shard size (shard stage)."""
+    eval: Eval = Eval()
+    """The held-out split per source (clean stage) and evaluation during training (train stage)."""
     pipeline: Pipeline = Pipeline()
     """Prefect retries and timeouts."""
     engine: Engine = Engine()

@@ -1,14 +1,17 @@
 """tokenize stage: clean parts -> data/tokenizer/tokenizer.json + data/tokens/<source>/part-NNNNN.bin.
 
 Contract:
-- The tokenizer is trained (byte-level BPE, `shardline.tokenizer`) on the cleaned text, parts
-  taken round-robin across sources in params order up to `tokenizer.train_max_mb`, or copied
+- The tokenizer is trained (byte-level BPE, `shardline.tokenizer`) on the training side of the
+  cleaned text (never on held-out documents), parts taken round-robin across sources in params
+  order up to `tokenizer.train_max_mb`, or copied
   from `tokenizer.path`. `data/tokenizer/meta.json` records its key, sha256 (the tokenizer hash
   in every lineage), vocab size and EOS id; a re-run with the same key reuses it.
-- Each clean part becomes `part-NNNNN.bin` (the ids of its documents, EOS after each; uint16
-  when the vocab fits, else uint32) and then `part-NNNNN.json` {key, tokens, docs, sha256}: the
-  json is written last, so a part is done iff its json exists with the current key.
-  key = hash(clean part key + dedup ctx, tokenizer sha256). Parts are encoded in parallel.
+- Each clean part becomes `part-NNNNN.bin` (the ids of its training documents, EOS after each;
+  uint16 when the vocab fits, else uint32) and, when it holds any, `val/part-NNNNN.bin` (its
+  held-out documents); each then gets its `.json` {key, tokens, docs, sha256}: the json is
+  written last, so a token part is done iff its json exists with the current key.
+  key = hash(the clean part's key and selection for that side, tokenizer sha256). Parts are
+  encoded in parallel. `index.json` per side (`<source>/` and `<source>/val/`) lists them.
 - The encoder is the fastest backend proven id-identical on a probe of this data; the choice
   and its reason go in `data/tokens/<source>/index.json` but never change a single id.
 """
@@ -40,13 +43,14 @@ PROBE_CHARS = 4096  # per probe doc: the proof covers every source's text, not w
 @dataclass(frozen=True)
 class Job:
     source: str
+    side: str  # "train" or "val" (the held-out documents)
     src: Path
     out: Path
     key: str
 
     @property
     def name(self) -> str:
-        return f"{self.source}/{self.out.stem}"
+        return f"{self.source}/{self.side}/{self.out.stem}"
 
 
 def clean_parts(params: Params, layout: Layout) -> dict[str, list[Path]]:
@@ -59,18 +63,11 @@ def clean_parts(params: Params, layout: Layout) -> dict[str, list[Path]]:
     return out
 
 
-def _part_key(path: Path) -> str:
-    meta = clean._meta(str(path))
-    if meta is None or meta.get("ctx") is None:
-        raise BadInput(f"{path}: clean part is unfinished (no dedup context); re-run 'dvc repro clean'")
-    return f"{meta['key']}:{meta['ctx']}"
-
-
 def _training_texts(parts: dict[str, list[Path]], max_bytes: float) -> Iterator[str]:
     taken = 0
     for group in itertools.zip_longest(*parts.values()):
         for path in filter(None, group):
-            for batch in clean.read_texts(path):
+            for batch in clean.documents(path, "train"):
                 for text in batch:
                     if taken >= max_bytes:
                         return
@@ -85,7 +82,7 @@ def prepare_tokenizer(params: Params, layout: Layout, parts: dict[str, list[Path
     given = Path(cfg.path) if cfg.path else None
     if given is not None and not given.is_absolute():
         given = layout.root / given
-    basis = fsio.sha256_file(given) if given else [_part_key(p) for ps in parts.values() for p in ps]
+    basis = fsio.sha256_file(given) if given else [clean.side_key(p, "train") for ps in parts.values() for p in ps]
     settings = {k: v for k, v in params.section("tokenizer").items() if k != "backend"}  # ids never depend on it
     key = fsio.stable_hash({"tokenizer": settings, "basis": basis})
     if meta_path.exists() and out.exists():
@@ -152,7 +149,7 @@ def encode_part(job: Job, recipe: Recipe, eos: int, dtype: np.dtype) -> dict:
     encoder = encoder_for(recipe)
     docs = tokens = 0
     with fsio.atomic_writer(job.out) as f:
-        for batch in clean.read_texts(job.src):
+        for batch in clean.documents(job.src, job.side):
             ids = encoder.encode_batch(batch)
             n = sum(map(len, ids)) + len(ids)
             arr = np.fromiter(itertools.chain.from_iterable(x + [eos] for x in ids), dtype=dtype, count=n)
@@ -169,13 +166,14 @@ def encode_part(job: Job, recipe: Recipe, eos: int, dtype: np.dtype) -> dict:
 def _probe(parts: dict[str, list[Path]]) -> list[str]:
     texts: list[str] = []
     for ps in parts.values():  # the first documents of every source: code, prose, unicode alike
-        for batch in clean.read_texts(ps[0], batch_size=PROBE_DOCS // len(parts) + 1):
+        for batch in clean.documents(ps[0], "train", batch_size=PROBE_DOCS // len(parts) + 1):
             texts += [t[:PROBE_CHARS] for t in batch]
             break
     return texts
 
 
 def run(params: Params, layout: Layout, log: Log = print, mapper: Mapper = thread_map) -> dict[str, dict]:
+    """Returns {source: {side: index}}."""
     parts = clean_parts(params, layout)
     tok, tmeta = prepare_tokenizer(params, layout, parts, log)
     encoder = tokenizer.Encoder.build(tok, backend=params.tokenizer.backend, probe_texts=_probe(parts))
@@ -184,28 +182,39 @@ def run(params: Params, layout: Layout, log: Log = print, mapper: Mapper = threa
     with _ENCODERS_LOCK:
         _ENCODERS[recipe] = encoder  # in-process runners (threads) reuse the proven one
     dtype = DTYPES[tmeta["dtype"]]
-    jobs = [Job(name, p, layout.tokens / name / f"{p.stem}.bin",
-                fsio.stable_hash([_part_key(p), tmeta["sha256"], tmeta["eos_id"], tmeta["dtype"]]))
-            for name, ps in parts.items() for p in ps]
+    jobs = []
+    for name, ps in parts.items():
+        for p in ps:
+            for side in clean.SIDES:
+                if side == "val" and not clean.read_selection(p)["heldout"]:
+                    continue  # no held-out documents in this part: no empty file
+                out = layout.tokens / name / ("" if side == "train" else "val") / f"{p.stem}.bin"
+                key = fsio.stable_hash([clean.side_key(p, side), tmeta["sha256"], tmeta["eos_id"], tmeta["dtype"]])
+                jobs.append(Job(name, side, p, out, key))
     for name in parts:
-        (layout.tokens / name).mkdir(parents=True, exist_ok=True)
+        (layout.tokens / name / "val").mkdir(parents=True, exist_ok=True)
         fsio.remove_temps(layout.tokens / name)
     results = mapper(functools.partial(encode_part, recipe=recipe, eos=tmeta["eos_id"], dtype=dtype), jobs)
     skipped = sum(r["skipped"] for r in results)
     log(f"tokenize: {len(jobs)} part(s), {skipped} already done, {len(jobs) - skipped} encoded")
     indexes = {}
     for name in parts:
-        mine = [r for j, r in zip(jobs, results) if j.source == name]
-        entries = [{k: r[k] for k in ("file", "tokens", "docs", "bytes", "sha256")} for r in mine]
-        indexes[name] = {"source": name, "dtype": tmeta["dtype"], "tokenizer_sha256": tmeta["sha256"],
-                         "eos_id": tmeta["eos_id"], "encoder": encoder.backend, "encoder_reason": encoder.reason,
-                         "parts": entries, "tokens": sum(e["tokens"] for e in entries),
-                         "docs": sum(e["docs"] for e in entries)}
         d = layout.tokens / name
-        fsio.prune(d, {d / e["file"] for e in entries} | {d / e["file"].replace(".bin", ".json") for e in entries}
-                   | {d / "index.json"})
-        fsio.write_json(d / "index.json", indexes[name])
+        keep = set()
+        for side in clean.SIDES:
+            mine = [(j, r) for j, r in zip(jobs, results) if j.source == name and j.side == side]
+            entries = [{k: r[k] for k in ("file", "tokens", "docs", "bytes", "sha256")} for _, r in mine]
+            index = {"source": name, "side": side, "dtype": tmeta["dtype"], "tokenizer_sha256": tmeta["sha256"],
+                     "eos_id": tmeta["eos_id"], "encoder": encoder.backend, "encoder_reason": encoder.reason,
+                     "parts": entries, "tokens": sum(e["tokens"] for e in entries),
+                     "docs": sum(e["docs"] for e in entries)}
+            where = d if side == "train" else d / "val"
+            keep |= {j.out for j, _ in mine} | {j.out.with_suffix(".json") for j, _ in mine} | {where / "index.json"}
+            fsio.write_json(where / "index.json", index)
+            indexes.setdefault(name, {})[side] = index
+        fsio.prune(d, keep)
     fsio.prune_dirs(layout.tokens, set(parts))
-    log("tokenize: " + ", ".join(f"{n}: {ix['tokens']:,} tokens" for n, ix in indexes.items()))
+    log("tokenize: " + ", ".join(f"{n}: {ix['train']['tokens']:,} tokens (+ {ix['val']['tokens']:,} held out)"
+                                 for n, ix in indexes.items()))
     return indexes
 

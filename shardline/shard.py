@@ -9,6 +9,8 @@ blocks; the tail shorter than one block is dropped (and counted). Blocks are spr
 
 index.json (written last) lists, per shard, file, blocks, bytes and sha256, plus dtype,
 seq_len, tokenizer hash and totals: it is what the loader verifies shards against.
+The held-out documents (tokens/<source>/val/) become shards of the same format in
+shards/<source>/val/ with their own index.json; they may hold no block at all.
 Resume: a shard already on disk with the exact bytes it must hold is not rewritten; any other
 file is replaced atomically. The output is a pure function of the token parts and params.
 """
@@ -67,20 +69,13 @@ def shard_counts(blocks: int, block_bytes: int, target_mb: float) -> list[int]:
     return [blocks // n + (i < blocks % n) for i in range(n)]
 
 
-def shard_source(source: Source, params: Params, layout: Layout) -> tuple[dict, int]:
-    """One source's shards (a task that may run on a cluster worker: it logs nothing itself);
-    returns the index and how many shard files it wrote."""
-    tok_index = fsio.read_json(layout.tokens / source.name / "index.json")
+def _pack(tok_index: dict, tok_dir: Path, out_dir: Path, params: Params) -> tuple[dict, int, set[Path]]:
+    """One token stream into shards under `out_dir`: (index, shard files written, files kept)."""
     dtype = DTYPES[tok_index["dtype"]]
-    stream = TokenStream([layout.tokens / source.name / p["file"] for p in tok_index["parts"]], dtype)
+    stream = TokenStream([tok_dir / p["file"] for p in tok_index["parts"]], dtype)
     block = params.shard.seq_len + 1
     blocks = len(stream) // block
-    if blocks == 0:
-        raise BadInput(f"shard: source {source.name!r} has {len(stream)} tokens, fewer than one block "
-                       f"(shard.seq_len + 1 = {block}); add data, lower shard.seq_len, or drop the source")
-    out_dir = layout.shards / source.name
     out_dir.mkdir(parents=True, exist_ok=True)
-    fsio.remove_temps(out_dir)
     shards, first, written = [], 0, 0
     for i, count in enumerate(shard_counts(blocks, block * dtype.itemsize, params.shard.target_mb)):
         data = stream.read(first * block, count * block).tobytes()
@@ -92,22 +87,41 @@ def shard_source(source: Source, params: Params, layout: Layout) -> tuple[dict, 
             chaos.point("shard.file")
         shards.append({"file": path.name, "blocks": count, "bytes": len(data), "sha256": digest})
         first += count
-    fsio.prune(out_dir, {out_dir / s["file"] for s in shards} | {out_dir / "index.json"})
-    index = {"source": source.name, "dtype": tok_index["dtype"], "seq_len": params.shard.seq_len,
-             "block_tokens": block, "tokenizer_sha256": tok_index["tokenizer_sha256"],
-             "eos_id": tok_index["eos_id"], "docs": tok_index["docs"], "shards": shards,
-             "total_blocks": blocks, "total_tokens": blocks * block,
-             "tail_tokens_dropped": len(stream) - blocks * block}
+    index = {"source": tok_index["source"], "side": tok_index["side"], "dtype": tok_index["dtype"],
+             "seq_len": params.shard.seq_len, "block_tokens": block, "tokenizer_sha256": tok_index["tokenizer_sha256"],
+             "eos_id": tok_index["eos_id"], "docs": tok_index["docs"], "shards": shards, "total_blocks": blocks,
+             "total_tokens": blocks * block, "tail_tokens_dropped": len(stream) - blocks * block}
     fsio.write_json(out_dir / "index.json", index)
-    return index, written
+    return index, written, {out_dir / s["file"] for s in shards} | {out_dir / "index.json"}
+
+
+def shard_source(source: Source, params: Params, layout: Layout) -> tuple[dict, int]:
+    """One source's shards, training side in data/shards/<source>/, held-out side in its val/
+    (a task that may run on a cluster worker: it logs nothing itself); returns the training
+    index, with the held-out one under "val", and how many shard files it wrote."""
+    tok_dir, out_dir = layout.tokens / source.name, layout.shards / source.name
+    tok_index = fsio.read_json(tok_dir / "index.json")
+    block = params.shard.seq_len + 1
+    if tok_index["tokens"] < block:
+        raise BadInput(f"shard: source {source.name!r} has {tok_index['tokens']} tokens, fewer than one block "
+                       f"(shard.seq_len + 1 = {block}); add data, lower shard.seq_len, or drop the source")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fsio.remove_temps(out_dir)
+    index, written, keep = _pack(tok_index, tok_dir, out_dir, params)
+    val, val_written, val_keep = _pack(fsio.read_json(tok_dir / "val" / "index.json"), tok_dir / "val",
+                                       out_dir / "val", params)
+    fsio.prune(out_dir, keep | val_keep)
+    return {**index, "val": val}, written + val_written
 
 
 def run(params: Params, layout: Layout, log: Log = print, mapper: Mapper = thread_map) -> dict[str, dict]:
     done = per_source(layout.shards, params.sources, functools.partial(shard_source, params=params, layout=layout),
                       mapper)
     for name, (ix, written) in done.items():
+        n = len(ix["shards"]) + len(ix["val"]["shards"])
         log(f"shard: {name}: {ix['total_blocks']} blocks of {ix['block_tokens']} tokens in {len(ix['shards'])} "
-            f"shard(s) ({written} written, {len(ix['shards']) - written} already in place)")
+            f"shard(s), {ix['val']['total_blocks']} held-out block(s) in val/ ({written} written, "
+            f"{n - written} already in place)")
     return {name: ix for name, (ix, _) in done.items()}
 
 

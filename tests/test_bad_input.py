@@ -54,13 +54,13 @@ def test_enospc_during_shard_write_keeps_the_old_shards(tmp_path, monkeypatch):
     params, layout = make_project(tmp_path, [{"name": "s", "uri": "x", "format": "txt"}], shard={"seq_len": 15})
     fake_tokens(layout, "s", [5000])
     shard.run(params, layout, log=lambda _: None)
-    before = {p.name: p.read_bytes() for p in (layout.shards / "s").iterdir()}
+    before = {p: p.read_bytes() for p in (layout.shards / "s").rglob("*") if p.is_file()}  # val/ too
     fake_tokens(layout, "s", [5000], seed=1)  # new tokens: every shard must be rewritten
     monkeypatch.setattr(fsio.os, "fsync", _enospc)
     with pytest.raises(OSError, match="No space left"):
         shard.run(params, layout, log=lambda _: None)
     monkeypatch.undo()
-    after = {p.name: p.read_bytes() for p in (layout.shards / "s").iterdir()}
+    after = {p: p.read_bytes() for p in (layout.shards / "s").rglob("*") if p.is_file()}
     assert after == before  # the valid old shards and index are intact; no temp file left behind
     shard.verify(layout.shards / "s")
 

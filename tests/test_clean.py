@@ -10,16 +10,21 @@ from tests.conftest import make_project
 QUIET = dict(log=lambda _: None)
 
 
+NO_SPLIT = {"fraction": 0, "min_docs": 0, "every": 0}  # every document on the training side
+
+
 def build(root, sources, **sections):
-    params, layout = make_project(root, sources, **sections)
+    params, layout = make_project(root, sources, **{"eval": NO_SPLIT, **sections})
     download.run(params, layout, **QUIET)
     return params, layout, clean.run(params, layout, **QUIET)
 
 
-def rows(layout, name):
+def rows(layout, name, side="train"):
     out = []
     for p in sorted((layout.clean / name).glob("part-*.parquet")):
-        out += pq.read_table(p, columns=["id", "text"]).to_pylist()
+        ids = [i for b in clean.documents(p, side, column="id") for i in b]
+        texts = [t for b in clean.documents(p, side) for t in b]
+        out += [{"id": i, "text": t} for i, t in zip(ids, texts)]
     return out
 
 
@@ -87,7 +92,7 @@ def test_rerun_skips_parts_and_rebuilds_after_rule_change(tmp_path, code_dir):
     params, layout, _ = build(tmp_path / "p", src)
     logs = []
     clean.run(params, layout, log=logs.append)
-    n = len(list((layout.clean / "code").glob("part-*")))
+    n = len(list((layout.clean / "code").glob("part-*.parquet")))
     assert f"{n} part(s), {n} already done, 0 cleaned" in logs[0]
     params2, _ = make_project(tmp_path / "p", src, clean={"min_chars": 2000})
     logs = []

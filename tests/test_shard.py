@@ -6,29 +6,35 @@ from shardline.errors import BadInput, ShardCorrupt
 from tests.conftest import make_project
 
 
-def fake_tokens(layout, name, sizes, dtype="uint16", seed=0):
-    """Token parts as the tokenize stage writes them (ids drawn from a seeded rng)."""
+def fake_tokens(layout, name, sizes, dtype="uint16", seed=0, val=(40,)):
+    """Token parts as the tokenize stage writes them (ids drawn from a seeded rng), both sides;
+    returns the training stream."""
     rng = np.random.default_rng(seed)
-    d = layout.tokens / name
-    d.mkdir(parents=True, exist_ok=True)
-    parts, chunks = [], []
-    for i, n in enumerate(sizes):
-        arr = rng.integers(0, 60000 if dtype == "uint16" else 100000, n).astype(shard.DTYPES[dtype])
-        (d / f"part-{i:05d}.bin").write_bytes(arr.tobytes())
-        parts.append({"file": f"part-{i:05d}.bin", "tokens": n, "docs": 1, "bytes": arr.nbytes,
-                      "sha256": fsio.sha256_bytes(arr.tobytes())})
-        chunks.append(arr)
-    fsio.write_json(d / "index.json", {"dtype": dtype, "parts": parts, "tokenizer_sha256": "t" * 64,
-                                       "eos_id": 0, "docs": len(sizes)})
-    return np.concatenate(chunks)
+    streams = {}
+    for side, sz, d in (("train", sizes, layout.tokens / name), ("val", val, layout.tokens / name / "val")):
+        d.mkdir(parents=True, exist_ok=True)
+        parts, chunks = [], [np.zeros(0, dtype=shard.DTYPES[dtype])]
+        for i, n in enumerate(sz):
+            arr = rng.integers(0, 60000 if dtype == "uint16" else 100000, n).astype(shard.DTYPES[dtype])
+            (d / f"part-{i:05d}.bin").write_bytes(arr.tobytes())
+            parts.append({"file": f"part-{i:05d}.bin", "tokens": n, "docs": 1, "bytes": arr.nbytes,
+                          "sha256": fsio.sha256_bytes(arr.tobytes())})
+            chunks.append(arr)
+        fsio.write_json(d / "index.json", {"source": name, "side": side, "dtype": dtype, "parts": parts,
+                                           "tokenizer_sha256": "t" * 64, "eos_id": 0, "docs": len(sz),
+                                           "tokens": sum(sz)})
+        streams[side] = np.concatenate(chunks)
+    return streams["train"]
 
 
 @pytest.mark.parametrize("dtype", ["uint16", "uint32"])
 def test_blocks_are_the_token_stream_cut_in_order(tmp_path, dtype):
     params, layout = make_project(tmp_path, [{"name": "s", "uri": "x", "format": "txt"}],
                                   shard={"seq_len": 15, "target_mb": 0.001})
-    stream = fake_tokens(layout, "s", [1000, 7, 0, 2345], dtype)
+    stream = fake_tokens(layout, "s", [1000, 7, 0, 2345], dtype, val=(30, 3))
     index = shard.run(params, layout, log=lambda _: None)["s"]
+    assert index["val"]["total_blocks"] == 2 and index["val"]["tail_tokens_dropped"] == 1
+    assert shard.verify(layout.shards / "s" / "val")["shards"] == index["val"]["shards"]
     blocks = index["total_blocks"]
     assert blocks == len(stream) // 16 and index["tail_tokens_dropped"] == len(stream) % 16
     counts = [s["blocks"] for s in index["shards"]]
@@ -45,18 +51,19 @@ def test_blocks_are_the_token_stream_cut_in_order(tmp_path, dtype):
 def test_rerun_is_byte_identical_and_rewrites_only_damaged(tmp_path):
     params, layout = make_project(tmp_path, [{"name": "s", "uri": "x", "format": "txt"}],
                                   shard={"seq_len": 31, "target_mb": 0.002})
-    fake_tokens(layout, "s", [5000, 3000])
+    fake_tokens(layout, "s", [5000, 3000], val=(500,))
     shard.run(params, layout, log=lambda _: None)
-    files = sorted((layout.shards / "s").iterdir())
-    before = {p.name: p.read_bytes() for p in files}
+    files = sorted(p for p in (layout.shards / "s").rglob("*") if p.is_file())
+    shards = [p for p in files if p.name.startswith("shard-")]
+    before = {p: p.read_bytes() for p in files}
     victim = layout.shards / "s" / "shard-00001.bin"
     victim.write_bytes(victim.read_bytes()[:-3])
     with pytest.raises(ShardCorrupt, match="shard-00001.bin: size .* re-run 'dvc repro shard'"):
         shard.verify(layout.shards / "s")
     logs = []
     shard.run(params, layout, log=logs.append)
-    assert f"(1 written, {len(files) - 2} already in place)" in logs[0]
-    assert {p.name: p.read_bytes() for p in sorted((layout.shards / "s").iterdir())} == before
+    assert f"(1 written, {len(shards) - 1} already in place)" in logs[0]
+    assert {p: p.read_bytes() for p in sorted(p for p in (layout.shards / "s").rglob("*") if p.is_file())} == before
 
 
 def test_too_few_tokens_is_a_clear_error(tmp_path):
