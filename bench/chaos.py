@@ -37,11 +37,12 @@ REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 DATA = ("data/clean", "data/tokenizer", "data/tokens", "data/shards")
 STAGE_OF = {"download.file": "download", "clean.part": "clean", "clean.dedup": "clean", "tokenize.part": "tokenize",
-            "shard.file": "shard", "train.step": "train", "checkpoint.files": "train", "retention": "train"}
+            "shard.file": "shard", "train.step": "train", "train.eval": "train", "checkpoint.files": "train",
+            "retention": "train"}
 
 
 POINTS = {"download.file": 2, "clean.part": 4, "clean.dedup": 4, "tokenize.part": 4, "shard.file": 2,
-          "train.step": 9, "checkpoint.files": 2, "retention": 2}  # point -> largest k drawn
+          "train.step": 9, "train.eval": 9, "checkpoint.files": 2, "retention": 2}  # point -> largest k drawn
 
 
 def plan(seed: int, kills: int) -> list[str]:

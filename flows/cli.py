@@ -7,7 +7,8 @@
                             serving the 'line' and scheduled 'retrain' deployments
   shardline params          validate params.yaml and print the resolved settings
   shardline checkpoints     list checkpoints, valid or not and why
-  shardline lineage CKPT    what a checkpoint was trained on (data version, mix, rules, code)
+  shardline lineage CKPT    what a checkpoint was trained on (data version, mix, rules, code) and its eval
+  shardline eval CKPT       its loss and bits per byte on the current held-out shards
   shardline push-shards URI publish data/shards at an fsspec URL (s3://...) for loader.shards_uri
 
 Errors from the engine are printed as one clear message (no traceback) with exit code 2;
@@ -41,8 +42,45 @@ def cmd_stage(args: argparse.Namespace) -> int:
 
         run_stage(args.name, str(layout.root), args.params)
     else:
-        stages.runner(args.name)(params, layout, log=_log)
+        stages.runner(args.name)(params, layout, log=_log, **_train_context(args.name, layout))
     _log(f"{args.name}: done in {time.perf_counter() - t0:.1f}s")
+    return 0
+
+
+def _train_context(name: str, layout: Layout) -> dict:
+    """What only the orchestrator knows, for the train stage: whether this is a new experiment
+    (`dvc exp run` marks its stage commands with DVC_EXP_NAME), and which checkpoints DVC's cache
+    holds (so making room for a new run loses nothing)."""
+    if name != "train":
+        return {}
+    import os
+
+    from flows import dvcrepo
+
+    return {"new_run": bool(os.environ.get("DVC_EXP_NAME")), "recoverable": dvcrepo.in_cache(layout.root),
+            "recorded": bool(os.environ.get("DVC_STAGE"))}  # under dvc repro: DVC commits the outputs next
+
+
+def _checkpoint(layout: Layout, name: str) -> Path:
+    from shardline import checkpoint
+
+    if name == "latest":
+        path = checkpoint.latest_valid(layout.data / "checkpoints", _log)
+    else:
+        path = Path(name) if Path(name).exists() else layout.data / "checkpoints" / name
+    ok, why = checkpoint.verify(path) if path else (False, "no valid checkpoint")
+    if not ok:
+        raise ShardlineError(f"{path or name}: not a valid checkpoint ({why}); 'shardline checkpoints' lists them")
+    return path
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from shardline import judge
+
+    layout = Layout.at(args.root)
+    params = config.load(Path(layout.root, args.params))
+    result = judge.judge(_checkpoint(layout, args.checkpoint), params, layout)
+    print(json.dumps(result, indent=2) if args.json else judge.describe(result))
     return 0
 
 
@@ -64,26 +102,22 @@ def cmd_checkpoints(args: argparse.Namespace) -> int:
     from shardline import checkpoint
 
     layout = Layout.at(args.root)
-    rows = checkpoint.entries(layout.data / "checkpoints")
+    rows = checkpoint.entries(layout.checkpoints)
     if not rows:
-        print(f"no checkpoints under {layout.data / 'checkpoints'}")
+        print(f"no checkpoints under {layout.checkpoints}")
     for e in rows:
         print(f"{e.path.name}  {'valid  ' if e.valid else 'INVALID'}  {e.why}")
+    for path in checkpoint.tidy_kept(layout.kept, layout.checkpoints, None, log=lambda _: None):
+        ok, why = checkpoint.verify(path)
+        print(f"{layout.rel(path)}  {'valid  ' if ok else 'INVALID'}  kept: the only copy (restore: "
+              f"cp -al {layout.rel(path)} data/checkpoints/)")
     return 0
 
 
 def cmd_lineage(args: argparse.Namespace) -> int:
     from shardline import checkpoint, lineage
 
-    layout = Layout.at(args.root)
-    path = Path(args.checkpoint)
-    if not path.exists():
-        path = layout.data / "checkpoints" / args.checkpoint
-    if args.checkpoint == "latest":
-        path = checkpoint.latest_valid(layout.data / "checkpoints", _log)
-    ok, why = checkpoint.verify(path) if path else (False, "no valid checkpoint")
-    if not ok:
-        raise ShardlineError(f"{path}: not a valid checkpoint ({why}); 'shardline checkpoints' lists them")
+    path = _checkpoint(Layout.at(args.root), args.checkpoint)
     manifest = json.loads((path / checkpoint.MANIFEST).read_text())
     print(json.dumps(manifest["lineage"], indent=2) if args.json else lineage.describe(manifest))
     return 0
@@ -94,7 +128,8 @@ def cmd_push_shards(args: argparse.Namespace) -> int:
 
     layout = Layout.at(args.root)
     params = config.load(Path(layout.root, args.params))
-    sent = remote.upload_shards(layout.shards, args.uri, [s.name for s in params.sources], log=_log)
+    names = [n for s in params.sources for n in (s.name, f"{s.name}/val")]  # the held-out shards too
+    sent = remote.upload_shards(layout.shards, args.uri, names, log=_log)
     _log(f"push-shards: {sent} file(s) sent; set loader.shards_uri: {args.uri} to stream them")
     return 0
 
@@ -143,6 +178,10 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("checkpoint", help="a step-NNNNNNNNN directory (or its name, or 'latest')")
     s.add_argument("--json", action="store_true", help="the raw lineage as JSON")
     s.set_defaults(fn=cmd_lineage)
+    s = sub.add_parser("eval", help="loss and bits per byte of a checkpoint on the current held-out shards")
+    s.add_argument("checkpoint", help="a step-NNNNNNNNN directory (or its name, or 'latest')")
+    s.add_argument("--json", action="store_true", help="the full result as JSON")
+    s.set_defaults(fn=cmd_eval)
     s = sub.add_parser("push-shards", help="publish data/shards at an fsspec URL for loader.shards_uri")
     s.add_argument("uri", help="e.g. s3://bucket/project/shards (credentials from the AWS_* environment)")
     s.set_defaults(fn=cmd_push_shards)

@@ -54,3 +54,61 @@ def is_up_to_date(repo, name: str) -> bool:
 
 def commit(repo, name: str) -> None:
     repo.commit(name, force=True)
+
+
+def in_cache(root: str | Path, out: str = "data/checkpoints"):
+    """A check of whether a checkpoint directory can be restored by DVC: every file of it is in
+    this repo's DVC cache *and* listed (by md5) in `out` of a dvc.lock that git holds (HEAD, a
+    branch, or an experiment: `dvc checkout` of it brings the file back). Being in the cache alone
+    is not enough: nothing would lead back to it, and `dvc gc` would drop it. Reads only (no repo
+    lock: it runs inside `dvc repro`'s own stage commands)."""
+    import hashlib
+
+    def md5(f: Path) -> str:
+        h = hashlib.md5()
+        with open(f, "rb") as fh:
+            while chunk := fh.read(1 << 20):
+                h.update(chunk)
+        return h.hexdigest()
+
+    def check(path: Path) -> bool:
+        from dvc.exceptions import NotDvcRepoError
+        from dvc.repo import Repo
+
+        try:
+            repo = Repo(str(root))
+        except NotDvcRepoError:  # `shardline stage train` in a plain folder: nothing is recorded
+            return False
+        try:
+            odb = repo.cache.local
+            recorded = _recorded(Path(root), out, odb)
+            files = sorted(p for p in Path(path).rglob("*") if p.is_file())
+            return bool(files) and all(h in recorded and odb.exists(h) for h in map(md5, files))
+        finally:
+            repo.close()
+
+    return check
+
+
+def _recorded(root: Path, out: str, odb) -> set[str]:
+    """The md5 of every file that some git-held dvc.lock records under `out`."""
+    import json
+    import subprocess
+
+    import yaml
+
+    def git(*args: str) -> str:
+        r = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
+        return r.stdout if r.returncode == 0 else ""
+
+    commits = set(git("for-each-ref", "--format=%(objectname)", "refs/heads", "refs/exps").split())
+    commits |= set(git("rev-parse", "--verify", "-q", "HEAD").split())
+    listed: set[str] = set()
+    for c in sorted(commits):
+        lock = yaml.safe_load(git("show", f"{c}:dvc.lock") or "{}") or {}
+        for stage in (lock.get("stages") or {}).values():
+            for o in stage.get("outs", []):
+                obj = odb.oid_to_path(o["md5"]) if o.get("path") == out and o.get("md5", "").endswith(".dir") else None
+                if obj and Path(obj).exists():
+                    listed |= {e["md5"] for e in json.loads(Path(obj).read_text())}
+    return listed

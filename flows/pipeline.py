@@ -66,7 +66,8 @@ def run_stage(name: str, root: str, params_file: str, force: bool = False) -> st
         params = config.load(layout.root / params_file)
         extra = {}
         if name == "train":
-            extra = {"run_id": str(flow_run.id), "on_step": _progress_reporter(logger)}
+            extra = {"run_id": str(flow_run.id), "on_step": _progress_reporter(logger),
+                     "recoverable": dvcrepo.in_cache(layout.root), "recorded": True}  # dvc commit follows
         if stages.uses_engine(params, name):
             stage_flows.run_stage(name, root, params_file)  # a sub-flow: parts on the engine's task runner
         else:

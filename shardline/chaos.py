@@ -6,8 +6,8 @@ or the chaos suite could not hit by timing alone, and that a seed can replay; a 
 one env lookup otherwise.
 
 Points: download.file, clean.part, clean.dedup, tokenize.part (token ids written, their .json
-not yet), shard.file, train.step (+ @<step>:rank<r>, one rank of a torchrun job),
-checkpoint.files (+ @step), retention (+ @step).
+not yet), shard.file, train.step (+ @<step>:rank<r>, one rank of a torchrun job), train.eval
+(after each held-out batch of an evaluation), checkpoint.files (+ @step), retention (+ @step).
 """
 
 from __future__ import annotations

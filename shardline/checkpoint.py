@@ -2,7 +2,8 @@
 
 Contract:
 - `save` writes every file into a temp dir `.step-N.tmp-<pid>` (each fsynced), then
-  manifest.json LAST (each file's bytes + sha256, plus lineage and library versions), fsyncs
+  manifest.json LAST (each file's bytes + sha256, plus lineage, the held-out eval at this step
+  and library versions), fsyncs
   the dir, renames it to `step-N` and fsyncs the parent. A killed save leaves only a temp dir,
   which the next run sweeps.
 - `verify` is the only judge of validity: manifest present and parseable, every file present
@@ -12,6 +13,8 @@ Contract:
   `keep_every`; it removes a checkpoint's manifest first (fsynced), so one half-deleted is
   already invalid, and never removes the newest valid one.
 - `load` uses `torch.load(weights_only=True)`: a checkpoint is data, never code.
+- `keep` hard-links a saved checkpoint outside data/ (the trainer keeps those nothing records
+  yet under .shardline/kept/), so no checkout that replaces data/checkpoints loses one.
 - `AsyncSaver` blocks training only for a copy of the state; the write (and retention) runs
   on a background thread. A kill before it finishes loses only that checkpoint: the previous
   one is still the newest valid.
@@ -84,8 +87,9 @@ def _write(path: Path, fill: Callable[[Any], None]) -> dict:
     return {"bytes": out.n, "sha256": out.h.hexdigest()}
 
 
-def save(root: Path, step: int, tensors: dict[str, Any], state: dict, lineage: dict) -> Path:
-    """Write checkpoint `step`: `tensors` (name -> torch-saveable) and `state` (JSON)."""
+def save(root: Path, step: int, tensors: dict[str, Any], state: dict, lineage: dict, eval: dict | None = None) -> Path:
+    """Write checkpoint `step`: `tensors` (name -> torch-saveable) and `state` (JSON); the manifest
+    also holds the lineage and `eval`, the held-out evaluation at this step (None: eval off)."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     final = step_dir(root, step)
@@ -98,7 +102,8 @@ def save(root: Path, step: int, tensors: dict[str, Any], state: dict, lineage: d
             files[name] = _write(tmp / name, lambda out, obj=obj: torch.save(obj, out))
         files[STATE] = _write(tmp / STATE, lambda out: out.write(json.dumps(state, indent=2, sort_keys=True).encode()))
         chaos.point("checkpoint.files", str(step))
-        manifest = {"step": step, "files": files, "lineage": lineage, "versions": versions(), "created": time.time()}
+        manifest = {"step": step, "files": files, "lineage": lineage, "eval": eval, "versions": versions(),
+                    "created": time.time()}
         # compact: the C encoder (indent= forces the pure-Python one, ~5x slower on a big lineage)
         _write(tmp / MANIFEST, lambda out: out.write(json.dumps(manifest, sort_keys=True).encode()))
         fsio.fsync_dir(tmp)
@@ -106,7 +111,7 @@ def save(root: Path, step: int, tensors: dict[str, Any], state: dict, lineage: d
         shutil.rmtree(tmp, ignore_errors=True)  # e.g. ENOSPC: the previous checkpoint stays the newest valid
         raise
     if final.exists():  # the same step again after a resume: retire the old copy, manifest first
-        _remove(final)
+        remove(final)
     os.rename(tmp, final)
     fsio.fsync_dir(root)
     _verified[(str(final), (final / MANIFEST).stat().st_mtime_ns)] = (True, "ok")  # just hashed while writing
@@ -182,7 +187,7 @@ def load(path: Path, skip: tuple[str, ...] = ()) -> tuple[dict[str, Any], dict, 
     return tensors, json.loads((path / STATE).read_text()), manifest
 
 
-def _remove(path: Path) -> None:
+def remove(path: Path) -> None:
     manifest = path / MANIFEST
     if manifest.exists():
         manifest.unlink()
@@ -200,11 +205,52 @@ def retain(root: Path, keep_last: int, keep_every: int, log: Log = print) -> lis
     for e in all_:
         if e.step not in keep:
             chaos.point("retention", str(e.step))
-            _remove(e.path)
+            remove(e.path)
             removed.append(e.step)
     if removed:
         log(f"checkpoint: retention removed step(s) {removed}")
     return removed
+
+
+def keep(path: Path, kept: Path) -> Path:
+    """Hard-link a saved checkpoint to `kept`/<its name> (manifest last, so the copy is valid iff
+    complete, like the original): a tool that later replaces data/checkpoints (a checkout of
+    another version) then cannot take the only copy. Costs no space while the original lives."""
+    dest = Path(kept) / path.name
+    tmp = fsio.temp_name(dest)
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    names = sorted(p.name for p in path.iterdir())
+    for name in [n for n in names if n != MANIFEST] + [MANIFEST]:
+        try:
+            os.link(path / name, tmp / name)
+        except OSError:  # another filesystem, or no hard links: a copy
+            shutil.copy2(path / name, tmp / name)
+    fsio.fsync_dir(tmp)
+    if dest.exists():
+        remove(dest)
+    os.rename(tmp, dest)
+    fsio.fsync_dir(dest.parent)
+    return dest
+
+
+def tidy_kept(kept: Path, root: Path, recoverable: Callable[[Path], bool] | None, log: Log = print) -> list[Path]:
+    """Drop kept copies that something now records (`recoverable`); name the ones that are the
+    only copy left (their data/checkpoints twin is gone: a checkout replaced it). Returns those."""
+    alone = []
+    for path in sorted(Path(kept).glob("*/step-*")) if Path(kept).exists() else []:
+        twin = step_dir(root, int(path.name[5:]))
+        if recoverable is not None and recoverable(path):
+            remove(path)
+        elif not (twin.exists() and (twin / MANIFEST).exists()
+                  and os.path.samefile(twin / MANIFEST, path / MANIFEST)):
+            alone.append(path)
+            log(f"checkpoint: {path} is the only copy (data/checkpoints lost it, a checkout?, and nothing records "
+                f"it); 'cp -al {path} {root}/' restores it")
+    for d in Path(kept).glob("*") if Path(kept).exists() else []:
+        if d.is_dir() and not any(d.iterdir()):
+            d.rmdir()
+    return alone
 
 
 def snapshot(obj: Any) -> Any:
@@ -227,14 +273,14 @@ class AsyncSaver:
         self._error: BaseException | None = None
 
     def submit(self, root: Path, step: int, tensors: dict, state: dict, lineage: dict,
-               then: Callable[[Path], None] | None = None) -> Path:
+               then: Callable[[Path], None] | None = None, eval: dict | None = None) -> Path:
         self.wait()
         snap = snapshot(tensors)
-        state, lineage = json.loads(json.dumps(state)), json.loads(json.dumps(lineage))
+        state, lineage, eval = (json.loads(json.dumps(x)) for x in (state, lineage, eval))
 
         def work() -> None:
             try:
-                path = save(root, step, snap, state, lineage)
+                path = save(root, step, snap, state, lineage, eval)
                 if then:
                     then(path)
             except BaseException as e:  # re-raised in the training thread by wait()

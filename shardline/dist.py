@@ -121,6 +121,13 @@ class Dist:
             value /= self.world
         return float(value)
 
+    def all_sum(self, value: torch.Tensor) -> torch.Tensor:
+        """The elementwise sum of `value` over the ranks (itself in one process)."""
+        if self.world > 1:
+            value = value.clone()
+            torch.distributed.all_reduce(value)
+        return value
+
     def close(self) -> None:
         """Destroy the process group; call it only once the wrapped model is gone. DDP's reducer
         and FSDP's mesh hold the group: were one of them its last holder, its destructor would

@@ -38,6 +38,15 @@ class Layout:
     def shards(self) -> Path:
         return self.data / "shards"
 
+    @property
+    def checkpoints(self) -> Path:
+        return self.data / "checkpoints"
+
+    @property
+    def kept(self) -> Path:
+        """Hard links of checkpoints nothing records yet (outside data/: a checkout cannot touch it)."""
+        return self.root / ".shardline" / "kept"
+
     def rel(self, p: Path) -> str:
         """A path as users see it in messages: relative to the project root."""
         try:

@@ -4,8 +4,11 @@ Contract: `collect` gathers, as values (never only hashes): the data version (th
 hash of the shards the loader verified, the md5 DVC records for data/shards in dvc.lock when
 there is one, and the tokenizer hash), the cleaning rules, the mix, the sources (uri + sha256
 of every raw file, from the download manifests when present), the model/train/loader/shard
-params, the git commit and dirty flag, the orchestrator's run id (Prefect flow-run id) and the
-parent checkpoint. `describe` renders it for `shardline lineage`.
+params, the git commit and dirty flag, the orchestrator's run id (Prefect flow-run id), the
+parent checkpoint, and `continued_from`: when this identity's training continued from a
+checkpoint of another data version or mix, that checkpoint, what changed, its own eval and its
+eval on this run's held-out set (the "before" of a before/after). `describe` renders it, with
+the manifest's eval, for `shardline lineage`.
 """
 
 from __future__ import annotations
@@ -58,7 +61,8 @@ def sources(params: Params, layout: Layout) -> list[dict]:
 
 
 def collect(params: Params, layout: Layout, shards_version: str, *, parent: str | None = None,
-            run_id: str | None = None, data_change: list[str] | None = None) -> dict:
+            run_id: str | None = None, data_change: list[str] | None = None,
+            continued_from: dict | None = None) -> dict:
     tok_meta = layout.tokenizer / "meta.json"
     return {
         "data_version": {"shards_sha256": shards_version, "dvc_md5": dvc_md5(layout.root),
@@ -71,7 +75,15 @@ def collect(params: Params, layout: Layout, shards_version: str, *, parent: str 
         "run": {"prefect_flow_run_id": run_id or os.environ.get("PREFECT__FLOW_RUN_ID")},
         "parent": parent,
         "data_change": data_change or [],
+        "continued_from": continued_from,
     }
+
+
+def _eval_line(ev: dict | None) -> str:
+    if not ev:
+        return "none"
+    per = ", ".join(f"{n} {v['loss']:.4f} ({v['bpb']:.4f} bpb)" for n, v in ev["sources"].items())
+    return f"loss {ev['total']['loss']:.4f}, {ev['total']['bpb']:.4f} bits/byte (mix-weighted); {per}"
 
 
 def describe(manifest: dict) -> str:
@@ -86,6 +98,12 @@ def describe(manifest: dict) -> str:
              f"  prefect flow run: {lin['run']['prefect_flow_run_id']}"]
     if lin["data_change"]:
         lines.append("  ALLOWED DATA CHANGE at this resume: " + "; ".join(lin["data_change"]))
+    lines.append(f"  eval (held-out) at step {manifest['step']}: {_eval_line(manifest.get('eval'))}")
+    origin = lin.get("continued_from")
+    if origin:
+        lines.append(f"  continued from {origin['checkpoint']} of another data version/mix "
+                     f"({'; '.join(origin['changes'])})")
+        lines.append(f"    it, on today's held-out set: {_eval_line(origin['eval_now'])}")
     for s in lin["sources"]:
         n = len(s["files"]) if s["files"] else "?"
         lines.append(f"  source {s['name']}: {s['uri']} ({n} files)")

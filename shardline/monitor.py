@@ -8,8 +8,9 @@ Contract:
   truncating the log back to a checkpoint on resume is the trainer's job.
 - Record: step, loss, lr, tokens (seen by the run through this step: step * tokens_per_step),
   step_s, data_wait_s, compute_s, tokens_per_s, mfu, gpu_util (NVML percent; None off CUDA or
-  without NVML), slow (None, "input-bound" or "compute-bound"). Non-finite floats are written
-  as null so every line is strict JSON.
+  without NVML), slow (None, "input-bound" or "compute-bound"), plus what the caller passes in
+  `extra` (the batch hashes; `eval`, the held-out evaluation done at this step, timed apart from
+  step_s). Non-finite floats are written as null, nested ones too, so every line is strict JSON.
 - MFU = flops_per_token * tokens_per_s / peak_flops. tokens_per_step and peak_flops must
   describe the same hardware (one rank, or the whole job). Without peak_flops it is an
   *estimate*: dense bf16 datasheet peak by CUDA device name (fallback: A100's), or on CPU
@@ -18,7 +19,8 @@ Contract:
   least 5 are known. Its cause is whichever of data_wait_s / compute_s exceeds its own rolling
   median by more (ties: input-bound); each slow step is logged once via `log`, with numbers.
 - progress (default: stderr is a TTY): a one-line bar on stderr (step/total, tokens/s, loss,
-  ETA from the rolling median). Otherwise a line via `log` about every 10% of total_steps.
+  the latest val loss, ETA from the rolling median). Otherwise a line via `log` about every 10%
+  of total_steps. Every eval also gets a line of its own (val loss per source).
 - `summary()` covers the steps seen by this process. Nothing here raises for lack of a GPU.
 """
 
@@ -36,6 +38,8 @@ from typing import Callable
 
 import numpy as np
 import torch
+
+from . import fsio
 
 MIN_KNOWN = 5  # fewer step times than this give a median too noisy to call anything slow
 
@@ -89,6 +93,8 @@ def _gpu_util_reader(device: torch.device) -> Callable[[], float] | None:
 
 
 def _clean(v):
+    if isinstance(v, dict):
+        return {k: _clean(x) for k, x in v.items()}
     return None if isinstance(v, float) and not math.isfinite(v) else v
 
 
@@ -113,6 +119,7 @@ class Monitor:
         self._seen, self._slow = [], []  # records, and the slow steps among them
         self._every = max(1, math.ceil(total_steps / 10))
         self._last_draw, self._file = 0.0, None
+        self._val: float | None = None  # the latest held-out loss (total), for the progress line
         if path is not None:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             self._file = open(path, "a", encoding="utf-8")
@@ -137,6 +144,8 @@ class Monitor:
         for k in self._recent:
             self._recent[k].append(rec[k])
         self._seen.append(rec)
+        if rec.get("eval"):
+            self._val = rec["eval"]["total"]["loss"]
         if self._file is not None:
             self._file.write(json.dumps({k: _clean(v) for k, v in rec.items()}) + "\n")
             self._file.flush()
@@ -163,6 +172,9 @@ class Monitor:
 
     def _report(self, rec: dict) -> None:
         step, last = rec["step"], rec["step"] >= self.total_steps
+        if rec.get("eval"):  # every eval gets a line of its own, per source
+            per = ", ".join(f"{n} {v['loss']:.4f}" for n, v in rec["eval"]["sources"].items())
+            self._say(f"step {step}: val loss {self._val:.4f} ({per}; eval {rec['eval']['eval_s']:.2f}s)")
         if self.progress:
             now = time.monotonic()
             if now - self._last_draw < 0.1 and not last:
@@ -171,12 +183,15 @@ class Monitor:
             frac = min(1.0, step / max(1, self.total_steps))
             bar = "#" * int(frac * 20)
             sys.stderr.write(f"\r[{bar:<20}] {step}/{self.total_steps} | {rec['tokens_per_s']:,.0f} tok/s"
-                             f" | loss {rec['loss']:.4f} | eta {self._eta(step)}\033[K")
+                             f" | loss {rec['loss']:.4f}{self._val_text()} | eta {self._eta(step)}\033[K")
             sys.stderr.flush()
         elif step % self._every == 0 or last:
             self.log(f"step {step}/{self.total_steps} ({100 * step / max(1, self.total_steps):.0f}%) | "
-                     f"loss {rec['loss']:.4f} | {rec['tokens_per_s']:,.0f} tok/s | mfu {rec['mfu']:.2%} | "
-                     f"eta {self._eta(step)}")
+                     f"loss {rec['loss']:.4f}{self._val_text()} | {rec['tokens_per_s']:,.0f} tok/s | "
+                     f"mfu {rec['mfu']:.2%} | eta {self._eta(step)}")
+
+    def _val_text(self) -> str:
+        return "" if self._val is None else f" | val {self._val:.4f}"
 
     def summary(self) -> dict:
         """Over the steps this process ran."""
@@ -220,3 +235,26 @@ def read_records(path: Path) -> list[dict]:
     if not Path(path).exists():
         return []
     return [json.loads(ln) for ln in Path(path).read_text().splitlines() if ln.strip()]
+
+
+def write_derived(rows: list[dict], out: Path) -> None:
+    """DVC plots read CSV, not JSON lines: train.csv (step, loss, lr, tokens/s) and eval.csv (step,
+    val loss and bits per byte, in total and per source); eval.json is the latest evaluation."""
+    lines = ["step,loss,lr,tokens_per_s"] + [f"{r['step']},{r['loss']},{r['lr']},{r['tokens_per_s']}" for r in rows]
+    fsio.write_bytes(out / "train.csv", ("\n".join(lines) + "\n").encode())
+    evals = [r for r in rows if r.get("eval")]
+    names = sorted({n for r in evals for n in r["eval"]["sources"]})
+    head = ["step", "val_loss", "val_bpb"] + [f"{n}_{k}" for n in names for k in ("loss", "bpb")]
+    lines = [",".join(head)]
+    for r in evals:
+        e = r["eval"]
+        per = [e["sources"].get(n, {}).get(k, "") for n in names for k in ("loss", "bpb")]
+        lines.append(",".join(str(v) for v in [r["step"], e["total"]["loss"], e["total"]["bpb"], *per]))
+    fsio.write_bytes(out / "eval.csv", ("\n".join(lines) + "\n").encode())
+    fsio.write_json(out / "eval.json", eval_metrics(evals[-1]["step"], evals[-1]["eval"]) if evals else {"step": None})
+
+
+def eval_metrics(step: int, ev: dict) -> dict:
+    """eval.json, a DVC metric: the figures only (timings would make every `dvc metrics diff` noisy)."""
+    return {"step": step, "total": ev["total"],
+            "sources": {n: {k: v[k] for k in ("loss", "bpb")} for n, v in ev["sources"].items()}}

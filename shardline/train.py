@@ -24,6 +24,7 @@ import contextlib
 import hashlib
 import math
 import os
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,14 +32,15 @@ from typing import Callable
 
 import torch
 
-from . import chaos, checkpoint, fsio, lineage, rng
+from . import chaos, checkpoint, fsio, identity, lineage, rng
 from .config import Params, Train
 from .dist import Dist, relaunch_under_torchrun
 from .errors import BadInput
+from .evaluate import HeldOut, compact, evaluate
 from .layout import Layout
 from .loader import Loader
 from .model import GPT, GPTConfig, configure_optimizer
-from .monitor import Monitor, guess_peak_flops, read_records, summarize
+from .monitor import Monitor, eval_metrics, guess_peak_flops, read_records, summarize, write_derived
 
 Log = Callable[[str], None]
 
@@ -55,7 +57,7 @@ def step_seed(seed: int, step: int, rank: int) -> int:
     return int.from_bytes(hashlib.blake2b(f"{seed}:{step}:{rank}".encode(), digest_size=8).digest(), "little")
 
 
-def _device(cfg: Train) -> torch.device:
+def device_for(cfg: Train) -> torch.device:
     if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available()):
         if not torch.cuda.is_available():
             raise BadInput("train.device: cuda requested but no CUDA device is available")
@@ -63,7 +65,7 @@ def _device(cfg: Train) -> torch.device:
     return torch.device("cpu")
 
 
-def _autocast(cfg: Train, device: torch.device):
+def autocast_for(cfg: Train, device: torch.device):
     if cfg.precision == "fp32":
         return contextlib.nullcontext()
     if cfg.precision == "fp16" and device.type != "cuda":
@@ -91,49 +93,36 @@ class Position:
     version_start: int = 0  # the step this data version's training began at
     parent: str | None = None
     changed: list[str] = field(default_factory=list)
+    continued_from: dict | None = None  # this identity's training continued from a checkpoint of another
 
 
-def _resume(latest: Path, cfg: Train, params: Params, loader: Loader, dist: Dist, model, opt, scaler) -> Position:
+def _resume(latest: Path, changes: list[str], loader: Loader, dist: Dist, model, opt, scaler) -> Position:
     # fsdp ranks > 0 get the model and optimizer broadcast by rank 0: not a full copy in each one's memory
     skip = () if dist.holds_full_state else ("model.pt", "optimizer.pt")
     tensors, state, manifest = checkpoint.load(latest, skip=skip)
-    saved_model = manifest["lineage"]["params"]["model"]
-    if saved_model != params.section("model"):
-        raise BadInput(f"train: {latest} was trained with model {saved_model}, params.yaml now says "
-                       f"{params.section('model')}; restore model: in params.yaml, or move data/checkpoints "
-                       "away to start fresh")
-    changed = loader.load_state_dict(state["loader"], allow_change=cfg.allow_data_change)
-    if state["grad_accum"] != cfg.grad_accum:
-        msg = f"grad_accum: saved {state['grad_accum']}, now {cfg.grad_accum}"
-        if not cfg.allow_data_change:
-            raise BadInput(f"train: batch geometry changed since {latest.name}: {msg}; "
-                           "set train.allow_data_change: true to continue anyway (recorded in the lineage)")
-        changed.append(msg)
+    loader.load_state_dict(state["loader"], allow_change=bool(changes))
     dist.load_full_state(model, opt, tensors.get("model.pt"), tensors.get("optimizer.pt"))
     scaler.load_state_dict(tensors["scaler.pt"])
     rng.restore(tensors["rng.pt"])
-    step = state["step"]
+    step, lin = state["step"], manifest["lineage"]
+    origin = lin.get("continued_from")
+    if changes:  # before/after attribution: the parent as it was, and (below) on the new held-out set
+        origin = {"checkpoint": latest.name, "step": step, "data_version": lin["data_version"], "mix": lin["mix"],
+                  "changes": changes, "eval": manifest.get("eval"), "eval_now": None}
     return Position(step, state["tokens_seen"], state.get("resumes", 0) + 1,
-                    step if changed else state.get("version_start_step", 0), latest.name, changed)
-
-
-def _archive_if_data_changed(latest: Path, loader: Loader, ckpts: Path, log: Log) -> None:
-    """train.fresh_on_data_change: keep the old version's checkpoints, but out of resume's way."""
-    state = fsio.read_json(latest / checkpoint.STATE)  # verified by latest_valid; tensors not needed here
-    old = state["loader"]["data_version"]
-    if old == loader.version and state["loader"]["mix"] == loader.state_dict()["mix"]:
-        return
-    dest = ckpts / "archive" / f"data-{old[:12]}"
-    dest.mkdir(parents=True, exist_ok=True)
-    for e in checkpoint.entries(ckpts):
-        e.path.rename(dest / e.path.name)
-    fsio.fsync_dir(ckpts)
-    log(f"train: data changed since {latest.name}; its checkpoints moved to {dest} and training starts fresh")
+                    step if changes else state.get("version_start_step", 0), latest.name, changes, origin)
 
 
 def run(params: Params, layout: Layout, log: Log = print, mapper=None, run_id: str | None = None,
-        on_step: Callable[[int, int], None] | None = None) -> dict:
-    """Train to this data version's start + train.steps. `on_step(step, target)` reports progress."""
+        on_step: Callable[[int, int], None] | None = None, new_run: bool = False,
+        recoverable: Callable[[Path], bool] | None = None, recorded: bool = False) -> dict:
+    """Train to this data version's start + train.steps. `on_step(step, target)` reports progress.
+    `new_run`: the orchestrator starts a new experiment, so a changed identity trains a fresh model
+    (as train.fresh_on_data_change does) instead of being refused; `recoverable(checkpoint_dir)`
+    says whether a checkpoint is kept elsewhere (then it is removed, not archived, to make room).
+    Every checkpoint saved is also hard-linked under .shardline/kept/ until something records
+    it: `recorded` says the orchestrator records data/checkpoints as this run ends (DVC's commit),
+    so the links are dropped at a successful end; `recoverable` prunes them at the next start."""
     cfg = params.train
     if cfg.nproc_per_node > 1 and "LOCAL_RANK" not in os.environ:
         return relaunch_under_torchrun(params, layout, log)
@@ -142,45 +131,77 @@ def run(params: Params, layout: Layout, log: Log = print, mapper=None, run_id: s
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    device = _device(cfg)
+    device = device_for(cfg)
     dist = Dist(cfg, device, log)
     summary = _train(params, layout, log if dist.rank == 0 else (lambda _: None), device, dist, run_id,
-                     on_step if dist.rank == 0 else None)
+                     on_step if dist.rank == 0 else None, new_run, recoverable, recorded)
     dist.close()  # not on an exception: see Dist.close
     return summary
 
 
 def _train(params: Params, layout: Layout, log: Log, device: torch.device, dist: Dist, run_id: str | None,
-           on_step: Callable[[int, int], None] | None) -> dict:
+           on_step: Callable[[int, int], None] | None, new_run: bool, recoverable, recorded: bool) -> dict:
     cfg = params.train
     ckpts, metrics = layout.data / "checkpoints", layout.data / "metrics" / "train.jsonl"
     loader = Loader.from_params(params, layout.shards, rank=dist.rank, world=dist.world, log=log)
     vocab = fsio.read_json(layout.tokenizer / "meta.json")["vocab_size"]
     gcfg = GPTConfig(vocab_size=vocab, seq_len=loader.seq_len, **params.section("model"))
+    held = (HeldOut.for_training(params, layout, loader.spec.remote, loader.seq_len,
+                                 loader.reader.sources[0].index["tokenizer_sha256"], log)
+            if params.eval.every else None)
     if dist.rank == 0 and ckpts.exists():
         fsio.remove_temps(ckpts)
+    if dist.rank == 0:
+        checkpoint.tidy_kept(layout.kept, ckpts, recoverable, log)
     dist.barrier()
     latest = checkpoint.latest_valid(ckpts, log)
+    changes: list[str] = []
+    if latest is not None:  # verified: its JSON is what the tensors were saved with
+        old = identity.saved(fsio.read_json(latest / checkpoint.STATE), fsio.read_json(latest / checkpoint.MANIFEST))
+        changes = identity.diff(old, identity.current(params, loader.state_dict()))
+        action = identity.decide(changes, latest.name, allow=cfg.allow_data_change,
+                                 fresh=cfg.fresh_on_data_change or new_run)
+        if action == "fresh":
+            dist.barrier()  # every rank has read `latest` before rank 0 moves it
+            if dist.rank == 0:
+                log(f"train: a new run (" + ("new experiment" if new_run else "train.fresh_on_data_change")
+                    + f"): {'; '.join(changes)}")
+                identity.set_aside(ckpts, old, recoverable, log)
+            dist.barrier()
+            latest, changes = None, []
     rng.seed_all(cfg.seed)
     model = GPT(gcfg).to(device)
     net = dist.wrap(model, model.transformer.h)
     opt = configure_optimizer(model, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(cfg.beta1, cfg.beta2),
                               device_type=device.type)
     scaler = torch.amp.GradScaler(device.type, enabled=cfg.precision == "fp16")
+    autocast = autocast_for(cfg, device)
+    per_rank = loader.spec.global_batch // dist.world
+
+    def evaluate_now() -> dict:
+        return evaluate(model, held, params.mix, batch=per_rank, device=device, autocast=autocast, rank=dist.rank,
+                        world=dist.world, all_sum=dist.all_sum, pad=dist.strategy == "fsdp")
+
     pos = Position()
-    if latest is not None and cfg.fresh_on_data_change and dist.rank == 0:
-        _archive_if_data_changed(latest, loader, ckpts, log)
-    dist.barrier()
-    if latest is not None and cfg.fresh_on_data_change:  # rank 0 may have archived it meanwhile
-        latest = checkpoint.latest_valid(ckpts, log)
     if latest is not None:
-        pos = _resume(latest, cfg, params, loader, dist, model, opt, scaler)
+        pos = _resume(latest, changes, loader, dist, model, opt, scaler)
         log(f"train: resuming from {latest.name} (step {pos.step}, {pos.tokens_seen:,} tokens)"
             + (f"; ALLOWED CHANGES: {'; '.join(pos.changed)}" if pos.changed else ""))
+        if pos.changed and held is not None:
+            pos.continued_from["eval_now"] = compact(evaluate_now())
     else:
         log(f"train: fresh start, {GPT.__name__} with {model.num_params():,} parameters")
     step, tokens_seen, target = pos.step, pos.tokens_seen, pos.version_start + cfg.steps
-    lin = lineage.collect(params, layout, loader.version, parent=pos.parent, run_id=run_id, data_change=pos.changed)
+    kept = layout.kept / identity.tag(identity.current(params, loader.state_dict()))
+
+    def after_save(path: Path) -> None:  # on the saver's thread
+        checkpoint.keep(path, kept)
+        for s in checkpoint.retain(ckpts, cfg.keep_last, cfg.keep_every, log):
+            if checkpoint.step_dir(kept, s).exists():
+                checkpoint.remove(checkpoint.step_dir(kept, s))
+
+    lin = lineage.collect(params, layout, loader.version, parent=pos.parent, run_id=run_id, data_change=pos.changed,
+                          continued_from=pos.continued_from)
     if cfg.compile:
         net = torch.compile(net)
     if dist.rank == 0:
@@ -192,7 +213,7 @@ def _train(params: Params, layout: Layout, log: Log, device: torch.device, dist:
                       peak_flops=guess_peak_flops(device) * dist.world,  # tokens_per_step is the whole job's
                       slow_factor=cfg.slow_step_factor, log=log, device=device,
                       progress=None if dist.rank == 0 else False)
-    batches, autocast = iter(loader), _autocast(cfg, device)
+    batches = iter(loader)
     saved, saver = [], checkpoint.AsyncSaver()
     if step >= target:
         log(f"train: already at step {step} = this data version's start {pos.version_start} + train.steps "
@@ -225,12 +246,18 @@ def _train(params: Params, layout: Layout, log: Log, device: torch.device, dist:
         tokens_seen += tokens_per_step
         loss_value = dist.mean(total)
         dt = time.perf_counter() - t0
+        checkpoint_due = step % cfg.checkpoint_every == 0 or step == target
+        # after the update, before the record: its time is not the step's (eval_s says what it cost)
+        ev = compact(evaluate_now()) if held is not None and (step % params.eval.every == 0 or checkpoint_due) else None
         monitor.step(step, loss=loss_value, lr=opt.param_groups[0]["lr"], data_wait_s=wait,
-                     compute_s=dt - wait, step_s=dt, extra={"batches": hashes})  # consumed ids, auditable
+                     compute_s=dt - wait, step_s=dt, extra={"batches": hashes,  # consumed ids, auditable
+                                                            **({"eval": ev} if ev else {})})
+        if ev and dist.rank == 0:
+            fsio.write_json(layout.data / "metrics" / "eval.json", eval_metrics(step, ev))
         chaos.point("train.step", f"{step}:rank{dist.rank}")  # e.g. train.step@3:rank1 kills one rank
         if on_step:
             on_step(step, target)
-        if step % cfg.checkpoint_every == 0 or step == target:
+        if checkpoint_due:
             full = dist.full_state(model, opt)  # every rank: a collective under fsdp
             if dist.rank == 0:
                 state = {"step": step, "tokens_seen": tokens_seen, "loader": loader.state_dict(),
@@ -239,12 +266,13 @@ def _train(params: Params, layout: Layout, log: Log, device: torch.device, dist:
                          "version_start_step": pos.version_start}
                 path = saver.submit(ckpts, step, {"model.pt": full[0], "optimizer.pt": full[1],
                                                   "scaler.pt": scaler.state_dict(), "rng.pt": rng.capture()},
-                                    state, lin, then=lambda _: checkpoint.retain(ckpts, cfg.keep_last,
-                                                                                  cfg.keep_every, log))
+                                    state, lin, then=after_save, eval=ev)
                 saved.append(path.name)
                 lin = {**lin, "parent": path.name, "data_change": []}
             dist.barrier()
     saver.wait()  # the last checkpoint is on disk before the stage reports success
+    if recorded and dist.rank == 0 and kept.exists():
+        shutil.rmtree(kept)  # the orchestrator records data/checkpoints now: the links are not needed
     dist.barrier()
     monitor.close()
     summary = {"final_step": step, "tokens_seen": tokens_seen, "resumed_from": pos.parent, "checkpoints_saved": saved,
@@ -253,11 +281,5 @@ def _train(params: Params, layout: Layout, log: Log, device: torch.device, dist:
         rows = read_records(metrics)
         summary = {**summarize(rows, tokens_per_step), **summary}
         fsio.write_json(layout.data / "metrics" / "train.json", summary)
-        _write_plot(rows, layout.data / "metrics" / "train.csv")
+        write_derived(rows, layout.data / "metrics")
     return summary
-
-
-def _write_plot(rows: list[dict], csv: Path) -> None:
-    """DVC plots read CSV, not JSON lines: step, loss, lr, tokens/s."""
-    lines = ["step,loss,lr,tokens_per_s"] + [f"{r['step']},{r['loss']},{r['lr']},{r['tokens_per_s']}" for r in rows]
-    fsio.write_bytes(csv, ("\n".join(lines) + "\n").encode())

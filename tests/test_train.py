@@ -203,7 +203,7 @@ def test_fresh_on_data_change_archives_and_restarts(built, tmp_path):
     write_params(root, p)
     r = run([SL, "stage", "train"], root)
     assert "moved to" in r.stderr and "fresh start" in r.stderr
-    archived = list((root / "data/checkpoints/archive").glob("data-*/step-*"))
+    archived = list((root / "data/checkpoints/archive").glob("*/step-*"))
     assert sorted(a.name for a in archived) == ["step-000000004"]
     lin = json.loads(run([SL, "lineage", "latest", "--json"], root).stdout)
     assert lin["parent"] is None and final_state(root)["step"] == 4

@@ -1,0 +1,105 @@
+"""A run's identity, and what training does when it changes (DESIGN §6b).
+
+Contract:
+- A run's identity is what shapes the model: the data version (content hash of the training
+  shards and the tokenizer), the mix, the model, the loader seed and batch geometry, and the
+  train settings in SHAPING. Not `train.steps` (raising it continues the run), nor settings that
+  only say how to run it (checkpoints, retention, processes, threads, timeouts).
+- `saved` derives a checkpoint's identity from what it already records (the loader state and
+  the lineage's params): nothing extra is stored.
+- When the newest checkpoint's identity differs from this run's, `decide` says what happens:
+  continue (`train.allow_data_change`; the change goes into the lineage; never across a model
+  change), start fresh (`train.fresh_on_data_change`, or the orchestrator says this run is a new
+  experiment), or refuse, naming every change and every way out.
+- `set_aside` clears the way for a fresh start without losing anything: a checkpoint the
+  orchestrator says is recoverable elsewhere (recorded by a commit or experiment, its files in
+  DVC's cache) is removed, manifest first; any other
+  is moved under data/checkpoints/archive/<identity>/. Only the newest checkpoints are ever
+  resumed from, so the archive is out of resume's way.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Callable
+
+from . import checkpoint, fsio
+from .config import Params
+from .errors import BadInput
+
+SHAPING = ("grad_accum", "lr", "min_lr", "warmup_steps", "weight_decay", "beta1", "beta2", "grad_clip",
+           "precision", "seed")
+Log = Callable[[str], None]
+
+
+def current(params: Params, loader_state: dict) -> dict:
+    return {"data_version": loader_state["data_version"], "mix": loader_state["mix"],
+            "loader.seed": loader_state["seed"], "loader.global_batch": loader_state["global_batch"],
+            "seq_len": loader_state["seq_len"], "model": params.section("model"),
+            **{f"train.{k}": params.section("train")[k] for k in SHAPING}}
+
+
+def saved(state: dict, manifest: dict) -> dict:
+    ld, lin = state["loader"], manifest["lineage"]["params"]
+    return {"data_version": ld["data_version"], "mix": ld["mix"], "loader.seed": ld["seed"],
+            "loader.global_batch": ld["global_batch"], "seq_len": ld["seq_len"], "model": lin["model"],
+            **{f"train.{k}": lin["train"].get(k) for k in SHAPING}}
+
+
+def diff(old: dict, new: dict) -> list[str]:
+    return [f"{k}: saved {old.get(k)!r}, now {new[k]!r}" for k in new if old.get(k) != new[k]]
+
+
+def tag(ident: dict) -> str:
+    return fsio.stable_hash(ident)[:12]
+
+
+def decide(changes: list[str], where: str, *, allow: bool, fresh: bool) -> str:
+    """'resume', 'continue' (allowed change), 'fresh', or raise BadInput naming the changes."""
+    if not changes:
+        return "resume"
+    if fresh:
+        return "fresh"
+    model_changed = any(c.startswith(("model:", "seq_len:")) for c in changes)
+    if allow and not model_changed:
+        return "continue"
+    what = "\n  ".join(changes)
+    ways = ("run it as an experiment, `dvc exp run` (a new model; these checkpoints stay restorable), or set "
+            "train.fresh_on_data_change: true (they move to data/checkpoints/archive/)")
+    cont = ("" if model_changed else "; to continue this model on the new settings, set "
+            "train.allow_data_change: true (recorded in the lineage)")
+    raise BadInput(f"train: this run's identity differs from {where}'s:\n  {what}\nTo train a new model for these "
+                   f"settings, {ways}{cont}; or restore what it was trained with ('git checkout' + 'dvc checkout').")
+
+
+def set_aside(root: Path, old: dict, recoverable: Callable[[Path], bool] | None, log: Log) -> None:
+    """Clear data/checkpoints for a fresh start (see the module contract)."""
+    removed, moved = [], []
+    dest = root / "archive" / tag(old)
+    kept = sorted((root / "archive").glob("*/step-*")) if (root / "archive").exists() else []
+    for path in [e.path for e in checkpoint.entries(root)] + kept:
+        if recoverable is not None and recoverable(path):
+            checkpoint.remove(path)
+            removed.append(path.name)
+        elif path.parent == root:
+            dest.mkdir(parents=True, exist_ok=True)
+            target = dest / path.name
+            n = 1
+            while target.exists():
+                target, n = dest / f"{path.name}.{n}", n + 1
+            path.rename(target)
+            moved.append(path.name)
+    fsio.fsync_dir(root)
+    for d in (root / "archive").glob("*") if (root / "archive").exists() else []:
+        if d.is_dir() and not any(d.iterdir()):
+            d.rmdir()
+    if removed:
+        log(f"train: removed {', '.join(removed)}: restorable ('dvc checkout' of the commit or experiment "
+            "that recorded them)")
+    if moved:
+        log(f"train: {', '.join(moved)} moved to {dest} (kept: no commit or experiment records them)")
+
+
+def describe(ident: dict) -> str:
+    return json.dumps(ident, sort_keys=True)

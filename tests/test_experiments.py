@@ -1,0 +1,156 @@
+"""DVC experiments on a trained workspace, as a DVC user runs them (real git, real dvc): a changed
+mix trains a fresh model per experiment, `dvc exp show` compares their held-out losses, `dvc exp
+apply` + `dvc checkout` restores one's checkpoints, the queue runs, `dvc plots diff` overlays them.
+Outside an experiment the refusal stays, and a checkpoint the DVC cache does not hold is kept."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import BIN, init_repo, run, small_params, stdlib_files, write_params
+
+pytestmark = pytest.mark.slow
+DVC = str(BIN / "dvc")
+
+
+def checkpoint_files(root: Path) -> dict[str, str]:
+    """name -> sha256 of every file of every checkpoint, from the manifests (which they must match)."""
+    out = {}
+    for m in sorted((root / "data/checkpoints").glob("step-*/manifest.json")):
+        out.update({f"{m.parent.name}/{k}": v["sha256"] for k, v in json.loads(m.read_text())["files"].items()})
+    return out
+
+
+def exps(root: Path) -> dict[str, dict]:
+    """experiment name -> {params, metrics} from `dvc exp show --json`."""
+    out = {}
+    for baseline in json.loads(run([DVC, "exp", "show", "--json"], root).stdout):
+        for e in baseline.get("experiments") or []:
+            for rev in e["revs"]:
+                d = rev["data"]
+                out[rev["name"]] = {"params": d["params"]["params.yaml"]["data"],
+                                    "eval": (d["metrics"].get("data/metrics/eval.json") or {}).get("data")}
+    return out
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Path:
+    """The README's path at test size: a committed project after `dvc repro`."""
+    root = tmp_path_factory.mktemp("exp") / "proj"
+    inputs = root.parent / "inputs"
+    for name, files in (("code", stdlib_files(12)), ("more", stdlib_files(4, skip=12))):
+        (inputs / name).mkdir(parents=True)
+        for f in files:
+            shutil.copy(f, inputs / name / f"{f.parent.name}_{f.name}")
+    init_repo(root)
+    write_params(root, small_params([{"name": n, "uri": str(inputs / n), "format": "txt"} for n in ("code", "more")],
+                                    mix={"code": 0.75, "more": 0.25}, train={"steps": 8, "checkpoint_every": 4},
+                                    eval={"every": 4, "blocks": 16}))
+    run([DVC, "repro"], root)
+    run(["git", "add", "-A"], root)
+    run(["git", "commit", "-qm", "trained"], root)
+    return root
+
+
+def test_experiments_train_fresh_models_and_compare(trained, tmp_path):
+    root = tmp_path / "ws"
+    shutil.copytree(trained, root, symlinks=True)
+    baseline = checkpoint_files(root)
+    r = run([DVC, "exp", "run", "-n", "mix-a", "-S", "mix.code=0.6", "-S", "mix.more=0.4"], root)
+    assert "a new run (new experiment)" in r.stdout + r.stderr and "fresh start" in r.stdout + r.stderr
+    assert "removed step-000000004, step-000000008: restorable" in r.stdout + r.stderr  # HEAD records them
+    a_files = checkpoint_files(root)
+    lin = json.loads(run([str(BIN / "shardline"), "lineage", "latest", "--json"], root).stdout)
+    assert lin["mix"] == {"code": 0.6, "more": 0.4} and lin["parent"] == "step-000000004"
+    run([DVC, "exp", "run", "-n", "mix-b", "-S", "mix.code=0.2", "-S", "mix.more=0.8"], root)
+    shown = exps(root)
+    assert shown["mix-a"]["params"]["mix"] == {"code": 0.6, "more": 0.4}
+    assert shown["mix-b"]["params"]["mix"] == {"code": 0.2, "more": 0.8}
+    a, b = shown["mix-a"]["eval"], shown["mix-b"]["eval"]
+    assert a["step"] == b["step"] == 8 and set(a["sources"]) == {"code", "more"}
+    assert a["sources"]["more"]["loss"] != b["sources"]["more"]["loss"]
+    # back to the first experiment: params, lock and checkpoints
+    run([DVC, "exp", "apply", "mix-a"], root)
+    run([DVC, "checkout"], root)
+    assert checkpoint_files(root) == a_files != baseline
+    assert yaml.safe_load((root / "params.yaml").read_text())["mix"] == {"code": 0.6, "more": 0.4}
+    # their curves side by side: train and val loss of both
+    plots = json.loads(run([DVC, "plots", "diff", "mix-a", "mix-b", "--json"], root).stdout)["data"]["loss"][0]
+    values = plots["content"]["data"]["values"]
+    assert {(v["rev"], v["filename::field"]) for v in values} == {
+        (rev, f) for rev in ("mix-a", "mix-b") for f in ("train.csv::loss", "eval.csv::val_loss")}
+    # raising only train.steps continues the model of the workspace
+    r = run([DVC, "exp", "run", "-S", "train.steps=12"], root)
+    assert "resuming from step-000000008" in r.stdout + r.stderr
+    assert json.loads((root / "data/metrics/eval.json").read_text())["step"] == 12
+
+
+def test_the_queue_runs_every_experiment(trained, tmp_path):
+    root = tmp_path / "ws"
+    shutil.copytree(trained, root, symlinks=True)
+    for i, code in enumerate((0.3, 0.5, 0.7)):
+        run([DVC, "exp", "run", "--queue", "-n", f"q{i}", "-S", f"mix.code={code}", "-S", f"mix.more={1 - code:.1f}"],
+            root)
+    run([DVC, "queue", "start"], root)
+    deadline = time.time() + 240
+    while "Queued" in (s := run([DVC, "queue", "status"], root).stdout) or "Running" in s:
+        assert time.time() < deadline, s
+        time.sleep(1)
+    run([DVC, "queue", "stop"], root, check=False)
+    done = {ln.split()[1]: ln.split()[-1] for ln in s.splitlines() if ln[:1].isalnum() and len(ln.split()) >= 4}
+    assert [done.get(f"q{i}") for i in range(3)] == ["Success"] * 3, s
+    shown = exps(root)
+    losses = {shown[f"q{i}"]["eval"]["total"]["loss"] for i in range(3)}
+    assert len(losses) == 3  # three mixes, three models
+
+
+def test_outside_an_experiment_a_changed_run_is_refused_and_workspace_checkpoints_kept(trained, tmp_path):
+    root = tmp_path / "ws"
+    shutil.copytree(trained, root, symlinks=True)
+    p = yaml.safe_load((root / "params.yaml").read_text())
+    p["mix"] = {"code": 0.5, "more": 0.5}
+    write_params(root, p)
+    r = run([DVC, "repro"], root, check=False)
+    out = r.stdout + r.stderr
+    assert r.returncode != 0 and "mix: saved {'code': 0.75, 'more': 0.25}" in out and "dvc exp run" in out
+    assert "Traceback" not in out
+    # trained past dvc repro's record: step 12 is in the workspace only; `dvc exp run` itself then
+    # checks out the baseline's data/checkpoints (dropping step 12) before any stage runs
+    p["mix"], p["train"]["steps"] = {"code": 0.75, "more": 0.25}, 12
+    write_params(root, p)
+    run([str(BIN / "shardline"), "stage", "train"], root)
+    only_here = (root / "data/checkpoints/step-000000012/manifest.json").read_bytes()
+    r = run([DVC, "exp", "run", "-S", "mix.code=0.5", "-S", "mix.more=0.5"], root)
+    assert "is the only copy" in r.stdout + r.stderr
+    kept = list((root / ".shardline/kept").glob("*/step-000000012"))
+    assert len(kept) == 1 and (kept[0] / "manifest.json").read_bytes() == only_here
+    from shardline import checkpoint
+
+    assert checkpoint.verify(kept[0]) == (True, "ok")
+    assert f"{kept[0].relative_to(root)}  valid    kept: the only copy" in run([str(BIN / "shardline"), "checkpoints"],
+                                                                              root).stdout
+    # what a run under dvc repro saved is recorded by DVC as it ends: nothing else is kept
+    assert not list((root / ".shardline/kept").glob("*/step-000000008"))
+
+
+def test_a_changed_run_in_a_plain_folder_moves_old_checkpoints_to_the_archive(trained, tmp_path):
+    """No commit or experiment records anything here: a new experiment-like run (fresh_on_data_change)
+    keeps every old checkpoint, moved aside."""
+    root = tmp_path / "plain"
+    shutil.copytree(trained, root, symlinks=True)
+    shutil.rmtree(root / ".git")
+    shutil.rmtree(root / ".dvc")
+    before = {m.parent.name: m.read_bytes() for m in (root / "data/checkpoints").glob("step-*/manifest.json")}
+    p = yaml.safe_load((root / "params.yaml").read_text())
+    p["mix"], p["train"]["fresh_on_data_change"] = {"code": 0.5, "more": 0.5}, True
+    write_params(root, p)
+    r = run([str(BIN / "shardline"), "stage", "train"], root)
+    assert "moved to" in r.stderr
+    moved = {m.parent.name: m.read_bytes() for m in (root / "data/checkpoints/archive").glob("*/step-*/manifest.json")}
+    assert moved == before
