@@ -42,7 +42,7 @@ STAGE_OF = {"download.file": "download", "clean.part": "clean", "clean.dedup": "
 
 
 POINTS = {"download.file": 2, "clean.part": 4, "clean.dedup": 4, "tokenize.part": 4, "shard.file": 2,
-          "train.step": 9, "train.eval": 9, "checkpoint.files": 2, "retention": 2}  # point -> largest k drawn
+          "train.step": 9, "checkpoint.files": 2, "retention": 2}  # point -> largest k drawn
 
 
 def plan(seed: int, kills: int) -> list[str]:

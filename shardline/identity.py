@@ -30,6 +30,10 @@ from .errors import BadInput
 
 SHAPING = ("grad_accum", "lr", "min_lr", "warmup_steps", "weight_decay", "beta1", "beta2", "grad_clip",
            "precision", "seed")
+# how far to train, and how to run and keep it: a change continues the same run
+RUNNING = ("steps", "compile", "deterministic", "device", "threads", "nproc_per_node", "checkpoint_every",
+           "keep_last", "keep_every", "allow_data_change", "fresh_on_data_change", "slow_step_factor", "strategy",
+           "dist_timeout_s")
 Log = Callable[[str], None]
 
 

@@ -39,7 +39,7 @@ def _plot(rows: list[dict], out: Path) -> None:
     fig, axes = plt.subplots(1, 2 if evals else 1, figsize=(12 if evals else 8, 4), dpi=100, squeeze=False)
     ax = axes[0][0]
     steps = [r["step"] for r in rows]
-    ax.plot(steps, [r["loss"] for r in rows], color="tab:blue", label="train loss")
+    ax.plot(steps, [r["loss"] for r in rows], color="0.25", lw=1, label="train loss")
     for n in _eval_sources(evals):
         pts = [(r["step"], r["eval"]["sources"][n]["loss"]) for r in evals if n in r["eval"]["sources"]]
         ax.plot(*zip(*pts), marker="o", label=f"val loss {n}")

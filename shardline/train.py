@@ -7,8 +7,16 @@ Contract:
   step from (train.seed, step, rank), so a resumed run draws exactly what the killed one would.
   On CPU with train.deterministic, a run killed any number of times ends bit-identical to one
   never killed (tests/test_train.py).
-- Resume refuses data, mix or batch-geometry changes (the loader's invariants plus
-  grad_accum) unless train.allow_data_change, which is then recorded in the lineage.
+- Resume compares the run's identity (shardline.identity: data version, mix, model, loader seed
+  and batch geometry, the optimisation settings) with the newest checkpoint's: a change is
+  refused, continued (train.allow_data_change, recorded in the lineage, with the parent judged
+  on this run's held-out set as the "before") or starts a fresh model (train.fresh_on_data_change,
+  or `new_run` from the orchestrator: an experiment), setting the old checkpoints aside first.
+- Held-out eval (shardline.evaluate) every eval.every steps, at every checkpoint and the last
+  step, after the update and before the step's record: it goes into that record, eval.json and
+  the checkpoint's manifest. It touches no RNG stream: eval on or off, training is identical.
+- Every saved checkpoint is hard-linked under .shardline/kept/<identity>/ until something records
+  it, so a checkout that replaces data/checkpoints never takes the only copy.
 - Under torchrun (RANK/WORLD_SIZE set, one node or many) ranks share each global batch (the
   loader's elastic slices); gradients are averaged by DDP or FSDP (train.strategy, see
   shardline.dist); global rank 0 writes checkpoints (always the full, single-process state)
@@ -142,7 +150,7 @@ def run(params: Params, layout: Layout, log: Log = print, mapper=None, run_id: s
 def _train(params: Params, layout: Layout, log: Log, device: torch.device, dist: Dist, run_id: str | None,
            on_step: Callable[[int, int], None] | None, new_run: bool, recoverable, recorded: bool) -> dict:
     cfg = params.train
-    ckpts, metrics = layout.data / "checkpoints", layout.data / "metrics" / "train.jsonl"
+    ckpts, metrics = layout.checkpoints, layout.data / "metrics" / "train.jsonl"
     loader = Loader.from_params(params, layout.shards, rank=dist.rank, world=dist.world, log=log)
     vocab = fsio.read_json(layout.tokenizer / "meta.json")["vocab_size"]
     gcfg = GPTConfig(vocab_size=vocab, seq_len=loader.seq_len, **params.section("model"))
@@ -164,8 +172,8 @@ def _train(params: Params, layout: Layout, log: Log, device: torch.device, dist:
         if action == "fresh":
             dist.barrier()  # every rank has read `latest` before rank 0 moves it
             if dist.rank == 0:
-                log(f"train: a new run (" + ("new experiment" if new_run else "train.fresh_on_data_change")
-                    + f"): {'; '.join(changes)}")
+                why = "new experiment" if new_run else "train.fresh_on_data_change"
+                log(f"train: a new run ({why}): {'; '.join(changes)}")
                 identity.set_aside(ckpts, old, recoverable, log)
             dist.barrier()
             latest, changes = None, []

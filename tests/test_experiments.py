@@ -91,12 +91,15 @@ def test_experiments_train_fresh_models_and_compare(trained, tmp_path):
     assert json.loads((root / "data/metrics/eval.json").read_text())["step"] == 12
 
 
+QUEUED = ["model.n_layer=2", "clean.min_chars=200", "loader.seed=9", "train.lr=0.01"]
+
+
 def test_the_queue_runs_every_experiment(trained, tmp_path):
+    """Queued in the background, and on every kind of key: each trains its own fresh model."""
     root = tmp_path / "ws"
     shutil.copytree(trained, root, symlinks=True)
-    for i, code in enumerate((0.3, 0.5, 0.7)):
-        run([DVC, "exp", "run", "--queue", "-n", f"q{i}", "-S", f"mix.code={code}", "-S", f"mix.more={1 - code:.1f}"],
-            root)
+    for i, setting in enumerate(QUEUED):
+        run([DVC, "exp", "run", "--queue", "-n", f"q{i}", "-S", setting], root)
     run([DVC, "queue", "start"], root)
     deadline = time.time() + 240
     while "Queued" in (s := run([DVC, "queue", "status"], root).stdout) or "Running" in s:
@@ -104,10 +107,14 @@ def test_the_queue_runs_every_experiment(trained, tmp_path):
         time.sleep(1)
     run([DVC, "queue", "stop"], root, check=False)
     done = {ln.split()[1]: ln.split()[-1] for ln in s.splitlines() if ln[:1].isalnum() and len(ln.split()) >= 4}
-    assert [done.get(f"q{i}") for i in range(3)] == ["Success"] * 3, s
+    assert [done.get(f"q{i}") for i in range(len(QUEUED))] == ["Success"] * len(QUEUED), s
     shown = exps(root)
-    losses = {shown[f"q{i}"]["eval"]["total"]["loss"] for i in range(3)}
-    assert len(losses) == 3  # three mixes, three models
+    for i, setting in enumerate(QUEUED):
+        section, rest = setting.split(".", 1)
+        key, value = rest.split("=")
+        assert str(shown[f"q{i}"]["params"][section][key]) == value
+    losses = {shown[f"q{i}"]["eval"]["total"]["loss"] for i in range(len(QUEUED))}
+    assert len(losses) == len(QUEUED)  # four settings, four models
 
 
 def test_outside_an_experiment_a_changed_run_is_refused_and_workspace_checkpoints_kept(trained, tmp_path):

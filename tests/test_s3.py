@@ -113,7 +113,7 @@ def test_loader_streaming_from_s3_gives_the_local_batches_cold_and_warm(project,
     cold = loader_for(project, shards_uri=shards_uri, prefetch=3)
     assert cold.reader.fetcher is None and cold.version == loader_for(project).version
     assert stream(cold) == local
-    n_shards = sum(1 for _ in (project / "data/shards").rglob("shard-*.bin"))
+    n_shards = sum(1 for _ in (project / "data/shards").glob("*/shard-*.bin"))  # training shards (not val/)
     st = cold.reader.fetcher.stats
     assert st.fetched == n_shards and st.evicted == 0 and st.hits == 0
     cache = project / ".shardline/cache"  # cache_dir is relative to the project root
@@ -141,7 +141,7 @@ def test_training_on_streamed_shards_gives_the_weights_of_local_training(project
 @pytest.mark.slow  # builds the tiny project with dvc repro (once per module)
 @pytest.mark.timeout(60)
 def test_a_cache_smaller_than_the_data_evicts_refetches_and_gives_the_same_batches(project, shards_uri, aws, tmp_path):
-    sizes = [p.stat().st_size for p in (project / "data/shards").rglob("shard-*.bin")]
+    sizes = [p.stat().st_size for p in (project / "data/shards").glob("*/shard-*.bin")]  # training shards
     budget_mb = 1.5 * max(sizes) / 2**20  # room for one and a half shards; a step needs several
     cache = tmp_path / "cache"
     peak: list[int] = []

@@ -1,0 +1,53 @@
+"""A run's identity: what it holds, what it leaves out, and what a change of it leads to."""
+
+from __future__ import annotations
+
+import pytest
+
+from shardline import config, identity
+from shardline.errors import BadInput
+from tests.conftest import small_params
+
+
+def ident(**sections) -> dict:
+    params = config.parse(small_params([{"name": "a", "uri": "x", "format": "txt"}], **sections))
+    state = {"data_version": "v1", "mix": params.mix, "seed": params.loader.seed,
+             "global_batch": params.loader.global_batch, "seq_len": params.shard.seq_len}
+    return identity.current(params, state)
+
+
+def test_what_shapes_the_model_is_the_identity_and_nothing_else():
+    base = ident()
+    for sections, key in [({"mix": {"a": 2.0}}, "mix"), ({"model": {"n_layer": 3}}, "model"),
+                          ({"train": {"lr": 0.01}}, "train.lr"), ({"train": {"grad_accum": 2}}, "train.grad_accum"),
+                          ({"loader": {"seed": 9}}, "loader.seed"), ({"loader": {"global_batch": 8}},
+                                                                      "loader.global_batch"),
+                          ({"shard": {"seq_len": 32}}, "seq_len")]:
+        changes = identity.diff(base, ident(**sections))
+        assert [c.split(":")[0] for c in changes] == [key], sections
+    for sections in ({"train": {"steps": 99}}, {"train": {"checkpoint_every": 7, "keep_last": 5, "threads": 2}},
+                     {"loader": {"num_workers": 2, "verify": "size"}}, {"eval": {"every": 3, "blocks": 8}}):
+        assert identity.diff(base, ident(**sections)) == [], sections
+
+
+def test_a_change_is_refused_continued_or_fresh():
+    changes = identity.diff(ident(), ident(mix={"a": 2.0}))
+    assert identity.decide([], "step-1", allow=False, fresh=False) == "resume"
+    assert identity.decide(changes, "step-1", allow=True, fresh=False) == "continue"
+    assert identity.decide(changes, "step-1", allow=False, fresh=True) == "fresh"
+    with pytest.raises(BadInput) as e:
+        identity.decide(changes, "step-000000008", allow=False, fresh=False)
+    msg = str(e.value)
+    assert "differs from step-000000008's" in msg and "mix: saved {'a': 1.0}, now {'a': 2.0}" in msg
+    assert "dvc exp run" in msg and "train.fresh_on_data_change" in msg and "train.allow_data_change" in msg
+    # another model cannot continue from these weights, allowed or not
+    model = identity.diff(ident(), ident(model={"d_model": 64}))
+    with pytest.raises(BadInput) as e:
+        identity.decide(model, "step-1", allow=True, fresh=False)
+    assert "allow_data_change" not in str(e.value)
+    assert identity.decide(model, "step-1", allow=True, fresh=True) == "fresh"
+
+
+def test_every_train_setting_is_classified():
+    """A new train: field must be put on one side: shaping the model, or only running it."""
+    assert sorted(identity.SHAPING + identity.RUNNING) == sorted(config.Train.model_fields)
