@@ -1,13 +1,13 @@
-"""Train stage: trainer vs a bare torch loop, checkpoint blocking time, and the data-wait share.
+"""Train stage: trainer vs a bare torch loop, checkpoint blocking time, data-wait share, eval cost.
 
     python -m bench.train [--repeats 3] [--steps 20] [--ckpt-repeats 7] [--profile] [--tmp-dir DIR]
 
 Builds real shards once, in a temp dir, through the engine stages (download -> clean ->
-tokenize -> shard) with `bench.loader.build_shards`, restricted to its always-present source:
-the Python standard library (builtin://python-stdlib); vocab 8192, seq_len 256. Training params
-are the shipped params.yaml (model n_layer 2, n_head 4, d_model 128, dropout 0.1; fp32;
-deterministic; train.threads left at its default) with global_batch 16 blocks (4,096 tokens per
-step) and --steps steps. Then measures, interleaved (each repeat runs both methods, the order
+tokenize -> shard) of the shipped params.yaml (its sources: the Python standard library and the
+pydoc topics, both always present; vocab 8192, seq_len 256). Sections 1-3 train on the code
+source alone, with the shipped training params (model n_layer 2, n_head 4, d_model 128, dropout
+0.1; fp32; deterministic; train.threads left at its default), global_batch 16 blocks (4,096
+tokens per step) and --steps steps. Then measures, interleaved (each repeat runs both methods, the order
 alternating between repeats, so machine noise hits both alike):
 
   1. trainer vs bare loop, tokens/s:
@@ -37,6 +37,13 @@ alternating between repeats, so machine noise hits both alike):
   3. data wait share: train.json `data_wait_pct` of each trainer repeat (sum of data-wait over
      sum of step time), median; the first step's wait (it verifies the sha256 of every shard it
      touches) is shown apart from the rest.
+  4. held-out eval at the defaults: the shipped params.yaml as it is (sources code and prose,
+     global batch 32, eval.blocks 64 per source), --steps steps with an eval every --steps / 4
+     steps; from each run's own train.jsonl, the median eval_s and the median step_s give the
+     share eval takes of a default run's training time (its evals: every eval.every steps, at
+     each checkpoint and the last step, over train.steps steps). And eval tokens/s against the
+     training forward pass (the forward of a training step: train mode, autograd recording, same
+     batch), timed interleaved on the same model.
 
 How to read it: the three headline ratios are same-run ratios of medians (targets: (a)/(b) >=
 0.95, save/bare <= 1.5, data wait < 1%); on a small shared machine absolute times move a lot
@@ -68,7 +75,6 @@ from pathlib import Path
 import torch
 import yaml
 
-import bench.loader as bench_loader
 from shardline import checkpoint, config, fsio, lineage, rng
 from shardline import train as T
 from shardline.layout import Layout
@@ -78,31 +84,37 @@ from shardline.monitor import Monitor
 
 REPO = Path(__file__).resolve().parents[1]
 GLOBAL_BATCH = 16
-TARGET_AB, TARGET_CKPT, TARGET_WAIT = 0.95, 1.5, 1.0
+TARGET_AB, TARGET_CKPT, TARGET_WAIT, TARGET_EVAL = 0.95, 1.5, 1.0, 5.0
 
 
 # ---------------------------------------------------------------- setup
 
 
 def build(root: Path) -> Layout:
-    """Real shards of the stdlib source only (bench.loader's helper, its optional corpora off)."""
-    saved, bench_loader.OPTIONAL = bench_loader.OPTIONAL, []
-    try:
-        bench_loader.build_shards(root)
-    finally:
-        bench_loader.OPTIONAL = saved
-    return Layout.at(root)
+    """Real shards of the shipped params.yaml's sources (code and prose), with its settings:
+    sections 1-3 read the code source only, section 4 both, as the default line does."""
+    from shardline import clean, download, encode, shard
+
+    params = config.parse(yaml.safe_load((REPO / "params.yaml").read_text()))
+    layout = Layout.at(root)
+    t0 = time.perf_counter()
+    for stage in (download, clean, encode, shard):
+        stage.run(params, layout, log=lambda _: None)
+    print(f"built shards in {time.perf_counter() - t0:.1f}s (download, clean, tokenize, shard) at {layout.shards}")
+    return layout
 
 
 def make_params(steps: int) -> config.Params:
-    """The shipped params.yaml, with build_shards' single source and mix, global_batch 16, `steps`
-    steps and a checkpoint only at the last step."""
+    """The shipped params.yaml with the code source alone, global_batch 16, `steps` steps, a
+    checkpoint only at the last step, and no held-out eval (the bare loop has none: like for like;
+    section 4 measures eval on its own)."""
     raw = yaml.safe_load((REPO / "params.yaml").read_text())
     raw["sources"] = [{"name": "code", "uri": "builtin://python-stdlib", "format": "txt", "txt_unit": "file"}]
     raw["mix"] = {"code": 1.0}
     raw["loader"] = {**raw.get("loader", {}), "global_batch": GLOBAL_BATCH}
     raw["train"] = {**raw.get("train", {}), "steps": steps, "checkpoint_every": steps + 1000,
                     "nproc_per_node": 1, "device": "cpu"}
+    raw["eval"] = {**raw.get("eval", {}), "every": 0}
     return config.parse(raw)
 
 
@@ -211,6 +223,72 @@ def trainer_extras(params: config.Params, layout: Layout, bare: dict, tmp: Path)
     mon.close()
     torch.set_rng_state(rng_state)
     return out
+
+
+# ---------------------------------------------------------------- 4. held-out eval
+
+
+def eval_params(steps: int) -> config.Params:
+    """The shipped params.yaml as it is, `steps` steps, an eval every steps // 4, no checkpoint
+    before the last step."""
+    raw = yaml.safe_load((REPO / "params.yaml").read_text())
+    raw["train"] = {**raw["train"], "steps": steps, "checkpoint_every": steps + 1000, "nproc_per_node": 1,
+                    "device": "cpu"}
+    raw["eval"] = {**raw["eval"], "every": max(1, steps // 4)}
+    return config.parse(raw)
+
+
+def eval_run(params: config.Params, layout: Layout) -> dict:
+    for d in (layout.data / "checkpoints", layout.data / "metrics"):
+        shutil.rmtree(d, ignore_errors=True)
+    T.run(params, layout, log=lambda _: None)
+    recs = [json.loads(ln) for ln in (layout.data / "metrics" / "train.jsonl").read_text().splitlines() if ln]
+    evals = [r["eval"] for r in recs if r.get("eval")]
+    return {"eval_s": statistics.median(e["eval_s"] for e in evals), "n": len(evals),
+            "step_s": statistics.median(r["step_s"] for r in recs), "tokens": sum(evals[0]["sources"][n]["tokens"]
+                                                                             for n in evals[0]["sources"])}
+
+
+def default_evals() -> int:
+    """How many evals a run of the shipped params.yaml does."""
+    from shardline.evaluate import due
+
+    shipped = config.parse(yaml.safe_load((REPO / "params.yaml").read_text()))
+    return sum(due(s, shipped.train.steps, shipped) for s in range(1, shipped.train.steps + 1))
+
+
+def forward_rates(params: config.Params, layout: Layout, reps: int) -> tuple[list[float], list[float]]:
+    """tokens/s of evaluate() on the held-out blocks vs the training forward (train mode, grad on)
+    over the same number of blocks in training batches; interleaved."""
+    from shardline.evaluate import HeldOut, evaluate
+
+    loader = Loader.from_params(params, layout.shards)
+    held = HeldOut.open(layout.shards, [s.name for s in params.sources], params.eval.blocks,
+                        layout.tokenizer / "tokenizer.json")
+    rng.seed_all(params.train.seed)
+    model = GPT(model_config(params, layout, loader.seq_len))
+    g = params.loader.global_batch
+    it = iter(loader)
+    nblocks = sum(len(b.ids) for b in held.blocks)
+    train_batches = [next(it) for _ in range(-(-nblocks // g))]
+    ev_rates, fw_rates = [], []
+    for r in range(reps + 1):  # the first pair warms up, untimed
+        for m in (("e", "f") if r % 2 == 0 else ("f", "e")):
+            if m == "e":
+                res = evaluate(model, held, params.mix, batch=g, device=torch.device("cpu"))
+                rate = res["tokens_per_s"]
+                (ev_rates if r else []).append(rate)
+            else:
+                model.train()
+                t0 = time.perf_counter()
+                n = 0
+                for x, y in train_batches:
+                    _, loss = model(x, y)  # what a training step's forward does (the graph is kept)
+                    n += x.numel()
+                    del loss
+                rate = n / (time.perf_counter() - t0)
+                (fw_rates if r else []).append(rate)
+    return ev_rates, fw_rates
 
 
 # ---------------------------------------------------------------- 2. checkpoint blocking time
@@ -434,6 +512,14 @@ def main(argv: list[str] | None = None) -> int:
     breakdown = save_breakdown({"checkpoint.save": do_save, "bare torch.save": do_bare}, 5, clean_up)
     extras = trainer_extras(params, layout, bare, root)
 
+    # ---- 4: held-out eval at the defaults
+    ep = eval_params(args.steps)
+    E = [eval_run(ep, layout) for _ in range(args.repeats)]
+    n_default = default_evals()
+    shipped = config.parse(yaml.safe_load((REPO / "params.yaml").read_text()))
+    shares = [100 * n_default * e["eval_s"] / (shipped.train.steps * e["step_s"]) for e in E]
+    ev_rates, fw_rates = forward_rates(ep, layout, args.repeats)
+
     # ---- report
     n = args.repeats
     print(f"\n1. trainer vs bare loop: tokens/s, median of {n} interleaved repeats (min - max); "
@@ -479,6 +565,18 @@ def main(argv: list[str] | None = None) -> int:
           f"{fmt([a['wait1_ms'] for a in A], 1, ' ms', 1)};  steps 2..{args.steps}: "
           f"{statistics.median(a['wait_rest_pct'] for a in A):.3f}% of step time")
 
+    print(f"\n4. held-out eval at the defaults ({E[0]['tokens']:,} held-out tokens per eval: "
+          f"{', '.join(f'{k} {v}' for k, v in ep.section('eval').items() if k in ('every', 'blocks'))} here; a default run "
+          f"does {n_default} evals over {shipped.train.steps} steps), median of {len(E)} runs (min - max):")
+    print(f"  {'eval (all sources) per eval':44} {fmt([e['eval_s'] for e in E], 1e3, ' ms', 1)}")
+    print(f"  {'training step':44} {fmt([e['step_s'] for e in E], 1e3, ' ms', 1)}")
+    print(f"  {'share of a default run: evals x eval_s / (steps x step_s)':58} "
+          f"{', '.join(f'{x:.2f}%' for x in shares)}")
+    print(f"  {'eval tokens/s (evaluate, no grad, eval mode)':44} {fmt(ev_rates)} tok/s")
+    print(f"  {'training forward tokens/s (train mode, grad)':44} {fmt(fw_rates)} tok/s")
+    ratios = [e / f for e, f in zip(ev_rates, fw_rates)]
+    print(f"  same-repeat ratio eval/forward: {', '.join(f'{x:.2f}' for x in ratios)}")
+
     ab = statistics.median(a["tps"] for a in A) / statistics.median(b["tps"] for b in B)
     cr = statistics.median(ck["trainer block (AsyncSaver.submit)"]) / statistics.median(ck["bare torch.save + fsyncs"])
     blk = statistics.median(ck["checkpoint.save (sync, info)"]) / statistics.median(ck["bare torch.save + fsyncs"])
@@ -489,6 +587,10 @@ def main(argv: list[str] | None = None) -> int:
           f"{verdict(cr <= TARGET_CKPT)}   [synchronous checkpoint.save incl. sha256 + manifest: {blk:.2f}x, info]")
     print(f"  3. data wait share of step time:   {wait:6.3f}%   (target < {TARGET_WAIT}%)     "
           f"{verdict(wait < TARGET_WAIT)}")
+    share = statistics.median(shares)
+    print(f"  4. eval share of a default run's training time: {share:5.2f}%   (target <= {TARGET_EVAL}%)     "
+          f"{verdict(share <= TARGET_EVAL)}   [eval tokens/s vs training forward: "
+          f"{statistics.median(ratios):.2f}x, info]")
 
     if ab < TARGET_AB or args.profile:
         k = min(args.steps, 8)
@@ -514,6 +616,9 @@ def main(argv: list[str] | None = None) -> int:
               f"steady steps {statistics.median(a['wait_rest_pct'] for a in A):.3f}% of step time)")
 
     tmpdir.cleanup()
+    if ab < TARGET_AB or cr > TARGET_CKPT or wait >= TARGET_WAIT or share > TARGET_EVAL:
+        print("\nTARGET MISSED: see the headline above")
+        return 1
     if not same_losses:
         print("\nSANITY FAIL: the bare loop's losses differ from the trainer's: the comparison is not like for like")
         return 1

@@ -71,21 +71,25 @@ def in_cache(root: str | Path, out: str = "data/checkpoints"):
                 h.update(chunk)
         return h.hexdigest()
 
+    known: dict = {}
+
     def check(path: Path) -> bool:
         from dvc.exceptions import NotDvcRepoError
         from dvc.repo import Repo
 
-        try:
-            repo = Repo(str(root))
-        except NotDvcRepoError:  # `shardline stage train` in a plain folder: nothing is recorded
-            return False
-        try:
-            odb = repo.cache.local
-            recorded = _recorded(Path(root), out, odb)
-            files = sorted(p for p in Path(path).rglob("*") if p.is_file())
-            return bool(files) and all(h in recorded and odb.exists(h) for h in map(md5, files))
-        finally:
-            repo.close()
+        if "recorded" not in known:  # once per run: what git-held locks record does not change meanwhile
+            try:
+                repo = Repo(str(root))
+            except NotDvcRepoError:  # `shardline stage train` in a plain folder: nothing is recorded
+                known.update(recorded=set(), exists=lambda _: False)
+            else:
+                try:
+                    known["recorded"] = _recorded(Path(root), out, repo.cache.local)
+                    known["exists"] = repo.cache.local.exists
+                finally:
+                    repo.close()
+        files = sorted(p for p in Path(path).rglob("*") if p.is_file())
+        return bool(files) and all(h in known["recorded"] and known["exists"](h) for h in map(md5, files))
 
     return check
 

@@ -224,8 +224,8 @@ def keep(path: Path, kept: Path) -> Path:
     for name in [n for n in names if n != MANIFEST] + [MANIFEST]:
         try:
             os.link(path / name, tmp / name)
-        except OSError:  # another filesystem, or no hard links: a copy
-            shutil.copy2(path / name, tmp / name)
+        except OSError:  # another filesystem, or no hard links: a copy (fsynced)
+            fsio.copy_file(path / name, tmp / name)
     fsio.fsync_dir(tmp)
     if dest.exists():
         remove(dest)
@@ -238,16 +238,17 @@ def tidy_kept(kept: Path, root: Path, recoverable: Callable[[Path], bool] | None
     """Drop kept copies that something now records (`recoverable`); name the ones that are the
     only copy left (their data/checkpoints twin is gone: a checkout replaced it). Returns those."""
     alone = []
-    for path in sorted(Path(kept).glob("*/step-*")) if Path(kept).exists() else []:
-        twin = step_dir(root, int(path.name[5:]))
+    for path in sorted(Path(kept).glob("*/step-*")):
         if recoverable is not None and recoverable(path):
             remove(path)
-        elif not (twin.exists() and (twin / MANIFEST).exists()
-                  and os.path.samefile(twin / MANIFEST, path / MANIFEST)):
+            continue
+        mine = (path / MANIFEST).read_bytes() if (path / MANIFEST).exists() else None
+        twins = [step_dir(root, int(path.name[5:]))] + sorted(Path(root).glob(f"archive/*/{path.name}*"))
+        if not any((t / MANIFEST).exists() and (t / MANIFEST).read_bytes() == mine for t in twins):
             alone.append(path)
             log(f"checkpoint: {path} is the only copy (data/checkpoints lost it, a checkout?, and nothing records "
                 f"it); 'cp -al {path} {root}/' restores it")
-    for d in Path(kept).glob("*") if Path(kept).exists() else []:
+    for d in Path(kept).glob("*"):
         if d.is_dir() and not any(d.iterdir()):
             d.rmdir()
     return alone

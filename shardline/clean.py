@@ -6,7 +6,8 @@ Contract:
 - Phase 1 (parallel, per part): read records, run the rules (`shardline.rules`), write every
   document they keep to the part: columns id, text, hash (of the text), bytes (UTF-8 length)
   and u (the split hash, `shardline.split`). Its parquet metadata holds `key` = hash(input
-  files' sha256, reading options, clean rules, code version) and the part's tallies; a re-run
+  files' sha256, reading options, the rules other than dedup, the source name, code version)
+  and the part's tallies; a re-run
   skips a part whose key matches, so after a kill only unfinished parts are redone. A part
   never changes once written: what other parts hold cannot invalidate it.
 - Phase 2 (sequential, cheap: reads only the hash, bytes and u columns): the held-out split
@@ -14,9 +15,13 @@ Contract:
   params order, parts, rows) with the held-out documents first: a training document equal to a
   held-out one is always dropped from training (split integrity, even with dedup off); with
   `clean.dedup` the later copy of any other duplicate is dropped, on its side. Each part gets
-  `part-NNNNN.split.json` {key, heldout rows, dropped rows, tallies}: rows in neither list are
-  training documents. A selection is rewritten only when it changes.
-- `documents(part, side)` reads one side's texts; the tokenize stage reads nothing else.
+  `part-NNNNN.split.json` {key, ctx, heldout rows, dropped rows, tallies}: rows in neither list
+  are training documents. ctx = hash(every part key in order, the split settings, dedup): the
+  same in every selection of one run, and in data/clean/split.json (the thresholds), written
+  last; a selection is rewritten only when it changes.
+- `documents(part, side)` reads one side's texts; the tokenize stage reads nothing else. It
+  refuses a selection whose part key or ctx is not the finished stage's (a clean stage killed
+  halfway through its selections), naming the remedy.
 - stats.json (written last) sums the tallies: docs/bytes in and out, held out (and which clamp
   decided the split), per rule docs and bytes dropped, dedup, training copies of held-out
   documents, bad records with `file:line` samples, invalid UTF-8 count. The stage fails with
@@ -43,6 +48,7 @@ from .parallel import Mapper, thread_map
 
 CODE_VERSION = 2  # bump when cleaning output changes for the same inputs and params
 SIDES = ("train", "val")
+SPLIT = "split.json"  # the held-out thresholds of the finished stage, and the ctx its selections carry
 _META = b"shardline"
 _SCHEMA = pa.schema([("id", pa.string()), ("text", pa.string()), ("hash", pa.binary(16)), ("bytes", pa.int64()),
                      ("u", pa.uint64())])
@@ -160,6 +166,7 @@ def select(parts: list[Part], params: Params, log: Log) -> dict[str, split.Thres
     thresholds = {s.name: split.threshold((_columns(p, "u")["u"] for p in parts if p.source.name == s.name),
                                           params.eval) for s in params.sources}
     dedup = params.clean.dedup
+    ctx = context(parts, params)
     held: dict[str, tuple[list[int], list[int]]] = {}
     seen_held: set[bytes] = set()
     for part in parts:  # held-out documents, in global order: the first copy wins (with dedup)
@@ -185,7 +192,7 @@ def select(parts: list[Part], params: Params, log: Log) -> dict[str, split.Thres
                 dups.append(r)
             seen.add(h)
         size = lambda rows: int(c["bytes"][rows].sum()) if rows else 0  # noqa: E731
-        sel = {"key": part.key, "heldout": keep, "dropped": sorted(copies + dups),
+        sel = {"key": part.key, "ctx": ctx, "heldout": keep, "dropped": sorted(copies + dups),
                "tally": {"heldout": {"docs": len(keep), "bytes": size(keep)},
                          "dedup": {"docs": len(dups), "bytes": size(dups)},
                          "heldout_copies": {"docs": len(copies), "bytes": size(copies)}}}
@@ -193,12 +200,15 @@ def select(parts: list[Part], params: Params, log: Log) -> dict[str, split.Thres
             changed += 1
             chaos.point("clean.dedup")
     for name, t in thresholds.items():
-        why = {None: "", "min_docs": " (eval.min_docs)", "max_docs": " (eval.max_docs)",
-               "half": " (eval.min_docs, capped at half the source)"}[t.clamp]
-        log(f"clean: {name}: {t.held} document(s) held out{why}")
+        log(f"clean: {name}: {t.held} document(s) held out ({split.DECIDED_BY[t.clamp]})")
     if changed:
         log(f"clean: {changed} part selection(s) updated")
     return thresholds
+
+
+def context(parts: list[Part], params: Params) -> str:
+    """What every selection of this run depends on: all parts (in order), the split settings, dedup."""
+    return fsio.stable_hash([[p.key for p in parts], params.eval.split(), params.clean.dedup])
 
 
 def _write_selection(part: Part, sel: dict) -> bool:
@@ -218,9 +228,11 @@ def read_selection(part: str | Path) -> dict:
     except FileNotFoundError:
         raise BadInput(f"{path}: missing (the clean stage did not finish); re-run 'dvc repro clean'") from None
     meta = part_meta(part)
-    if meta is None or sel["key"] != meta["key"]:
-        raise BadInput(f"{path}: does not belong to {Path(part).name} (an unfinished clean stage); "
-                       "re-run 'dvc repro clean'")
+    marker = Path(part).parents[1] / SPLIT
+    done = fsio.read_json(marker)["ctx"] if marker.exists() else None
+    if meta is None or sel["key"] != meta["key"] or sel.get("ctx") != done:
+        raise BadInput(f"{path}: does not belong to {Path(part).name} and the finished clean stage (it was "
+                       "interrupted); re-run 'dvc repro clean'")
     return sel
 
 
@@ -303,9 +315,13 @@ def run(params: Params, layout: Layout, log: Log = print, mapper: Mapper = threa
     check_bad_fraction(_summarise(parts, params), params, layout)  # judged on input, before the split
     thresholds = select(parts, params, log)
     fsio.prune(layout.clean, {Path(p.out) for p in parts} | {p.selection for p in parts}
-               | {layout.clean / "stats.json"})
+               | {layout.clean / "stats.json", layout.clean / SPLIT})
     summary = _summarise(parts, params, thresholds)
     fsio.write_json(layout.clean / "stats.json", summary)
+    fsio.write_json(layout.clean / SPLIT, {  # last: every selection on disk is this run's
+        "ctx": context(parts, params), "settings": params.eval.split(),
+        "thresholds": {n: {"below": t.value, "held": t.held, "decided_by": split.DECIDED_BY[t.clamp]}
+                       for n, t in thresholds.items()}})
     t = summary["totals"]
     log(f"clean: kept {t['docs_out']}/{t['docs_in']} docs for training ({t['bytes_out'] / 1e6:.1f}/"
         f"{t['bytes_in'] / 1e6:.1f} MB), {t['heldout_docs']} held out")

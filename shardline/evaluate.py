@@ -202,6 +202,13 @@ def summarize(sums: torch.Tensor, held: HeldOut, mix: Mapping[str, float], secon
             "seconds": seconds, "tokens_per_s": tokens / seconds if seconds > 0 else None}
 
 
+def due(step: int, target: int, params) -> bool:
+    """Whether training evaluates after `step`: every eval.every steps, at every checkpoint and at
+    the last step (never with eval.every 0)."""
+    every, ck = params.eval.every, params.train.checkpoint_every
+    return bool(every) and (step % every == 0 or step % ck == 0 or step == target)
+
+
 def compact(ev: dict) -> dict:
     """What a train.jsonl row and a manifest keep of an evaluation."""
     return {"total": {k: ev["total"][k] for k in ("loss", "bpb")},

@@ -70,7 +70,7 @@ def decide(changes: list[str], where: str, *, allow: bool, fresh: bool) -> str:
         return "continue"
     what = "\n  ".join(changes)
     ways = ("run it as an experiment, `dvc exp run` (a new model; these checkpoints stay restorable), or set "
-            "train.fresh_on_data_change: true (they move to data/checkpoints/archive/)")
+            "train.fresh_on_data_change: true (those no commit records move to data/checkpoints/archive/)")
     cont = ("" if model_changed else "; to continue this model on the new settings, set "
             "train.allow_data_change: true (recorded in the lineage)")
     raise BadInput(f"train: this run's identity differs from {where}'s:\n  {what}\nTo train a new model for these "
@@ -81,8 +81,7 @@ def set_aside(root: Path, old: dict, recoverable: Callable[[Path], bool] | None,
     """Clear data/checkpoints for a fresh start (see the module contract)."""
     removed, moved = [], []
     dest = root / "archive" / tag(old)
-    kept = sorted((root / "archive").glob("*/step-*")) if (root / "archive").exists() else []
-    for path in [e.path for e in checkpoint.entries(root)] + kept:
+    for path in [e.path for e in checkpoint.entries(root)] + sorted(root.glob("archive/*/step-*")):
         if recoverable is not None and recoverable(path):
             checkpoint.remove(path)
             removed.append(path.name)
@@ -94,8 +93,10 @@ def set_aside(root: Path, old: dict, recoverable: Callable[[Path], bool] | None,
                 target, n = dest / f"{path.name}.{n}", n + 1
             path.rename(target)
             moved.append(path.name)
+    if moved:
+        fsio.fsync_dir(dest)
     fsio.fsync_dir(root)
-    for d in (root / "archive").glob("*") if (root / "archive").exists() else []:
+    for d in root.glob("archive/*"):
         if d.is_dir() and not any(d.iterdir()):
             d.rmdir()
     if removed:

@@ -1,8 +1,9 @@
 """Judge a saved checkpoint: its loss and bits per byte on the current held-out shards.
 
 Contract: `judge(path, params, layout)` loads the model of a verified checkpoint (its shape from
-the tensors and the lineage; nothing else is read), evaluates it exactly as training does
-(`shardline.evaluate`, eval.blocks per source, the precision it was trained with) on the
+the tensors and the lineage; nothing else is read), evaluates it as training does
+(`shardline.evaluate`, eval.blocks per source, the precision and per-rank batch it was trained
+with; on CPU, one process: a run trained on more ranks may differ in the last bits) on the
 held-out shards of the sources params.yaml names now, and says what it was trained on beside
 what it is judged on. A checkpoint trained on another data version or mix is judged (that is
 how two runs are compared on one held-out set) and flagged; one whose tokenizer differs from the
@@ -29,7 +30,7 @@ def judge(path: Path, params: Params, layout: Layout, device: torch.device | Non
     ok, why = checkpoint.verify(path)
     if not ok:
         raise BadInput(f"{path}: not a valid checkpoint ({why}); 'shardline checkpoints' lists them")
-    tensors, _, manifest = checkpoint.load(path, skip=("optimizer.pt", "scaler.pt", "rng.pt"))
+    tensors, state, manifest = checkpoint.load(path, skip=("optimizer.pt", "scaler.pt", "rng.pt"))
     weights, lin = tensors["model.pt"], manifest["lineage"]
     gcfg = GPTConfig(vocab_size=weights["lm_head.weight"].shape[0], seq_len=weights["transformer.wpe.weight"].shape[0],
                      **lin["params"]["model"])
@@ -37,6 +38,9 @@ def judge(path: Path, params: Params, layout: Layout, device: torch.device | Non
     model.load_state_dict(weights)
     names = [s.name for s in params.sources]
     held = HeldOut.open(layout.shards, names, params.eval.blocks, layout.tokenizer / "tokenizer.json")
+    if not any(len(b.ids) for b in held.blocks):
+        raise BadInput(f"{layout.rel(layout.shards)}: no source has a held-out block (val/ holds fewer tokens than "
+                       "one block): nothing to judge on; raise eval.fraction or eval.min_docs and re-run 'dvc repro'")
     trained_tok = lin["data_version"]["tokenizer_sha256"]
     if trained_tok != held.tokenizer_sha256:
         raise BadInput(f"{path.name} was trained with tokenizer {(trained_tok or '?')[:12]}…, but the held-out shards "
@@ -51,7 +55,10 @@ def judge(path: Path, params: Params, layout: Layout, device: torch.device | Non
     device = device or torch.device("cpu")
     model.to(device)
     cfg = Train(**{k: v for k, v in lin["params"]["train"].items() if k in Train.model_fields})
-    ev = evaluate(model, held, params.mix or {n: 1.0 for n in names}, batch=params.loader.global_batch,
+    # the batches training scored with (one rank's share of a global batch), so a judged
+    # checkpoint of this data version gives back the eval its manifest holds
+    batch = state["loader"]["global_batch"] // state.get("world_size", 1)
+    ev = evaluate(model, held, params.mix or {n: 1.0 for n in names}, batch=batch,
                   device=device, autocast=autocast_for(cfg, device) if cfg.precision != "fp16" or device.type == "cuda"
                   else None)
     return {"checkpoint": path.name, "step": manifest["step"],

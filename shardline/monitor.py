@@ -237,13 +237,23 @@ def read_records(path: Path) -> list[dict]:
     return [json.loads(ln) for ln in Path(path).read_text().splitlines() if ln.strip()]
 
 
+def eval_rows(rows: list[dict]) -> list[dict]:
+    """The step records that carry a held-out eval."""
+    return [r for r in rows if r.get("eval")]
+
+
+def eval_sources(evals: list[dict]) -> list[str]:
+    """The sources evaluated, in the order they were (params order)."""
+    return list(dict.fromkeys(n for r in evals for n in r["eval"]["sources"]))
+
+
 def write_derived(rows: list[dict], out: Path) -> None:
     """DVC plots read CSV, not JSON lines: train.csv (step, loss, lr, tokens/s) and eval.csv (step,
     val loss and bits per byte, in total and per source); eval.json is the latest evaluation."""
     lines = ["step,loss,lr,tokens_per_s"] + [f"{r['step']},{r['loss']},{r['lr']},{r['tokens_per_s']}" for r in rows]
     fsio.write_bytes(out / "train.csv", ("\n".join(lines) + "\n").encode())
-    evals = [r for r in rows if r.get("eval")]
-    names = sorted({n for r in evals for n in r["eval"]["sources"]})
+    evals = eval_rows(rows)
+    names = eval_sources(evals)
     head = ["step", "val_loss", "val_bpb"] + [f"{n}_{k}" for n in names for k in ("loss", "bpb")]
     lines = [",".join(head)]
     for r in evals:

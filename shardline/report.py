@@ -20,11 +20,11 @@ import statistics
 from pathlib import Path
 from typing import Callable
 
-from . import checkpoint, fsio
+from . import checkpoint, fsio, split
 from .config import Params
 from .layout import Layout
 from .mixing import Schedule
-from .monitor import read_records, summarize
+from .monitor import eval_rows, eval_sources, read_records, summarize
 
 Log = Callable[[str], None]
 
@@ -35,12 +35,12 @@ def _plot(rows: list[dict], out: Path) -> None:
     matplotlib.use("Agg")  # no display: write the PNG only
     import matplotlib.pyplot as plt
 
-    evals = [r for r in rows if r.get("eval")]
+    evals = eval_rows(rows)
     fig, axes = plt.subplots(1, 2 if evals else 1, figsize=(12 if evals else 8, 4), dpi=100, squeeze=False)
     ax = axes[0][0]
     steps = [r["step"] for r in rows]
     ax.plot(steps, [r["loss"] for r in rows], color="0.25", lw=1, label="train loss")
-    for n in _eval_sources(evals):
+    for n in eval_sources(evals):
         pts = [(r["step"], r["eval"]["sources"][n]["loss"]) for r in evals if n in r["eval"]["sources"]]
         ax.plot(*zip(*pts), marker="o", label=f"val loss {n}")
     ax.set_xlabel("step")
@@ -52,7 +52,7 @@ def _plot(rows: list[dict], out: Path) -> None:
     ax.set_title("training: loss and throughput")
     if evals:
         bx = axes[0][1]
-        for n in _eval_sources(evals):
+        for n in eval_sources(evals):
             pts = [(r["step"], r["eval"]["sources"][n]["bpb"]) for r in evals if n in r["eval"]["sources"]]
             bx.plot(*zip(*pts), marker="o", label=n)
         bx.set_xlabel("step")
@@ -65,14 +65,6 @@ def _plot(rows: list[dict], out: Path) -> None:
     plt.close(fig)
 
 
-def _eval_sources(evals: list[dict]) -> list[str]:
-    return list(dict.fromkeys(n for r in evals for n in r["eval"]["sources"]))
-
-
-_CLAMP = {None: "eval.fraction", "min_docs": "eval.min_docs", "max_docs": "eval.max_docs",
-          "half": "eval.min_docs, capped at half the source"}
-
-
 def _heldout(params: Params, layout: Layout, stats: dict) -> list[str]:
     lines = ["## Held-out split", "", "| source | held-out docs | bytes | tokens | blocks | decided by | training docs |",
              "|---|---|---|---|---|---|---|"]
@@ -81,7 +73,7 @@ def _heldout(params: Params, layout: Layout, stats: dict) -> list[str]:
         h = st["heldout"]
         ix = fsio.read_json(layout.shards / s.name / "val" / "index.json")
         lines.append(f"| {s.name} | {h['docs']:,} | {h['bytes']:,} | {ix['total_tokens']:,} | {ix['total_blocks']:,} | "
-                     f"{_CLAMP[h.get('clamp')]} | {st['docs_out']:,} |")
+                     f"{split.DECIDED_BY[h.get('clamp')]} | {st['docs_out']:,} |")
     cut = stats.get("split", {})
     lines += ["", f"Split: keyed hash of each document's id, fraction {cut.get('fraction')}, "
                   f"min {cut.get('min_docs')} / max {cut.get('max_docs')} documents per source; training copies of "
@@ -91,11 +83,11 @@ def _heldout(params: Params, layout: Layout, stats: dict) -> list[str]:
 
 
 def _evaluation(rows: list[dict], manifest: dict | None) -> list[str]:
-    evals = [r for r in rows if r.get("eval")]
+    evals = eval_rows(rows)
     lines = ["## Held-out evaluation", ""]
     if not evals:
         return lines + ["No evaluation recorded (eval.every: 0, or no held-out blocks).", ""]
-    names = _eval_sources(evals)
+    names = eval_sources(evals)
     lines += ["| step | train loss | val loss (mix) | bits/byte (mix) | " + " | ".join(
         f"{n} loss | {n} bpb" for n in names) + " |", "|---" * (4 + 2 * len(names)) + "|"]
     for r in evals:
@@ -129,7 +121,7 @@ def _evaluation(rows: list[dict], manifest: dict | None) -> list[str]:
 
 
 def _drift(rows: list[dict], tolerance: float) -> list[str]:
-    evals = [r for r in rows if r.get("eval")]
+    evals = eval_rows(rows)
     out = []
     for prev, cur in zip(evals, evals[1:]):
         for n, v in cur["eval"]["sources"].items():

@@ -7,13 +7,15 @@ Contract:
 - The threshold is `eval.fraction` of the hash space, so a document's side is a function of its
   id alone, unless a clamp binds: with fewer than `eval.min_docs` documents below it, the
   `min_docs` lowest hashes are held out; with more than `eval.max_docs`, the `max_docs` lowest;
-  never more than half of a source.
+  the minimum never takes more than half of a source.
 - So adding files or documents never moves a training document to the held-out side (its rank
   among the hashes only grows); a clamp can only move a held-out document to training (the
   minimum relaxing as the source grows, or a new lower hash displacing one under the maximum).
-  A model trained on an earlier data version therefore never finds its training text in a
-  later held-out set. (A source of fewer than 2 x min_docs documents is the exception: the
-  half-cap grows with it.)
+  A model trained on an earlier data version therefore never finds its training documents in a
+  later held-out set. Exceptions: a source of fewer than 2 x min_docs documents (the half-cap
+  grows with it); removing documents or changing a rule (a clamp may then promote the next
+  hash); and a new exact copy of a training document whose id is held out (the clean stage's
+  dedup lets the held-out copy win, so that text changes side; counted as heldout_copies).
 - The split is decided over the documents the cleaning rules keep, before dedup; the held-out
   documents get the same rules.
 """
@@ -30,6 +32,8 @@ from .config import Eval
 
 KEY = b"shardline/heldout/v1"
 SPACE = 2**64
+DECIDED_BY = {None: "eval.fraction", "min_docs": "eval.min_docs", "max_docs": "eval.max_docs",
+              "half": "eval.min_docs, capped at half the source"}
 
 
 def hash_id(source: str, doc_id: str) -> int:
@@ -70,8 +74,9 @@ def threshold(us: Iterable[np.ndarray], cfg: Eval) -> Threshold:
         k, clamp = cfg.min_docs, "min_docs"
     if k > cfg.max_docs:
         k, clamp = cfg.max_docs, "max_docs"
-    if clamp == "min_docs" and k > n // 2:
-        k, clamp = max(below, n // 2), "half"
+    if clamp == "min_docs" and k > n // 2:  # the minimum never takes more than half a source
+        k = max(below, n // 2)
+        clamp = "half" if k > below else None
     if clamp is None:
         return Threshold(cut, below, None)
     if k == 0:

@@ -15,8 +15,10 @@ Contract:
 - Held-out eval (shardline.evaluate) every eval.every steps, at every checkpoint and the last
   step, after the update and before the step's record: it goes into that record, eval.json and
   the checkpoint's manifest. It touches no RNG stream: eval on or off, training is identical.
-- Every saved checkpoint is hard-linked under .shardline/kept/<identity>/ until something records
-  it, so a checkout that replaces data/checkpoints never takes the only copy.
+- Every saved checkpoint is hard-linked under .shardline/kept/<identity>/, so a checkout that
+  replaces data/checkpoints never takes the only copy. The links go when the run ends under an
+  orchestrator that records data/checkpoints right after (`recorded`: DVC commits it), when
+  retention removes the checkpoint, or when a later start finds it `recoverable`.
 - Under torchrun (RANK/WORLD_SIZE set, one node or many) ranks share each global batch (the
   loader's elastic slices); gradients are averaged by DDP or FSDP (train.strategy, see
   shardline.dist); global rank 0 writes checkpoints (always the full, single-process state)
@@ -44,11 +46,11 @@ from . import chaos, checkpoint, fsio, identity, lineage, rng
 from .config import Params, Train
 from .dist import Dist, relaunch_under_torchrun
 from .errors import BadInput
-from .evaluate import HeldOut, compact, evaluate
+from .evaluate import HeldOut, compact, due, evaluate
 from .layout import Layout
 from .loader import Loader
 from .model import GPT, GPTConfig, configure_optimizer
-from .monitor import Monitor, eval_metrics, guess_peak_flops, read_records, summarize, write_derived
+from .monitor import Monitor, guess_peak_flops, read_records, summarize, write_derived
 
 Log = Callable[[str], None]
 
@@ -254,18 +256,15 @@ def _train(params: Params, layout: Layout, log: Log, device: torch.device, dist:
         tokens_seen += tokens_per_step
         loss_value = dist.mean(total)
         dt = time.perf_counter() - t0
-        checkpoint_due = step % cfg.checkpoint_every == 0 or step == target
         # after the update, before the record: its time is not the step's (eval_s says what it cost)
-        ev = compact(evaluate_now()) if held is not None and (step % params.eval.every == 0 or checkpoint_due) else None
+        ev = compact(evaluate_now()) if held is not None and due(step, target, params) else None
         monitor.step(step, loss=loss_value, lr=opt.param_groups[0]["lr"], data_wait_s=wait,
                      compute_s=dt - wait, step_s=dt, extra={"batches": hashes,  # consumed ids, auditable
                                                             **({"eval": ev} if ev else {})})
-        if ev and dist.rank == 0:
-            fsio.write_json(layout.data / "metrics" / "eval.json", eval_metrics(step, ev))
         chaos.point("train.step", f"{step}:rank{dist.rank}")  # e.g. train.step@3:rank1 kills one rank
         if on_step:
             on_step(step, target)
-        if checkpoint_due:
+        if step % cfg.checkpoint_every == 0 or step == target:
             full = dist.full_state(model, opt)  # every rank: a collective under fsdp
             if dist.rank == 0:
                 state = {"step": step, "tokens_seen": tokens_seen, "loader": loader.state_dict(),

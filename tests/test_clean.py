@@ -141,3 +141,24 @@ def test_big_file_is_split_into_parts_with_the_same_ids(tmp_path, fmt):
     assert s1["sources"]["b"]["parts"] == 1 and s2["sources"]["b"]["parts"] > 5
     assert rows(whole, "b") == rows(split, "b") and len(rows(split, "b")) >= 2999
     assert s1["sources"]["b"]["samples"] == s2["sources"]["b"]["samples"]
+
+
+def test_a_clean_stage_killed_among_its_selections_is_never_read_half_done(tmp_path, code_dir):
+    """The selections are rewritten one by one; until split.json (written last) carries their ctx,
+    the tokenize stage refuses them, naming the remedy."""
+    import signal
+
+    from tests.conftest import BIN, env_for, run, write_params, small_params
+
+    src = [{"name": "code", "uri": str(code_dir), "format": "txt"}]
+    write_params(tmp_path, small_params(src, eval={"fraction": 0.05, "min_docs": 1}))
+    for stage in ("download", "clean", "tokenize"):
+        run([str(BIN / "shardline"), "stage", stage], tmp_path)
+    write_params(tmp_path, small_params(src, eval={"fraction": 0.3, "min_docs": 1}))  # every selection changes
+    r = run([str(BIN / "shardline"), "stage", "clean"], tmp_path, check=False,
+            env=env_for(SHARDLINE_CHAOS="clean.dedup#2"))
+    assert r.returncode == -signal.SIGKILL
+    r = run([str(BIN / "shardline"), "stage", "tokenize"], tmp_path, check=False)
+    assert r.returncode == 2 and "interrupted); re-run 'dvc repro clean'" in r.stderr and "Traceback" not in r.stderr
+    run([str(BIN / "shardline"), "stage", "clean"], tmp_path)
+    run([str(BIN / "shardline"), "stage", "tokenize"], tmp_path)

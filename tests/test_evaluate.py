@@ -60,6 +60,10 @@ def test_eval_on_trains_bit_identically_to_eval_off_and_records_every_eval(built
         assert m["eval"] == next(r["eval"] for r in rows(on) if r["step"] == step)
     text = run([SL, "lineage", "latest"], on).stdout
     assert f"eval (held-out) at step 14: loss {last['total']['loss']:.4f}" in text
+    # judged afterwards, the checkpoint gives back the eval its manifest holds, bit for bit
+    judged = json.loads(run([SL, "eval", "step-000000014", "--json"], on).stdout)
+    assert judged["recorded"] == last and {n: v["loss"] for n, v in judged["sources"].items()} == \
+        {n: v["loss"] for n, v in last["sources"].items()}
 
 
 def test_sigkill_during_eval_resumes_bit_identically(built, tmp_path):
@@ -163,3 +167,14 @@ def test_metric_drift_is_flagged_past_the_tolerance():
     lines = report._drift([row(10, 4.0), row(20, 4.079), row(30, 4.2)], tolerance=0.02)
     assert lines == ["- metric drift: code val loss rose 4.0790 -> 4.2000 (+3.0%) from step 20 to 30 "
                      "(> eval.drift_tolerance 2%)"]
+
+
+def test_no_held_out_block_turns_eval_off_and_judging_says_why(built, tmp_path):
+    root = project(built, tmp_path / "p", train={"steps": 4}, eval={"fraction": 0.0001, "min_docs": 0, "every": 2})
+    for stage in ("clean", "tokenize", "shard"):
+        run([SL, "stage", stage], root)
+    r = run([SL, "stage", "train"], root)
+    assert "no source has a held-out block" in r.stderr and "evaluation is off for this run" in r.stderr
+    assert not any("eval" in row for row in rows(root))
+    r = run([SL, "eval", "latest"], root, check=False)
+    assert r.returncode == 2 and "nothing to judge on" in r.stderr and "Traceback" not in r.stderr

