@@ -162,6 +162,10 @@ def test_fsdp_trains_like_ddp_and_checkpoints_cross_strategies(built, ddp2, tmp_
     run([SL, "stage", "train"], fsdp, timeout=240)
     assert all(math.isfinite(x) for x in losses(fsdp)) and close(losses(fsdp), losses(ddp2), rel=1e-5)
     assert batches(fsdp) == batches(ddp2)
+    # held-out eval across ranks: each scores every world-th batch, sums all-reduced (fsdp all-gathers)
+    evals = [[(r["step"], r["eval"]["total"]["loss"]) for r in records(x) if "eval" in r] for x in (fsdp, ddp2)]
+    assert [s for s, _ in evals[0]] == [s for s, _ in evals[1]] == [4, 8]
+    assert close([v for _, v in evals[0]], [v for _, v in evals[1]], rel=1e-5)
     # the file a single process writes: same model keys, optimizer numbered by parameter, full tensors
     a, b = final_state(fsdp), final_state(ddp2)
     assert list(a["model"]) == list(b["model"]) and sorted(a["opt"]) == sorted(b["opt"])
