@@ -42,15 +42,16 @@ PROBE_CHARS = 4096  # per probe doc: the proof covers every source's text, not w
 
 @dataclass(frozen=True)
 class Job:
+    """One clean part: its training documents and, when it holds any, its held-out ones (one
+    task, so a cluster runs as many tasks as there are parts)."""
+
     source: str
-    side: str  # "train" or "val" (the held-out documents)
     src: Path
-    out: Path
-    key: str
+    outs: tuple[tuple[str, Path, str], ...]  # (side, token file, key) per side
 
     @property
     def name(self) -> str:
-        return f"{self.source}/{self.side}/{self.out.stem}"
+        return f"{self.source}/{self.src.stem}"
 
 
 def clean_parts(params: Params, layout: Layout) -> dict[str, list[Path]]:
@@ -106,12 +107,12 @@ def prepare_tokenizer(params: Params, layout: Layout, parts: dict[str, list[Path
     return tok, meta
 
 
-def _done(job: Job) -> dict | None:
-    side = job.out.with_suffix(".json")
-    if not side.exists() or not job.out.exists():
+def _done(out: Path, key: str) -> dict | None:
+    marker = out.with_suffix(".json")
+    if not marker.exists() or not out.exists():
         return None
-    meta = fsio.read_json(side)
-    return meta if meta["key"] == job.key and job.out.stat().st_size == meta["bytes"] else None
+    meta = fsio.read_json(marker)
+    return meta if meta["key"] == key and out.stat().st_size == meta["bytes"] else None
 
 
 @dataclass(frozen=True)
@@ -142,14 +143,19 @@ def encoder_for(recipe: Recipe) -> "tokenizer.Encoder":
         return enc
 
 
-def encode_part(job: Job, recipe: Recipe, eos: int, dtype: np.dtype) -> dict:
-    done = _done(job)
+def encode_part(job: Job, recipe: Recipe, eos: int, dtype: np.dtype) -> dict[str, dict]:
+    """Each side of one clean part; {side: its token part's meta, with "skipped"}."""
+    return {side: _encode(job.src, side, out, key, recipe, eos, dtype) for side, out, key in job.outs}
+
+
+def _encode(src: Path, side: str, out: Path, key: str, recipe: Recipe, eos: int, dtype: np.dtype) -> dict:
+    done = _done(out, key)
     if done:
         return {**done, "skipped": True}
     encoder = encoder_for(recipe)
     docs = tokens = 0
-    with fsio.atomic_writer(job.out) as f:
-        for batch in clean.documents(job.src, job.side):
+    with fsio.atomic_writer(out) as f:
+        for batch in clean.documents(src, side):
             ids = encoder.encode_batch(batch)
             n = sum(map(len, ids)) + len(ids)
             arr = np.fromiter(itertools.chain.from_iterable(x + [eos] for x in ids), dtype=dtype, count=n)
@@ -157,9 +163,9 @@ def encode_part(job: Job, recipe: Recipe, eos: int, dtype: np.dtype) -> dict:
             docs += len(ids)
             tokens += n
     chaos.point("tokenize.part")  # ids on disk, their .json not yet: the part is not done
-    meta = {"key": job.key, "file": job.out.name, "tokens": tokens, "docs": docs,
-            "bytes": tokens * dtype.itemsize, "sha256": fsio.sha256_file(job.out)}
-    fsio.write_json(job.out.with_suffix(".json"), meta)
+    meta = {"key": key, "file": out.name, "tokens": tokens, "docs": docs,
+            "bytes": tokens * dtype.itemsize, "sha256": fsio.sha256_file(out)}
+    fsio.write_json(out.with_suffix(".json"), meta)
     return {**meta, "skipped": False}
 
 
@@ -185,31 +191,32 @@ def run(params: Params, layout: Layout, log: Log = print, mapper: Mapper = threa
     jobs = []
     for name, ps in parts.items():
         for p in ps:
-            for side in clean.SIDES:
-                if side == "val" and not clean.read_selection(p)["heldout"]:
-                    continue  # no held-out documents in this part: no empty file
-                out = layout.tokens / name / ("" if side == "train" else "val") / f"{p.stem}.bin"
-                key = fsio.stable_hash([clean.side_key(p, side), tmeta["sha256"], tmeta["eos_id"], tmeta["dtype"]])
-                jobs.append(Job(name, side, p, out, key))
+            sides = clean.SIDES if clean.read_selection(p)["heldout"] else ("train",)  # no empty val files
+            jobs.append(Job(name, p, tuple(
+                (side, layout.tokens / name / ("" if side == "train" else "val") / f"{p.stem}.bin",
+                 fsio.stable_hash([clean.side_key(p, side), tmeta["sha256"], tmeta["eos_id"], tmeta["dtype"]]))
+                for side in sides)))
     for name in parts:
         (layout.tokens / name / "val").mkdir(parents=True, exist_ok=True)
         fsio.remove_temps(layout.tokens / name)
     results = mapper(functools.partial(encode_part, recipe=recipe, eos=tmeta["eos_id"], dtype=dtype), jobs)
-    skipped = sum(r["skipped"] for r in results)
-    log(f"tokenize: {len(jobs)} part(s), {skipped} already done, {len(jobs) - skipped} encoded")
+    done = [(j.source, side, out, r[side]) for j, r in zip(jobs, results) for side, out, _ in j.outs]
+    skipped = sum(r["skipped"] for *_, r in done)
+    log(f"tokenize: {len(done)} token part(s) of {len(jobs)} clean part(s), {skipped} already done, "
+        f"{len(done) - skipped} encoded")
     indexes = {}
     for name in parts:
         d = layout.tokens / name
         keep = set()
         for side in clean.SIDES:
-            mine = [(j, r) for j, r in zip(jobs, results) if j.source == name and j.side == side]
+            mine = [(out, r) for source, s, out, r in done if source == name and s == side]
             entries = [{k: r[k] for k in ("file", "tokens", "docs", "bytes", "sha256")} for _, r in mine]
             index = {"source": name, "side": side, "dtype": tmeta["dtype"], "tokenizer_sha256": tmeta["sha256"],
                      "eos_id": tmeta["eos_id"], "encoder": encoder.backend, "encoder_reason": encoder.reason,
                      "parts": entries, "tokens": sum(e["tokens"] for e in entries),
                      "docs": sum(e["docs"] for e in entries)}
             where = d if side == "train" else d / "val"
-            keep |= {j.out for j, _ in mine} | {j.out.with_suffix(".json") for j, _ in mine} | {where / "index.json"}
+            keep |= {out for out, _ in mine} | {out.with_suffix(".json") for out, _ in mine} | {where / "index.json"}
             fsio.write_json(where / "index.json", index)
             indexes.setdefault(name, {})[side] = index
         fsio.prune(d, keep)
