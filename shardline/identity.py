@@ -1,4 +1,4 @@
-"""A run's identity, and what training does when it changes (DESIGN §6b).
+"""A run's identity, and what training does when it changes.
 
 Contract:
 - A run's identity is what shapes the model: the data version (content hash of the training

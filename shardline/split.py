@@ -1,4 +1,4 @@
-"""The held-out split: which documents of a source are held out for evaluation (DESIGN §3).
+"""The held-out split: which documents of a source are held out for evaluation.
 
 Contract:
 - Every document gets `u = uint64(blake2b(source NUL id, key=KEY))`, a keyed hash of its source
