@@ -20,7 +20,6 @@ Contract:
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Callable
 
@@ -104,7 +103,3 @@ def set_aside(root: Path, old: dict, recoverable: Callable[[Path], bool] | None,
             "that recorded them)")
     if moved:
         log(f"train: {', '.join(moved)} moved to {dest} (kept: no commit or experiment records them)")
-
-
-def describe(ident: dict) -> str:
-    return json.dumps(ident, sort_keys=True)

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from shardline import report
-from tests.conftest import BIN, env_for, run, write_params
+from tests.conftest import env_for, run, write_params
 from tests.test_train import SL, built, final_state, losses, project  # noqa: F401 (the fixture)
 
 pytestmark = pytest.mark.slow
