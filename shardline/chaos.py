@@ -5,9 +5,16 @@ SHARDLINE_CHAOS_LOG names a file that gets the point that fired. A real SIGKILL 
 or the chaos suite could not hit by timing alone, and that a seed can replay; a no-op costing
 one env lookup otherwise.
 
+Faults (`fault`): SHARDLINE_FAULTS lists real numerical faults for the training guards to meet,
+each `train.<kind>@<batches>[:rank<r>]`, batches a number or a range `a-b` of global batches (1
+is the first the loader hands out): train.nan_loss (the loss becomes NaN), train.inf_grad (one
+gradient element becomes inf, after backward), train.spike (the loss, and so the gradient, x10).
+Keyed by batch, not step, as bad data is: a rollback that skips the batches cures it.
+
 Points: download.file, clean.part, clean.dedup, tokenize.part (token ids written, their .json
 not yet), shard.file, train.step (+ @<step>:rank<r>, one rank of a torchrun job), train.eval
-(after each held-out batch of an evaluation), checkpoint.files (+ @step), retention (+ @step).
+(after each held-out batch of an evaluation), train.rollback (the rollback ledger written, nothing
+else done yet), checkpoint.files (+ @step), retention (+ @step).
 """
 
 from __future__ import annotations
@@ -15,6 +22,8 @@ from __future__ import annotations
 import os
 import signal
 from collections import Counter
+
+from .errors import BadInput
 
 _hits: Counter[str] = Counter()
 
@@ -31,3 +40,31 @@ def point(name: str, qualifier: str | None = None) -> None:
             with open(record, "a") as f:
                 f.write(f"{name}#{_hits[name]}\n")
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def fault(name: str, batch: int, rank: int) -> bool:
+    """Whether SHARDLINE_FAULTS plants fault `name` in global batch `batch` on this rank."""
+    spec = os.environ.get("SHARDLINE_FAULTS")
+    if not spec:
+        return False
+    for item in spec.split(","):
+        what, _, where = item.partition("@")
+        span, _, on = where.partition(":rank")
+        lo, _, hi = span.partition("-")
+        try:
+            hit = what == name and int(lo) <= batch <= int(hi or lo) and (not on or int(on) == rank)
+        except ValueError:
+            raise BadInput(f"SHARDLINE_FAULTS: {item!r} is not name@batch[-batch][:rank<r>], "
+                           "e.g. train.spike@30-32:rank1") from None
+        if hit:
+            return True
+    return False
+
+
+def planted(loss, batch: int, rank: int):
+    """The loss with the faults SHARDLINE_FAULTS plants in this batch (a torch tensor in and out)."""
+    if fault("train.nan_loss", batch, rank):
+        loss = loss * float("nan")
+    if fault("train.spike", batch, rank):
+        loss = loss * 10.0
+    return loss

@@ -263,6 +263,12 @@ class Train(_Section):
     """Learning rate at the end of the cosine decay."""
     warmup_steps: int = Field(20, ge=0)
     """Linear warmup from 0 to lr; the LR is a function of the step, never stored."""
+    schedule: Literal["cosine", "wsd"] = "cosine"
+    """LR after warmup: cosine from lr down to min_lr at the last step; or wsd (warmup-stable-decay):
+    lr held, then a linear decay to min_lr over the last decay_fraction of train.steps. WSD's
+    stable phase makes continuing on a new data version a matter of more stable steps + a decay."""
+    decay_fraction: float = Field(0.2, gt=0, le=1)
+    """wsd: the share of train.steps (after warmup) spent decaying to min_lr."""
     weight_decay: float = Field(0.1, ge=0)
     """AdamW weight decay on matrices (not on biases and norms)."""
     beta1: float = Field(0.9, gt=0, lt=1)
@@ -299,6 +305,17 @@ class Train(_Section):
     data/checkpoints/archive/ and train from scratch instead of continuing."""
     slow_step_factor: float = Field(3.0, gt=1)
     """A step slower than this times the rolling median is logged with its cause."""
+    spike_factor: float = Field(2.0, gt=1)
+    """A step whose loss is above this times the rolling median of recent good steps is a spike."""
+    spike_patience: int = Field(3, ge=1)
+    """This many flagged steps in a row (spikes, or skipped non-finite steps among them) roll
+    training back to the newest checkpoint before the first, and skip their batches."""
+    spike_window: int = Field(50, ge=1)
+    """The rolling median covers this many recent good steps; spikes are judged once it is full."""
+    max_skipped: int = Field(5, ge=1)
+    """This many non-finite steps in a row (each skipped: no update) also roll back."""
+    max_rollbacks: int = Field(3, ge=0)
+    """Rollbacks allowed per run; the next trouble stops training with the steps and batches named."""
     strategy: Literal["ddp", "fsdp"] = "ddp"
     """Multi-process training: ddp replicates the model on every rank; fsdp shards parameters,
     gradients and optimizer state over the ranks (for models that do not fit one device).

@@ -170,3 +170,11 @@ def relaunch_under_torchrun(params: Params, layout: Layout, log: Log) -> dict:
     if subprocess.run(cmd).returncode:
         raise ShardlineError(f"train: torchrun with {n} processes failed (see the rank logs above)")
     return {"nproc": n}
+
+
+def grad_norm(model: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the global gradient norm as a plain tensor, and as torch computed it: a DTensor under
+    fsdp, which is what clipping wants back). DDP's gradients are already averaged, so every
+    rank computes the same norm."""
+    raw = torch.nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None])
+    return (raw.full_tensor() if hasattr(raw, "full_tensor") else raw), raw

@@ -14,7 +14,7 @@ Contract:
 - `set_aside` clears the way for a fresh start without losing anything: a checkpoint the
   orchestrator says is recoverable elsewhere (recorded by a commit or experiment, its files in
   DVC's cache) is removed, manifest first; any other
-  is moved under data/checkpoints/archive/<identity>/. Only the newest checkpoints are ever
+  is moved under data/checkpoints/archive/<identity>/, with the run's rollback ledger. Only the newest checkpoints are ever
   resumed from, so the archive is out of resume's way.
 """
 
@@ -23,16 +23,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from . import checkpoint, fsio
-from .config import Params
+from . import checkpoint, fsio, guard
+from .config import Params, Train
 from .errors import BadInput
 
-SHAPING = ("grad_accum", "lr", "min_lr", "warmup_steps", "weight_decay", "beta1", "beta2", "grad_clip",
-           "precision", "seed")
+SHAPING = ("grad_accum", "lr", "min_lr", "warmup_steps", "schedule", "decay_fraction", "weight_decay", "beta1",
+           "beta2", "grad_clip", "precision", "seed")
 # how far to train, and how to run and keep it: a change continues the same run
 RUNNING = ("steps", "compile", "deterministic", "device", "threads", "nproc_per_node", "checkpoint_every",
            "keep_last", "keep_every", "allow_data_change", "fresh_on_data_change", "slow_step_factor", "strategy",
-           "dist_timeout_s")
+           "dist_timeout_s", "spike_factor", "spike_patience", "spike_window", "max_skipped", "max_rollbacks")
 Log = Callable[[str], None]
 
 
@@ -47,7 +47,8 @@ def saved(state: dict, manifest: dict) -> dict:
     ld, lin = state["loader"], manifest["lineage"]["params"]
     return {"data_version": ld["data_version"], "mix": ld["mix"], "loader.seed": ld["seed"],
             "loader.global_batch": ld["global_batch"], "seq_len": ld["seq_len"], "model": lin["model"],
-            **{f"train.{k}": lin["train"].get(k) for k in SHAPING}}
+            # a setting added since the checkpoint was saved held its default then
+            **{f"train.{k}": lin["train"].get(k, Train.model_fields[k].default) for k in SHAPING}}
 
 
 def diff(old: dict, new: dict) -> list[str]:
@@ -92,6 +93,12 @@ def set_aside(root: Path, old: dict, recoverable: Callable[[Path], bool] | None,
                 target, n = dest / f"{path.name}.{n}", n + 1
             path.rename(target)
             moved.append(path.name)
+    ledger = root / guard.LEDGER  # the old run's rollbacks go with its checkpoints
+    if ledger.exists():
+        if moved:
+            ledger.rename(dest / guard.LEDGER)
+        else:
+            ledger.unlink()
     if moved:
         fsio.fsync_dir(dest)
     fsio.fsync_dir(root)

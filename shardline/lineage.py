@@ -5,7 +5,8 @@ hash of the shards the loader verified, the md5 DVC records for data/shards in d
 there is one, and the tokenizer hash), the cleaning rules, the mix, the sources (uri + sha256
 of every raw file, from the download manifests when present), the model/train/loader/shard
 params, the git commit and dirty flag, the orchestrator's run id (Prefect flow-run id), the
-parent checkpoint, and `continued_from`: when this identity's training continued from a
+parent checkpoint, the training guards' rollbacks so far (shardline.guard's ledger), and
+`continued_from`: when this identity's training continued from a
 checkpoint of another data version or mix, that checkpoint, what changed, its own eval and its
 eval on this run's held-out set (the "before" of a before/after). `describe` renders it, with
 the manifest's eval, for `shardline lineage`.
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import yaml
 
-from . import fsio
+from . import fsio, guard
 from .config import Params
 from .layout import Layout
 
@@ -62,7 +63,7 @@ def sources(params: Params, layout: Layout) -> list[dict]:
 
 def collect(params: Params, layout: Layout, shards_version: str, *, parent: str | None = None,
             run_id: str | None = None, data_change: list[str] | None = None,
-            continued_from: dict | None = None) -> dict:
+            continued_from: dict | None = None, rollbacks: list[dict] | None = None) -> dict:
     tok_meta = layout.tokenizer / "meta.json"
     return {
         "data_version": {"shards_sha256": shards_version, "dvc_md5": dvc_md5(layout.root),
@@ -76,6 +77,7 @@ def collect(params: Params, layout: Layout, shards_version: str, *, parent: str 
         "parent": parent,
         "data_change": data_change or [],
         "continued_from": continued_from,
+        "rollbacks": rollbacks or [],
     }
 
 
@@ -104,6 +106,8 @@ def describe(manifest: dict) -> str:
         lines.append(f"  continued from {origin['checkpoint']} of another data version/mix "
                      f"({'; '.join(origin['changes'])})")
         lines.append(f"    it, on today's held-out set: {_eval_line(origin['eval_now'])}")
+    for e in lin.get("rollbacks") or []:
+        lines.append(f"  {guard.describe(e)}")
     for s in lin["sources"]:
         n = len(s["files"]) if s["files"] else "?"
         lines.append(f"  source {s['name']}: {s['uri']} ({n} files)")

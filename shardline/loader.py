@@ -280,6 +280,14 @@ class Loader:
             self.blocks_consumed += g
             yield x, y
 
+    @property
+    def batches_consumed(self) -> int:
+        return self.blocks_consumed // self.spec.global_batch
+
+    def skip(self, batches: int) -> None:
+        """Move past `batches` global batches unread (a rollback's bad data); iterate anew after."""
+        self.blocks_consumed += batches * self.spec.global_batch
+
     def state_dict(self) -> dict:
         return {"blocks_consumed": self.blocks_consumed,
                 "global_batches_consumed": self.blocks_consumed // self.spec.global_batch,

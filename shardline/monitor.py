@@ -9,7 +9,9 @@ Contract:
 - Record: step, loss, lr, tokens (seen by the run through this step: step * tokens_per_step),
   step_s, data_wait_s, compute_s, tokens_per_s, mfu, gpu_util (NVML percent; None off CUDA or
   without NVML), slow (None, "input-bound" or "compute-bound"), plus what the caller passes in
-  `extra` (the batch hashes; `eval`, the held-out evaluation done at this step, timed apart from
+  `extra` (the batch hashes; grad_norm, before clipping; `guard`: "skip" or "spike" when the
+  training guards flagged the step; `skipped_batches` a rollback set aside before it; `rollbacks`,
+  on the first step after one; `eval`, the held-out evaluation done at this step, timed apart from
   step_s). Non-finite floats are written as null, nested ones too, so every line is strict JSON.
 - MFU = flops_per_token * tokens_per_s / peak_flops. tokens_per_step and peak_flops must
   describe the same hardware (one rank, or the whole job). Without peak_flops it is an
@@ -95,6 +97,8 @@ def _gpu_util_reader(device: torch.device) -> Callable[[], float] | None:
 def _clean(v):
     if isinstance(v, dict):
         return {k: _clean(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_clean(x) for x in v]
     return None if isinstance(v, float) and not math.isfinite(v) else v
 
 
@@ -226,8 +230,17 @@ def summarize(records: list[dict], tokens_per_step: int) -> dict:
         "data_wait_pct": 100.0 * sum(r["data_wait_s"] for r in records) / total if total > 0 else None,
         "mean_mfu": sum(mfus) / len(mfus) if mfus else None,
         "slow_steps": [{"step": r["step"], "cause": r["slow"]} for r in records if r.get("slow")],
+        "skipped_steps": [r["step"] for r in records if r.get("guard") == "skip"],  # non-finite: no update
+        "rollbacks": [e for r in records for e in r.get("rollbacks", [])],
         "last_loss": records[-1]["loss"] if records else None,
     }
+
+
+def truncate_records(path: Path, step: int) -> None:
+    """Drop the lines past `step`: they belong to a killed (or rolled back) run and will be redone."""
+    if Path(path).exists():
+        keep = [ln for ln in Path(path).read_text().splitlines() if ln.strip() and json.loads(ln)["step"] <= step]
+        fsio.write_bytes(path, "".join(ln + "\n" for ln in keep).encode())
 
 
 def read_records(path: Path) -> list[dict]:
@@ -250,7 +263,11 @@ def eval_sources(evals: list[dict]) -> list[str]:
 def write_derived(rows: list[dict], out: Path) -> None:
     """DVC plots read CSV, not JSON lines: train.csv (step, loss, lr, tokens/s) and eval.csv (step,
     val loss and bits per byte, in total and per source); eval.json is the latest evaluation."""
-    lines = ["step,loss,lr,tokens_per_s"] + [f"{r['step']},{r['loss']},{r['lr']},{r['tokens_per_s']}" for r in rows]
+    def cell(v) -> str:  # a non-finite loss (a skipped step) is null in JSON, an empty cell here
+        return "" if v is None else str(v)
+
+    lines = ["step,loss,lr,tokens_per_s"] + [",".join(cell(r[k]) for k in ("step", "loss", "lr", "tokens_per_s"))
+                                             for r in rows]
     fsio.write_bytes(out / "train.csv", ("\n".join(lines) + "\n").encode())
     evals = eval_rows(rows)
     names = eval_sources(evals)

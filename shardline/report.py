@@ -7,8 +7,8 @@ per source, balance, the resume point); held-out evaluation (val loss and bits p
 source over steps, in a table and the plot) and, when the run continued from a checkpoint of
 another data version or mix, a before/after table per source on the same held-out set;
 throughput (median tokens/s, p95 step time, data-wait share, MFU); checkpoints (saved, valid,
-resumed from); failure modes seen (resumes, torn checkpoints skipped, quarantined records, slow
-steps and their cause, metric drift: a source's val loss rising more than
+resumed from); failure modes seen (resumes, torn checkpoints skipped, quarantined records, steps
+the training guards skipped and their rollbacks, slow steps and their cause, metric drift: a source's val loss rising more than
 eval.drift_tolerance between two evals); ops notes. Orchestrators add what only they know
 (retries) around it.
 """
@@ -20,7 +20,7 @@ import statistics
 from pathlib import Path
 from typing import Callable
 
-from . import checkpoint, fsio, split
+from . import checkpoint, fsio, guard, split
 from .config import Params
 from .layout import Layout
 from .mixing import Schedule
@@ -39,7 +39,7 @@ def _plot(rows: list[dict], out: Path) -> None:
     fig, axes = plt.subplots(1, 2 if evals else 1, figsize=(12 if evals else 8, 4), dpi=100, squeeze=False)
     ax = axes[0][0]
     steps = [r["step"] for r in rows]
-    ax.plot(steps, [r["loss"] for r in rows], color="0.25", lw=1, label="train loss")
+    ax.plot(steps, [_nan(r["loss"]) for r in rows], color="0.25", lw=1, label="train loss")
     for n in eval_sources(evals):
         pts = [(r["step"], r["eval"]["sources"][n]["loss"]) for r in evals if n in r["eval"]["sources"]]
         ax.plot(*zip(*pts), marker="o", label=f"val loss {n}")
@@ -94,7 +94,7 @@ def _evaluation(rows: list[dict], manifest: dict | None) -> list[str]:
         e = r["eval"]
         per = " | ".join(f"{e['sources'][n]['loss']:.4f} | {e['sources'][n]['bpb']:.4f}" if n in e["sources"]
                          else "- | -" for n in names)
-        lines.append(f"| {r['step']} | {r['loss']:.4f} | {e['total']['loss']:.4f} | {e['total']['bpb']:.4f} | {per} |")
+        lines.append(f"| {r['step']} | {_nan(r['loss']):.4f} | {e['total']['loss']:.4f} | {e['total']['bpb']:.4f} | {per} |")
     cost = sum(r["eval"]["eval_s"] for r in evals)
     train_s = sum(r["step_s"] for r in rows)
     lines += ["", f"{len(evals)} eval(s), {cost:.1f} s in all = {100 * cost / max(train_s, 1e-9):.1f}% of the "
@@ -183,8 +183,8 @@ def build(params: Params, layout: Layout) -> str:
                   f"- p95 step time {sm['p95_step_s']:.3f} s (median {statistics.median(r['step_s'] for r in rows):.3f} s)",
                   f"- data wait {wait:.2%} of step time" + (f"; mean MFU (estimate) {sm['mean_mfu']:.1%}"
                                                              if sm["mean_mfu"] is not None else ""),
-                  f"- loss {rows[0]['loss']:.3f} at step {rows[0]['step']} -> {rows[-1]['loss']:.3f} at step "
-                  f"{rows[-1]['step']}", "", "![train and val loss, tokens/s, val bits per byte](train.png)"]
+                  f"- loss {_nan(rows[0]['loss']):.3f} at step {rows[0]['step']} -> {_nan(rows[-1]['loss']):.3f} at "
+                  f"step {rows[-1]['step']}", "", "![train and val loss, tokens/s, val bits per byte](train.png)"]
     else:
         lines.append("No training steps recorded.")
 
@@ -201,6 +201,12 @@ def build(params: Params, layout: Layout) -> str:
     for name, s in stats["sources"].items():
         lines.append(f"- {name}: {s['bad']} unreadable record(s) quarantined, {s['invalid_utf8']} with invalid "
                      f"UTF-8 repaired" + (f" (e.g. {s['samples'][0]})" if s["samples"] else ""))
+    skipped = [r["step"] for r in rows if r.get("guard") == "skip"]
+    lines.append(f"- skipped steps (non-finite loss or gradient: no update): {len(skipped)}"
+                 + (f" (step {', '.join(map(str, skipped))})" if skipped else ""))
+    rollbacks = [e for r in rows for e in r.get("rollbacks", [])]
+    lines.append(f"- rollbacks (loss spikes, runs of skipped steps): {len(rollbacks)}")
+    lines += [f"  - {guard.describe(e)}" for e in rollbacks]
     slow = [r for r in rows if r.get("slow")]
     causes = {c: sum(r["slow"] == c for r in slow) for c in ("input-bound", "compute-bound")}
     lines.append(f"- slow steps: {len(slow)} ({causes['input-bound']} input-bound, "
@@ -220,6 +226,11 @@ def build(params: Params, layout: Layout) -> str:
         lines.append("- data wait >= 1%: consider loader.num_workers or faster storage")
     lines.append("- MFU is an estimate against a guessed peak (monitor.guess_peak_flops)")
     return "\n".join(lines) + "\n"
+
+
+def _nan(v: float | None) -> float:
+    """A loss on record, NaN where it was not finite (JSON null: a skipped step)."""
+    return float("nan") if v is None else v
 
 
 def run(params: Params, layout: Layout, log: Log = print, mapper=None) -> dict:

@@ -42,25 +42,19 @@ from typing import Callable
 
 import torch
 
-from . import chaos, checkpoint, fsio, identity, lineage, rng
+from . import chaos, checkpoint, fsio, guard, identity, lineage, rng
 from .config import Params, Train
-from .dist import Dist, relaunch_under_torchrun
+from .dist import Dist, grad_norm, relaunch_under_torchrun
 from .errors import BadInput
 from .evaluate import HeldOut, compact, due, evaluate
+from .guard import Guard, RolledBack, Trouble
 from .layout import Layout
 from .loader import Loader
 from .model import GPT, GPTConfig, configure_optimizer
-from .monitor import Monitor, guess_peak_flops, read_records, summarize, write_derived
+from .monitor import Monitor, guess_peak_flops, read_records, summarize, truncate_records, write_derived
+from .schedule import lr_at
 
 Log = Callable[[str], None]
-
-
-def lr_at(step: int, cfg: Train) -> float:
-    """Linear warmup, then cosine from lr to min_lr at the last step."""
-    if step < cfg.warmup_steps:
-        return cfg.lr * (step + 1) / cfg.warmup_steps
-    progress = min(1.0, (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps))
-    return cfg.min_lr + 0.5 * (cfg.lr - cfg.min_lr) * (1 + math.cos(math.pi * progress))
 
 
 def step_seed(seed: int, step: int, rank: int) -> int:
@@ -83,16 +77,6 @@ def autocast_for(cfg: Train, device: torch.device):
     return torch.autocast(device.type, dtype=torch.bfloat16 if cfg.precision == "bf16" else torch.float16)
 
 
-def _truncate_metrics(path: Path, step: int) -> None:
-    """Drop metric lines past `step`: they belong to the killed run and will be redone."""
-    if not path.exists():
-        return
-    import json
-
-    keep = [ln for ln in path.read_text().splitlines() if ln.strip() and json.loads(ln)["step"] <= step]
-    fsio.write_bytes(path, "".join(ln + "\n" for ln in keep).encode())
-
-
 @dataclass
 class Position:
     """Where training stands: counters from the checkpoint, plus what changed at this resume."""
@@ -104,9 +88,12 @@ class Position:
     parent: str | None = None
     changed: list[str] = field(default_factory=list)
     continued_from: dict | None = None  # this identity's training continued from a checkpoint of another
+    known: int = 0  # rollback-ledger entries the checkpoint was saved with
+    guard: dict | None = None  # the guards' state (shardline.guard)
 
 
-def _resume(latest: Path, changes: list[str], loader: Loader, dist: Dist, model, opt, scaler) -> Position:
+def _resume(latest: Path, changes: list[str], loader: Loader, dist: Dist, model, opt, scaler,
+            rolled_back: bool) -> Position:
     # fsdp ranks > 0 get the model and optimizer broadcast by rank 0: not a full copy in each one's memory
     skip = () if dist.holds_full_state else ("model.pt", "optimizer.pt")
     tensors, state, manifest = checkpoint.load(latest, skip=skip)
@@ -119,8 +106,9 @@ def _resume(latest: Path, changes: list[str], loader: Loader, dist: Dist, model,
     if changes:  # before/after attribution: the parent as it was, and (below) on the new held-out set
         origin = {"checkpoint": latest.name, "step": step, "data_version": lin["data_version"], "mix": lin["mix"],
                   "changes": changes, "eval": manifest.get("eval"), "eval_now": None}
-    return Position(step, state["tokens_seen"], state.get("resumes", 0) + 1,
-                    step if changes else state.get("version_start_step", 0), latest.name, changes, origin)
+    return Position(step, state["tokens_seen"], state.get("resumes", 0) + (not rolled_back),  # not a crash
+                    step if changes else state.get("version_start_step", 0), latest.name, changes, origin,
+                    len(lin.get("rollbacks") or []), state.get("guard"))
 
 
 def run(params: Params, layout: Layout, log: Log = print, mapper=None, run_id: str | None = None,
@@ -143,14 +131,21 @@ def run(params: Params, layout: Layout, log: Log = print, mapper=None, run_id: s
         torch.set_num_threads(cfg.threads)
     device = device_for(cfg)
     dist = Dist(cfg, device, log)
-    summary = _train(params, layout, log if dist.rank == 0 else (lambda _: None), device, dist, run_id,
-                     on_step if dist.rank == 0 else None, new_run, recoverable, recorded)
+    rolled_back = False
+    while True:
+        try:
+            summary = _train(params, layout, log if dist.rank == 0 else (lambda _: None), device, dist, run_id,
+                             on_step if dist.rank == 0 else None, new_run, recoverable, recorded, rolled_back)
+            break
+        except RolledBack:  # the ledger holds it: start again exactly as a resume after a kill would
+            rolled_back, new_run = True, False
     dist.close()  # not on an exception: see Dist.close
     return summary
 
 
 def _train(params: Params, layout: Layout, log: Log, device: torch.device, dist: Dist, run_id: str | None,
-           on_step: Callable[[int, int], None] | None, new_run: bool, recoverable, recorded: bool) -> dict:
+           on_step: Callable[[int, int], None] | None, new_run: bool, recoverable, recorded: bool,
+           rolled_back: bool) -> dict:
     cfg = params.train
     ckpts, metrics = layout.checkpoints, layout.data / "metrics" / "train.jsonl"
     loader = Loader.from_params(params, layout.shards, rank=dist.rank, world=dist.world, log=log)
@@ -159,8 +154,11 @@ def _train(params: Params, layout: Layout, log: Log, device: torch.device, dist:
     held = (HeldOut.for_training(params, layout, loader.spec.remote, loader.seq_len,
                                  loader.reader.sources[0].index["tokenizer_sha256"], log)
             if params.eval.every else None)
+    kept = layout.kept / identity.tag(identity.current(params, loader.state_dict()))
+    ledger = guard.read_ledger(ckpts)
     if dist.rank == 0 and ckpts.exists():
         fsio.remove_temps(ckpts)
+        guard.drop_tainted(ckpts, ledger, kept, log)
     if dist.rank == 0:
         checkpoint.tidy_kept(layout.kept, ckpts, recoverable, log)
     dist.barrier()
@@ -178,7 +176,7 @@ def _train(params: Params, layout: Layout, log: Log, device: torch.device, dist:
                 log(f"train: a new run ({why}): {'; '.join(changes)}")
                 identity.set_aside(ckpts, old, recoverable, log)
             dist.barrier()
-            latest, changes = None, []
+            latest, changes, ledger = None, [], []
     rng.seed_all(cfg.seed)
     model = GPT(gcfg).to(device)
     net = dist.wrap(model, model.transformer.h)
@@ -194,15 +192,19 @@ def _train(params: Params, layout: Layout, log: Log, device: torch.device, dist:
 
     pos = Position()
     if latest is not None:
-        pos = _resume(latest, changes, loader, dist, model, opt, scaler)
-        log(f"train: resuming from {latest.name} (step {pos.step}, {pos.tokens_seen:,} tokens)"
+        pos = _resume(latest, changes, loader, dist, model, opt, scaler, rolled_back)
+        log(f"train: {'rolled back to' if rolled_back else 'resuming from'} {latest.name} (step {pos.step}, "
+            f"{pos.tokens_seen:,} tokens)"
             + (f"; ALLOWED CHANGES: {'; '.join(pos.changed)}" if pos.changed else ""))
         if pos.changed and held is not None:
             pos.continued_from["eval_now"] = compact(evaluate_now())
     else:
         log(f"train: fresh start, {GPT.__name__} with {model.num_params():,} parameters")
     step, tokens_seen, target = pos.step, pos.tokens_seen, pos.version_start + cfg.steps
-    kept = layout.kept / identity.tag(identity.current(params, loader.state_dict()))
+    guards = Guard(cfg)
+    if pos.guard:
+        guards.load_state_dict(pos.guard)
+    pending = [e for e in ledger if e["n"] > pos.known]  # rollbacks this timeline has not recorded yet
 
     def after_save(path: Path) -> None:  # on the saver's thread
         checkpoint.keep(path, kept)
@@ -211,12 +213,12 @@ def _train(params: Params, layout: Layout, log: Log, device: torch.device, dist:
                 checkpoint.remove(checkpoint.step_dir(kept, s))
 
     lin = lineage.collect(params, layout, loader.version, parent=pos.parent, run_id=run_id, data_change=pos.changed,
-                          continued_from=pos.continued_from)
+                          continued_from=pos.continued_from, rollbacks=ledger)
     if cfg.compile:
         net = torch.compile(net)
     if dist.rank == 0:
         metrics.parent.mkdir(parents=True, exist_ok=True)
-        _truncate_metrics(metrics, step)
+        truncate_records(metrics, step)
     tokens_per_step = loader.spec.global_batch * loader.seq_len * cfg.grad_accum
     monitor = Monitor(metrics if dist.rank == 0 else None, tokens_per_step=tokens_per_step,
                       flops_per_token=model.flops_per_token(), total_steps=target, start_step=step,
@@ -230,12 +232,18 @@ def _train(params: Params, layout: Layout, log: Log, device: torch.device, dist:
             f"{cfg.steps}: nothing to train (raise train.steps to continue)")
     while step < target:
         t0 = time.perf_counter()
+        skipped = [b for e in guard.skips_before(step, ledger) for b in e["batches"]]
+        if skipped:  # replaying past a rollback: its batches are never trained on
+            loader.skip(len(skipped))
+            batches = iter(loader)
+            log(f"train: step {step + 1}: skipping the {len(skipped)} batch(es) a rollback set aside")
         for group in opt.param_groups:
             group["lr"] = lr_at(step - pos.version_start, cfg)
         torch.manual_seed(step_seed(cfg.seed, step, dist.rank))
         wait, total, hashes = 0.0, torch.zeros((), device=device), []
         for micro in range(cfg.grad_accum):
             tw = time.perf_counter()
+            n = loader.batches_consumed + 1  # the global batch number, which faults are planted by
             x, y = next(batches)
             wait += time.perf_counter() - tw
             hashes.append(loader.last_batch)
@@ -243,24 +251,44 @@ def _train(params: Params, layout: Layout, log: Log, device: torch.device, dist:
             with dist.grad_sync(net, last=micro == cfg.grad_accum - 1):
                 with autocast:
                     _, loss = net(x, y)
+                loss = chaos.planted(loss, n, dist.rank)
                 loss = loss / cfg.grad_accum
                 scaler.scale(loss).backward()
+            if chaos.fault("train.inf_grad", n, dist.rank):
+                next(model.parameters()).grad.view(-1)[0] = float("inf")
             total += loss.detach()
         scaler.unscale_(opt)
-        if cfg.grad_clip:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        scaler.step(opt)
+        norm, raw = grad_norm(model)
+        # fp16: an inf gradient is GradScaler's overflow, which it skips and backs off from itself
+        bad = ~torch.isfinite(total) | (~torch.isfinite(norm) & (not scaler.is_enabled()))
+        shared = dist.all_sum(torch.stack([total, bad.float()]))  # one decision for every rank
+        loss_value, finite = float(shared[0] / dist.world), float(shared[1]) == 0
+        try:
+            verdict = guards.judge(step + 1, loss_value, finite, hashes)
+        except Trouble as t:
+            saver.wait()  # a checkpoint of the trouble being written is on disk (and then removed) first
+            monitor.close()
+            guard.roll_back(t, ckpts, kept, ledger, cfg, rank=dist.rank, barrier=dist.barrier, log=log)
+        if verdict != "skip":
+            if cfg.grad_clip:
+                torch.nn.utils.clip_grads_with_norm_(model.parameters(), cfg.grad_clip, raw)
+            scaler.step(opt)
+        else:
+            log(f"train: step {step + 1}: non-finite {'loss' if not math.isfinite(loss_value) else 'gradient'}"
+                f", skipped (no update; batches {', '.join(hashes)})")
         scaler.update()
         opt.zero_grad(set_to_none=True)
         step += 1
         tokens_seen += tokens_per_step
-        loss_value = dist.mean(total)
         dt = time.perf_counter() - t0
         # after the update, before the record: its time is not the step's (eval_s says what it cost)
         ev = compact(evaluate_now()) if held is not None and due(step, target, params) else None
+        extra = {"batches": hashes, "grad_norm": float(norm),  # consumed ids, auditable; norm before clipping
+                 **({"guard": verdict} if verdict != "ok" else {}), **({"skipped_batches": skipped} if skipped else {}),
+                 **({"rollbacks": pending} if pending else {}), **({"eval": ev} if ev else {})}
+        pending = []
         monitor.step(step, loss=loss_value, lr=opt.param_groups[0]["lr"], data_wait_s=wait,
-                     compute_s=dt - wait, step_s=dt, extra={"batches": hashes,  # consumed ids, auditable
-                                                            **({"eval": ev} if ev else {})})
+                     compute_s=dt - wait, step_s=dt, extra=extra)
         chaos.point("train.step", f"{step}:rank{dist.rank}")  # e.g. train.step@3:rank1 kills one rank
         if on_step:
             on_step(step, target)
@@ -269,8 +297,8 @@ def _train(params: Params, layout: Layout, log: Log, device: torch.device, dist:
             if dist.rank == 0:
                 state = {"step": step, "tokens_seen": tokens_seen, "loader": loader.state_dict(),
                          "grad_accum": cfg.grad_accum, "world_size": dist.world, "strategy": dist.strategy,
-                         "resumes": pos.resumes,
-                         "version_start_step": pos.version_start}
+                         "resumes": pos.resumes, "version_start_step": pos.version_start,
+                         "guard": guards.state_dict()}
                 path = saver.submit(ckpts, step, {"model.pt": full[0], "optimizer.pt": full[1],
                                                   "scaler.pt": scaler.state_dict(), "rng.pt": rng.capture()},
                                     state, lin, then=after_save, eval=ev)

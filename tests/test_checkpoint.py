@@ -12,7 +12,7 @@ import torch
 from shardline import checkpoint, rng
 from shardline.config import Train
 from shardline.model import GPT, GPTConfig, configure_optimizer
-from shardline.train import lr_at
+from shardline.schedule import lr_at
 from tests.conftest import env_for
 
 
@@ -110,3 +110,12 @@ def test_lr_is_a_function_of_the_step():
     assert lr_at(10, cfg) == pytest.approx(1.0) and lr_at(100, cfg) == pytest.approx(0.1)
     lrs = [lr_at(s, cfg) for s in range(10, 101)]
     assert all(a >= b for a, b in zip(lrs, lrs[1:]))
+
+
+def test_wsd_holds_the_peak_then_decays_linearly_over_its_fraction():
+    cfg = Train(steps=110, warmup_steps=10, lr=1.0, min_lr=0.1, schedule="wsd", decay_fraction=0.25)
+    assert lr_at(0, cfg) == pytest.approx(0.1) and lr_at(9, cfg) == pytest.approx(1.0)
+    assert {lr_at(s, cfg) for s in range(10, 86)} == {1.0}          # stable: 75 of the 100 steps after warmup
+    assert lr_at(85, cfg) == 1.0 and lr_at(98, cfg) == pytest.approx(1.0 - 0.9 * 13 / 25)
+    assert lr_at(110, cfg) == pytest.approx(0.1) and lr_at(200, cfg) == pytest.approx(0.1)
+    assert lr_at(50, Train(**{**cfg.model_dump(), "schedule": "cosine"})) < 1.0  # the field decides
