@@ -9,6 +9,9 @@
   shardline checkpoints     list checkpoints, valid or not and why
   shardline lineage CKPT    what a checkpoint was trained on (data version, mix, rules, code) and its eval
   shardline eval CKPT       its loss and bits per byte on the current held-out shards
+  shardline export CKPT OUT a Hugging Face transformers model directory (GPT-2, safetensors, tokenizer,
+                            lineage.json, model card)
+  shardline sample CKPT     continue --prompt TEXT (greedy with --temperature 0, or seeded sampling)
   shardline push-shards URI publish data/shards at an fsspec URL (s3://...) for loader.shards_uri
 
 Errors from the engine are printed as one clear message (no traceback) with exit code 2;
@@ -81,6 +84,32 @@ def cmd_eval(args: argparse.Namespace) -> int:
     params = config.load(Path(layout.root, args.params))
     result = judge.judge(_checkpoint(layout, args.checkpoint), params, layout)
     print(json.dumps(result, indent=2) if args.json else judge.describe(result))
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from shardline import export
+
+    layout = Layout.at(args.root)
+    path = _checkpoint(layout, args.checkpoint)
+    out = export.export(path, Path(args.out_dir), layout, force=args.force)
+    _log(f"export: {path.name} -> {out} (transformers: AutoModelForCausalLM / AutoTokenizer.from_pretrained)")
+    return 0
+
+
+def cmd_sample(args: argparse.Namespace) -> int:
+    from shardline import sample
+
+    layout = Layout.at(args.root)
+    settings = sample.Settings(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+                               seed=args.seed)
+    r = sample.sample(_checkpoint(layout, args.checkpoint), layout, args.prompt, settings)
+    if args.json:
+        print(json.dumps(r, indent=2))
+        return 0
+    _log(f"sample: {r['checkpoint']}: {len(r['prompt_ids'])} prompt ids + {len(r['ids'])} new (stopped at "
+         f"{r['stopped']}{', context cropped to the last seq_len ids' if r['cropped'] else ''})")
+    print(r["text"])
     return 0
 
 
@@ -182,6 +211,31 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("checkpoint", help="a step-NNNNNNNNN directory (or its name, or 'latest')")
     s.add_argument("--json", action="store_true", help="the full result as JSON")
     s.set_defaults(fn=cmd_eval)
+    s = sub.add_parser("export", help="write a checkpoint as a Hugging Face transformers model directory",
+                       description="Write OUT_DIR: model.safetensors + config.json (GPT2LMHeadModel, logits equal "
+                       "ours), generation_config.json, the checkpoint's tokenizer (tokenizer.json, "
+                       "tokenizer_config.json, special_tokens_map.json), lineage.json and a README.md model card. "
+                       "Loads offline with AutoModelForCausalLM/AutoTokenizer.from_pretrained(OUT_DIR). Refuses an "
+                       "invalid checkpoint, a data/tokenizer/tokenizer.json other than the one it trained with, and "
+                       "a non-empty OUT_DIR.")
+    s.add_argument("checkpoint", help="a step-NNNNNNNNN directory (or its name, or 'latest')")
+    s.add_argument("out_dir", metavar="OUT_DIR", help="the directory to write (written beside it, then renamed)")
+    s.add_argument("--force", action="store_true", help="replace OUT_DIR when it holds a previous export")
+    s.set_defaults(fn=cmd_export)
+    s = sub.add_parser("sample", help="continue a prompt with a checkpoint",
+                       description="Print a continuation of --prompt (encoded with the checkpoint's tokenizer, as "
+                       "the training data was), on CPU. Stops at EOS or after --max-new-tokens. Past the model's "
+                       "seq_len the context is cropped to its last seq_len tokens (transformers' generate refuses "
+                       "there); until then greedy ids equal generate(do_sample=False) on the export. Sampling draws "
+                       "from a generator seeded with --seed: the same seed gives the same text.")
+    s.add_argument("checkpoint", help="a step-NNNNNNNNN directory (or its name, or 'latest')")
+    s.add_argument("--prompt", default="", help="the text to continue (empty: start at a document boundary, EOS)")
+    s.add_argument("--max-new-tokens", type=int, default=64, help="at most this many new tokens (default 64)")
+    s.add_argument("--temperature", type=float, default=0.8, help="0: greedy; else divides the logits (default 0.8)")
+    s.add_argument("--top-k", type=int, default=200, help="sample among the K most likely tokens (default 200; 0: all)")
+    s.add_argument("--seed", type=int, default=0, help="seeds the sampling generator (default 0)")
+    s.add_argument("--json", action="store_true", help="the prompt and new token ids, text and settings as JSON")
+    s.set_defaults(fn=cmd_sample)
     s = sub.add_parser("push-shards", help="publish data/shards at an fsspec URL for loader.shards_uri")
     s.add_argument("uri", help="e.g. s3://bucket/project/shards (credentials from the AWS_* environment)")
     s.set_defaults(fn=cmd_push_shards)

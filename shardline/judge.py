@@ -1,7 +1,7 @@
 """Judge a saved checkpoint: its loss and bits per byte on the current held-out shards.
 
-Contract: `judge(path, params, layout)` loads the model of a verified checkpoint (its shape from
-the tensors and the lineage; nothing else is read), evaluates it as training does
+Contract: `judge(path, params, layout)` loads the model of a verified checkpoint
+(`trained.load_model`: its shape from the tensors and the lineage), evaluates it as training does
 (`shardline.evaluate`, eval.blocks per source, the precision and per-rank batch it was trained
 with; on CPU, one process: a run trained on more ranks may differ in the last bits) on the
 held-out shards of the sources params.yaml names now, and says what it was trained on beside
@@ -16,26 +16,18 @@ from pathlib import Path
 
 import torch
 
-from . import checkpoint
 from .config import Params, Train
 from .errors import BadInput
 from .evaluate import HeldOut, evaluate
 from .layout import Layout
 from .loader import data_version, open_sources
-from .model import GPT, GPTConfig
 from .train import autocast_for
+from .trained import load_model
 
 
 def judge(path: Path, params: Params, layout: Layout, device: torch.device | None = None) -> dict:
-    ok, why = checkpoint.verify(path)
-    if not ok:
-        raise BadInput(f"{path}: not a valid checkpoint ({why}); 'shardline checkpoints' lists them")
-    tensors, state, manifest = checkpoint.load(path, skip=("optimizer.pt", "scaler.pt", "rng.pt"))
-    weights, lin = tensors["model.pt"], manifest["lineage"]
-    gcfg = GPTConfig(vocab_size=weights["lm_head.weight"].shape[0], seq_len=weights["transformer.wpe.weight"].shape[0],
-                     **lin["params"]["model"])
-    model = GPT(gcfg)
-    model.load_state_dict(weights)
+    model, state, manifest = load_model(path)
+    gcfg, lin = model.cfg, manifest["lineage"]
     names = [s.name for s in params.sources]
     held = HeldOut.open(layout.shards, names, params.eval.blocks, layout.tokenizer / "tokenizer.json")
     if not any(len(b.ids) for b in held.blocks):
