@@ -196,8 +196,9 @@ def test_bf16_autocast_on_cpu_and_fp16_needs_cuda(built, tmp_path):
 
 
 def test_fresh_on_data_change_archives_and_restarts(built, tmp_path):
-    root = project(built, tmp_path / "p", train={"steps": 4, "fresh_on_data_change": True})
-    run([SL, "stage", "train"], root)
+    root = project(built, tmp_path / "p", train={"steps": 4, "fresh_on_data_change": True, "max_skipped": 1})
+    run([SL, "stage", "train"], root, env=env_for(SHARDLINE_FAULTS="train.nan_loss@2"))  # a rollback on record
+    assert (root / "data/checkpoints/rollbacks.json").exists()
     p = yaml.safe_load((root / "params.yaml").read_text())
     p["mix"] = {"code": 0.5, "more": 0.5}
     write_params(root, p)
@@ -205,8 +206,10 @@ def test_fresh_on_data_change_archives_and_restarts(built, tmp_path):
     assert "moved to" in r.stderr and "fresh start" in r.stderr
     archived = list((root / "data/checkpoints/archive").glob("*/step-*"))
     assert sorted(a.name for a in archived) == ["step-000000004"]
+    # the old run's rollback went with its checkpoints: the new run skips no batch of its own
+    assert (archived[0].parent / "rollbacks.json").exists() and not (root / "data/checkpoints/rollbacks.json").exists()
     lin = json.loads(run([SL, "lineage", "latest", "--json"], root).stdout)
-    assert lin["parent"] is None and final_state(root)["step"] == 4
+    assert lin["parent"] is None and lin["rollbacks"] == [] and final_state(root)["step"] == 4
 
 
 def test_evidence_card_quotes_the_figures_of_train_json(built, tmp_path):
