@@ -189,6 +189,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+CHECKPOINT_HELP = "a step-NNNNNNNNN directory (or its name, or 'latest')"
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="shardline", description="Reproducible, crash-proof pretraining pipeline.")
     p.add_argument("--root", default=".", help="project root (holds params.yaml, dvc.yaml, data/)")
@@ -204,11 +207,11 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--port", type=int, default=4200)
     s.set_defaults(fn=cmd_serve)
     s = sub.add_parser("lineage", help="print what a checkpoint was trained on")
-    s.add_argument("checkpoint", help="a step-NNNNNNNNN directory (or its name, or 'latest')")
+    s.add_argument("checkpoint", help=CHECKPOINT_HELP)
     s.add_argument("--json", action="store_true", help="the raw lineage as JSON")
     s.set_defaults(fn=cmd_lineage)
     s = sub.add_parser("eval", help="loss and bits per byte of a checkpoint on the current held-out shards")
-    s.add_argument("checkpoint", help="a step-NNNNNNNNN directory (or its name, or 'latest')")
+    s.add_argument("checkpoint", help=CHECKPOINT_HELP)
     s.add_argument("--json", action="store_true", help="the full result as JSON")
     s.set_defaults(fn=cmd_eval)
     s = sub.add_parser("export", help="write a checkpoint as a Hugging Face transformers model directory",
@@ -218,7 +221,7 @@ def parser() -> argparse.ArgumentParser:
                        "Loads offline with AutoModelForCausalLM/AutoTokenizer.from_pretrained(OUT_DIR). Refuses an "
                        "invalid checkpoint, a data/tokenizer/tokenizer.json other than the one it trained with, and "
                        "a non-empty OUT_DIR.")
-    s.add_argument("checkpoint", help="a step-NNNNNNNNN directory (or its name, or 'latest')")
+    s.add_argument("checkpoint", help=CHECKPOINT_HELP)
     s.add_argument("out_dir", metavar="OUT_DIR", help="the directory to write (written beside it, then renamed)")
     s.add_argument("--force", action="store_true", help="replace OUT_DIR when it holds a previous export")
     s.set_defaults(fn=cmd_export)
@@ -228,7 +231,7 @@ def parser() -> argparse.ArgumentParser:
                        "seq_len the context is cropped to its last seq_len tokens (transformers' generate refuses "
                        "there); until then greedy ids equal generate(do_sample=False) on the export. Sampling draws "
                        "from a generator seeded with --seed: the same seed gives the same text.")
-    s.add_argument("checkpoint", help="a step-NNNNNNNNN directory (or its name, or 'latest')")
+    s.add_argument("checkpoint", help=CHECKPOINT_HELP)
     s.add_argument("--prompt", default="", help="the text to continue (empty: start at a document boundary, EOS)")
     s.add_argument("--max-new-tokens", type=int, default=64, help="at most this many new tokens (default 64)")
     s.add_argument("--temperature", type=float, default=0.8, help="0: greedy; else divides the logits (default 0.8)")
