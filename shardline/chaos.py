@@ -42,23 +42,27 @@ def point(name: str, qualifier: str | None = None) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+FAULTS = ("train.nan_loss", "train.inf_grad", "train.spike")
+
+
 def fault(name: str, batch: int, rank: int) -> bool:
     """Whether SHARDLINE_FAULTS plants fault `name` in global batch `batch` on this rank."""
     spec = os.environ.get("SHARDLINE_FAULTS")
     if not spec:
         return False
-    for item in spec.split(","):
+    hit = False
+    for item in spec.split(","):  # every item checked, so a typo fails loudly instead of planting nothing
         what, _, where = item.partition("@")
         span, _, on = where.partition(":rank")
         lo, _, hi = span.partition("-")
         try:
-            hit = what == name and int(lo) <= batch <= int(hi or lo) and (not on or int(on) == rank)
+            if what not in FAULTS:
+                raise ValueError(what)
+            hit |= what == name and int(lo) <= batch <= int(hi or lo) and (not on or int(on) == rank)
         except ValueError:
-            raise BadInput(f"SHARDLINE_FAULTS: {item!r} is not name@batch[-batch][:rank<r>], "
-                           "e.g. train.spike@30-32:rank1") from None
-        if hit:
-            return True
-    return False
+            raise BadInput(f"SHARDLINE_FAULTS: {item!r} is not <fault>@<batch>[-<batch>][:rank<r>] with a fault "
+                           f"of {', '.join(FAULTS)}, e.g. train.spike@30-32:rank1") from None
+    return hit
 
 
 def planted(loss, batch: int, rank: int):

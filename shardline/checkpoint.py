@@ -10,7 +10,7 @@ Contract:
   with its size and sha256. `latest_valid` returns the newest valid checkpoint and says, for
   every newer one it skips, why.
 - `retain` keeps the newest `keep_last` valid checkpoints plus every step divisible by
-  `keep_every`; it removes a checkpoint's manifest first (fsynced), so one half-deleted is
+  `keep_every` (and, when asked, the newest one before a given step); it removes a checkpoint's manifest first (fsynced), so one half-deleted is
   already invalid, and never removes the newest valid one.
 - `load` uses `torch.load(weights_only=True)`: a checkpoint is data, never code.
 - `keep` hard-links a saved checkpoint outside data/ (the trainer keeps those nothing records
@@ -195,12 +195,14 @@ def remove(path: Path) -> None:
     shutil.rmtree(path)
 
 
-def retain(root: Path, keep_last: int, keep_every: int, log: Log = print) -> list[int]:
-    """Apply retention; returns the steps removed."""
+def retain(root: Path, keep_last: int, keep_every: int, log: Log = print, before: int | None = None) -> list[int]:
+    """Apply retention; returns the steps removed. `before`: also keep the newest valid checkpoint
+    older than this step (the one a rollback of trouble starting there returns to)."""
     all_ = entries(root, cached=True)
     valid = [e for e in all_ if e.valid]
     keep = {e.step for e in valid[-max(keep_last, 1):]}
     keep |= {e.step for e in valid if keep_every and e.step % keep_every == 0}
+    keep |= {max((e.step for e in valid if before is not None and e.step < before), default=-1)}
     removed = []
     for e in all_:
         if e.step not in keep:

@@ -268,7 +268,7 @@ class Train(_Section):
     lr held, then a linear decay to min_lr over the last decay_fraction of train.steps. WSD's
     stable phase makes continuing on a new data version a matter of more stable steps + a decay."""
     decay_fraction: float = Field(0.2, gt=0, le=1)
-    """wsd: the share of train.steps (after warmup) spent decaying to min_lr."""
+    """wsd: the share of the steps after warmup spent decaying linearly to min_lr."""
     weight_decay: float = Field(0.1, ge=0)
     """AdamW weight decay on matrices (not on biases and norms)."""
     beta1: float = Field(0.9, gt=0, lt=1)
@@ -308,12 +308,13 @@ class Train(_Section):
     spike_factor: float = Field(2.0, gt=1)
     """A step whose loss is above this times the rolling median of recent good steps is a spike."""
     spike_patience: int = Field(3, ge=1)
-    """This many flagged steps in a row (spikes, or skipped non-finite steps among them) roll
-    training back to the newest checkpoint before the first, and skip their batches."""
+    """This many spikes in one run of flagged steps (a run: spikes and skipped steps with no good
+    step between) roll training back to the newest checkpoint before the run's first step, and
+    skip the run's batches."""
     spike_window: int = Field(50, ge=1)
     """The rolling median covers this many recent good steps; spikes are judged once it is full."""
     max_skipped: int = Field(5, ge=1)
-    """This many non-finite steps in a row (each skipped: no update) also roll back."""
+    """This many skipped (non-finite: no update) steps in one run of flagged steps also roll back."""
     max_rollbacks: int = Field(3, ge=0)
     """Rollbacks allowed per run; the next trouble stops training with the steps and batches named."""
     strategy: Literal["ddp", "fsdp"] = "ddp"

@@ -121,6 +121,14 @@ class Dist:
             value /= self.world
         return float(value)
 
+    def share(self, obj):
+        """Rank 0's `obj` on every rank (a small picklable value), so no rank acts on its own read of a file."""
+        if self.world > 1:
+            box = [obj]
+            torch.distributed.broadcast_object_list(box, src=0)
+            return box[0]
+        return obj
+
     def all_sum(self, value: torch.Tensor) -> torch.Tensor:
         """The elementwise sum of `value` over the ranks (itself in one process)."""
         if self.world > 1:

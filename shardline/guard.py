@@ -52,8 +52,12 @@ class Diverged(ShardlineError):
 
 
 def read_ledger(ckpts: Path) -> list[dict]:
+    """The ledger: rollbacks.json, or the longer list a checkpoint's lineage holds (the file lost,
+    or checkpoints restored from elsewhere): entries only ever append, so the longest is the truth."""
     path = Path(ckpts) / LEDGER
-    return fsio.read_json(path)["rollbacks"] if path.exists() else []
+    found = [fsio.read_json(path)["rollbacks"] if path.exists() else []]
+    found += [_recorded(p) or [] for p in sorted(Path(ckpts).glob("step-*"))]
+    return max(found, key=len)
 
 
 def write_ledger(ckpts: Path, ledger: list[dict]) -> None:
@@ -66,12 +70,18 @@ def tainted(step: int, known: int, ledger: list[dict]) -> bool:
     return any(e["n"] > known and step >= e["steps"][0] for e in ledger)
 
 
+def _recorded(path: Path) -> list[dict] | None:
+    """The ledger the checkpoint at `path` was saved with (None: no readable manifest)."""
+    try:
+        return fsio.read_json(path / checkpoint.MANIFEST)["lineage"].get("rollbacks") or []
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def _known(path: Path) -> int | None:
     """How many ledger entries the checkpoint at `path` was saved with (None: no readable manifest)."""
-    try:
-        return len(fsio.read_json(path / checkpoint.MANIFEST)["lineage"].get("rollbacks") or [])
-    except (OSError, ValueError, KeyError):
-        return None
+    got = _recorded(path)
+    return None if got is None else len(got)
 
 
 def drop_tainted(ckpts: Path, ledger: list[dict], kept: Path, log, first: int | None = None) -> None:
@@ -79,25 +89,29 @@ def drop_tainted(ckpts: Path, ledger: list[dict], kept: Path, log, first: int | 
     every one from that step on (the trouble training stops at: none of it is kept)."""
     if not ledger and first is None:
         return
-    for path in sorted(Path(ckpts).glob("step-*")):  # manifests only: no hashing at every start
+    # manifests only (no hashing at every start); the kept links apart, so a kill between the two
+    # removals leaves nothing behind
+    for path in sorted(Path(ckpts).glob("step-*")) + sorted(Path(kept).glob("step-*")):
         known = _known(path)
         if not path.name[5:].isdigit() or known is None:
             continue
         step = int(path.name[5:])
         if tainted(step, known, ledger) or (first is not None and step >= first):
-            for p in (path, Path(kept) / path.name):
-                if p.exists():
-                    checkpoint.remove(p)
-            log(f"train: removed {path.name}: saved {'after' if first is None else 'in'} the trouble "
-                f"{'a rollback undid' if first is None else 'training stops at'}")
+            checkpoint.remove(path)
+            if path.parent == Path(ckpts):
+                log(f"train: removed {path.name}: saved {'after' if first is None else 'in'} the trouble "
+                    f"{'a rollback undid' if first is None else 'training stops at'}")
 
 
 def base_step(ckpts: Path, first: int, ledger: list[dict]) -> int:
     """The step a rollback of trouble starting at `first` returns to: the newest valid checkpoint
     before it that no earlier rollback abandoned, or 0 (the start)."""
-    steps = [e.step for e in checkpoint.entries(ckpts, cached=True)
-             if e.valid and e.step < first and not tainted(e.step, _known(e.path) or 0, ledger)]
-    return max(steps, default=0)
+    older = [p for p in Path(ckpts).glob("step-*") if p.name[5:].isdigit() and int(p.name[5:]) < first]
+    for path in sorted(older, reverse=True):  # newest first: hash only until one verifies
+        step = int(path.name[5:])
+        if not tainted(step, _known(path) or 0, ledger) and checkpoint.verify(path, cached=True)[0]:
+            return step
+    return 0
 
 
 def skips_before(step: int, ledger: list[dict]) -> list[dict]:
@@ -118,17 +132,17 @@ def describe(e: dict) -> str:
             f"({', '.join(e['batches'])})")
 
 
-def diverged(trouble: Trouble, ledger: list[dict], cfg: Train, ckpts: Path) -> Diverged:
+def diverged(trouble: Trouble, ledger: list[dict], cfg: Train, ckpts: Path, counted: int) -> Diverged:
     run = trouble.run
     past = "".join(f"\n  {describe(e)}" for e in ledger)
     newest = checkpoint.latest_valid(ckpts, lambda _: None)
     return Diverged(
         f"train: {trouble.reason} at step(s) {run[0]['step']}-{run[-1]['step']} (batches "
-        f"{', '.join(b for r in run for b in r['batches'])}), after {len(ledger)} rollback(s) "
+        f"{', '.join(b for r in run for b in r['batches'])}), after {counted} rollback(s) on this data version "
         f"(train.max_rollbacks {cfg.max_rollbacks}):{past or ' none allowed'}\nThe newest checkpoint is "
-        f"{newest.name if newest else 'none'}, from before the trouble. Look at those batches (data/metrics/train.jsonl has every step's loss, gradient norm and "
-        "batches), lower train.lr or "
-        "raise train.warmup_steps, or raise train.max_rollbacks to let it skip more data")
+        f"{newest.name if newest else 'none'}, from before the trouble. Look at those batches "
+        "(data/metrics/train.jsonl has every step's loss, gradient norm and batches), lower train.lr or raise "
+        "train.warmup_steps, or raise train.max_rollbacks to let it skip more data")
 
 
 class Guard:
@@ -171,16 +185,17 @@ class Guard:
         self.run, self.skipped = list(state["run"]), state["skipped"]
 
 
-def roll_back(t: Trouble, ckpts: Path, kept: Path, ledger: list[dict], cfg: Train, *, rank: int, barrier,
-              log) -> None:
-    """Record the rollback in the ledger and raise RolledBack; past train.max_rollbacks, raise
-    Diverged instead. Every rank calls it at the same step (the decision is shared); rank 0 writes."""
-    first = t.run[0]["step"]
-    if len(ledger) >= cfg.max_rollbacks:
+def roll_back(t: Trouble, ckpts: Path, kept: Path, ledger: list[dict], cfg: Train, *, since: int, rank: int,
+              barrier, log) -> None:
+    """Record the rollback in the ledger and raise RolledBack; past train.max_rollbacks (counted
+    since step `since`, this data version's start), raise Diverged instead. Every rank calls it
+    at the same step (the decision is shared); rank 0 writes."""
+    first, counted = t.run[0]["step"], sum(e["steps"][0] > since for e in ledger)
+    if counted >= cfg.max_rollbacks:
         if rank == 0:  # a re-run replays to the same stop, from before the trouble
             drop_tainted(ckpts, ledger, kept, log, first=first)
         barrier()
-        raise diverged(t, ledger, cfg, ckpts)
+        raise diverged(t, ledger, cfg, ckpts, counted)
     if rank == 0:
         e = entry(len(ledger) + 1, t, base_step(ckpts, first, ledger))
         write_ledger(ckpts, ledger + [e])

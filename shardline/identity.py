@@ -36,27 +36,35 @@ RUNNING = ("steps", "compile", "deterministic", "device", "threads", "nproc_per_
 Log = Callable[[str], None]
 
 
+def _shaping(train: dict) -> dict:
+    # a setting added since a checkpoint was saved held its default then
+    out = {f"train.{k}": train.get(k, Train.model_fields[k].default) for k in SHAPING}
+    if out["train.schedule"] == "cosine":
+        del out["train.decay_fraction"]  # only wsd reads it
+    return out
+
+
 def current(params: Params, loader_state: dict) -> dict:
     return {"data_version": loader_state["data_version"], "mix": loader_state["mix"],
             "loader.seed": loader_state["seed"], "loader.global_batch": loader_state["global_batch"],
-            "seq_len": loader_state["seq_len"], "model": params.section("model"),
-            **{f"train.{k}": params.section("train")[k] for k in SHAPING}}
+            "seq_len": loader_state["seq_len"], "model": params.section("model"), **_shaping(params.section("train"))}
 
 
 def saved(state: dict, manifest: dict) -> dict:
     ld, lin = state["loader"], manifest["lineage"]["params"]
     return {"data_version": ld["data_version"], "mix": ld["mix"], "loader.seed": ld["seed"],
             "loader.global_batch": ld["global_batch"], "seq_len": ld["seq_len"], "model": lin["model"],
-            # a setting added since the checkpoint was saved held its default then
-            **{f"train.{k}": lin["train"].get(k, Train.model_fields[k].default) for k in SHAPING}}
+            **_shaping(lin["train"])}
 
 
 def diff(old: dict, new: dict) -> list[str]:
-    return [f"{k}: saved {old.get(k)!r}, now {new[k]!r}" for k in new if old.get(k) != new[k]]
+    return [f"{k}: saved {old.get(k)!r}, now {new.get(k)!r}" for k in {**old, **new} if old.get(k) != new.get(k)]
 
 
 def tag(ident: dict) -> str:
-    return fsio.stable_hash(ident)[:12]
+    # the cosine schedule is what every run had before train.schedule existed: its runs keep their tags
+    # (and so their kept checkpoints under .shardline/kept/<tag>/)
+    return fsio.stable_hash({k: v for k, v in ident.items() if (k, v) != ("train.schedule", "cosine")})[:12]
 
 
 def decide(changes: list[str], where: str, *, allow: bool, fresh: bool) -> str:
@@ -81,8 +89,17 @@ def set_aside(root: Path, old: dict, recoverable: Callable[[Path], bool] | None,
     """Clear data/checkpoints for a fresh start (see the module contract)."""
     removed, moved = [], []
     dest = root / "archive" / tag(old)
-    for path in [e.path for e in checkpoint.entries(root)] + sorted(root.glob("archive/*/step-*")):
-        if recoverable is not None and recoverable(path):
+    paths = [e.path for e in checkpoint.entries(root)] + sorted(root.glob("archive/*/step-*"))
+    elsewhere = {p: recoverable is not None and recoverable(p) for p in paths}
+    ledger = root / guard.LEDGER  # the old run's rollbacks go first, then its checkpoints: a kill in
+    if ledger.exists():           # between must not leave them to the new run
+        if any(not elsewhere[p] and p.parent == root for p in paths):
+            dest.mkdir(parents=True, exist_ok=True)
+            ledger.rename(dest / guard.LEDGER)
+        else:
+            ledger.unlink()
+    for path in paths:
+        if elsewhere[path]:
             checkpoint.remove(path)
             removed.append(path.name)
         elif path.parent == root:
@@ -93,13 +110,7 @@ def set_aside(root: Path, old: dict, recoverable: Callable[[Path], bool] | None,
                 target, n = dest / f"{path.name}.{n}", n + 1
             path.rename(target)
             moved.append(path.name)
-    ledger = root / guard.LEDGER  # the old run's rollbacks go with its checkpoints
-    if ledger.exists():
-        if moved:
-            ledger.rename(dest / guard.LEDGER)
-        else:
-            ledger.unlink()
-    if moved:
+    if dest.exists():
         fsio.fsync_dir(dest)
     fsio.fsync_dir(root)
     for d in root.glob("archive/*"):

@@ -232,7 +232,7 @@ def summarize(records: list[dict], tokens_per_step: int) -> dict:
         "slow_steps": [{"step": r["step"], "cause": r["slow"]} for r in records if r.get("slow")],
         "skipped_steps": [r["step"] for r in records if r.get("guard") == "skip"],  # non-finite: no update
         "rollbacks": [e for r in records for e in r.get("rollbacks", [])],
-        "last_loss": records[-1]["loss"] if records else None,
+        "last_loss": _clean(records[-1]["loss"]) if records else None,  # NaN (a skipped step) is not JSON
     }
 
 

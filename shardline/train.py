@@ -2,8 +2,9 @@
 
 Contract:
 - Everything a resume needs is in the newest valid checkpoint: model, optimizer, GradScaler,
-  RNG states, loader position, step, tokens seen. What can be derived is derived: the LR is a
-  function of the step; the data order of (seed, mix, position); dropout is re-seeded every
+  RNG states, loader position, step, tokens seen, the guards' state; plus, for a rollback decided
+  after it, the ledger beside it. What can be derived is derived: the LR is a function of the
+  step (shardline.schedule); the data order of (seed, mix, position); dropout is re-seeded every
   step from (train.seed, step, rank), so a resumed run draws exactly what the killed one would.
   On CPU with train.deterministic, a run killed any number of times ends bit-identical to one
   never killed (tests/test_train.py).
@@ -12,6 +13,11 @@ Contract:
   refused, continued (train.allow_data_change, recorded in the lineage, with the parent judged
   on this run's held-out set as the "before") or starts a fresh model (train.fresh_on_data_change,
   or `new_run` from the orchestrator: an experiment), setting the old checkpoints aside first.
+- Guards (shardline.guard), on values all-reduced over the ranks before each update: a
+  non-finite loss or gradient norm skips the update; a spike or a run of skips rolls back (the
+  ledger first, then a start like a resume's, which skips the trouble's batches), and past
+  train.max_rollbacks training stops (Diverged). The gradient norm before clipping is recorded
+  every step.
 - Held-out eval (shardline.evaluate) every eval.every steps, at every checkpoint and the last
   step, after the update and before the step's record: it goes into that record, eval.json and
   the checkpoint's manifest. It touches no RNG stream: eval on or off, training is identical.
@@ -31,12 +37,12 @@ Contract:
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import math
 import os
 import shutil
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -52,6 +58,7 @@ from .layout import Layout
 from .loader import Loader
 from .model import GPT, GPTConfig, configure_optimizer
 from .monitor import Monitor, guess_peak_flops, read_records, summarize, truncate_records, write_derived
+from .resume import Position, resume
 from .schedule import lr_at
 
 Log = Callable[[str], None]
@@ -75,40 +82,6 @@ def autocast_for(cfg: Train, device: torch.device):
     if cfg.precision == "fp16" and device.type != "cuda":
         raise BadInput("train.precision: fp16 needs CUDA; use bf16 on CPU")
     return torch.autocast(device.type, dtype=torch.bfloat16 if cfg.precision == "bf16" else torch.float16)
-
-
-@dataclass
-class Position:
-    """Where training stands: counters from the checkpoint, plus what changed at this resume."""
-
-    step: int = 0
-    tokens_seen: int = 0
-    resumes: int = 0
-    version_start: int = 0  # the step this data version's training began at
-    parent: str | None = None
-    changed: list[str] = field(default_factory=list)
-    continued_from: dict | None = None  # this identity's training continued from a checkpoint of another
-    known: int = 0  # rollback-ledger entries the checkpoint was saved with
-    guard: dict | None = None  # the guards' state (shardline.guard)
-
-
-def _resume(latest: Path, changes: list[str], loader: Loader, dist: Dist, model, opt, scaler,
-            rolled_back: bool) -> Position:
-    # fsdp ranks > 0 get the model and optimizer broadcast by rank 0: not a full copy in each one's memory
-    skip = () if dist.holds_full_state else ("model.pt", "optimizer.pt")
-    tensors, state, manifest = checkpoint.load(latest, skip=skip)
-    loader.load_state_dict(state["loader"], allow_change=bool(changes))
-    dist.load_full_state(model, opt, tensors.get("model.pt"), tensors.get("optimizer.pt"))
-    scaler.load_state_dict(tensors["scaler.pt"])
-    rng.restore(tensors["rng.pt"])
-    step, lin = state["step"], manifest["lineage"]
-    origin = lin.get("continued_from")
-    if changes:  # before/after attribution: the parent as it was, and (below) on the new held-out set
-        origin = {"checkpoint": latest.name, "step": step, "data_version": lin["data_version"], "mix": lin["mix"],
-                  "changes": changes, "eval": manifest.get("eval"), "eval_now": None}
-    return Position(step, state["tokens_seen"], state.get("resumes", 0) + (not rolled_back),  # not a crash
-                    step if changes else state.get("version_start_step", 0), latest.name, changes, origin,
-                    len(lin.get("rollbacks") or []), state.get("guard"))
 
 
 def run(params: Params, layout: Layout, log: Log = print, mapper=None, run_id: str | None = None,
@@ -155,7 +128,7 @@ def _train(params: Params, layout: Layout, log: Log, device: torch.device, dist:
                                  loader.reader.sources[0].index["tokenizer_sha256"], log)
             if params.eval.every else None)
     kept = layout.kept / identity.tag(identity.current(params, loader.state_dict()))
-    ledger = guard.read_ledger(ckpts)
+    ledger = dist.share(guard.read_ledger(ckpts) if dist.rank == 0 else None)
     if dist.rank == 0 and ckpts.exists():
         fsio.remove_temps(ckpts)
         guard.drop_tainted(ckpts, ledger, kept, log)
@@ -192,7 +165,7 @@ def _train(params: Params, layout: Layout, log: Log, device: torch.device, dist:
 
     pos = Position()
     if latest is not None:
-        pos = _resume(latest, changes, loader, dist, model, opt, scaler, rolled_back)
+        pos = resume(latest, changes, loader, dist, model, opt, scaler, rolled_back)
         log(f"train: {'rolled back to' if rolled_back else 'resuming from'} {latest.name} (step {pos.step}, "
             f"{pos.tokens_seen:,} tokens)"
             + (f"; ALLOWED CHANGES: {'; '.join(pos.changed)}" if pos.changed else ""))
@@ -202,13 +175,14 @@ def _train(params: Params, layout: Layout, log: Log, device: torch.device, dist:
         log(f"train: fresh start, {GPT.__name__} with {model.num_params():,} parameters")
     step, tokens_seen, target = pos.step, pos.tokens_seen, pos.version_start + cfg.steps
     guards = Guard(cfg)
-    if pos.guard:
+    if pos.guard and not pos.changed:  # on new data, a fresh rolling median: the old one judged other text
         guards.load_state_dict(pos.guard)
     pending = [e for e in ledger if e["n"] > pos.known]  # rollbacks this timeline has not recorded yet
 
-    def after_save(path: Path) -> None:  # on the saver's thread
+    def after_save(path: Path, before: int | None) -> None:  # on the saver's thread
         checkpoint.keep(path, kept)
-        for s in checkpoint.retain(ckpts, cfg.keep_last, cfg.keep_every, log):
+        # inside a run of flagged steps, the checkpoint a rollback would return to stays
+        for s in checkpoint.retain(ckpts, cfg.keep_last, cfg.keep_every, log, before=before):
             if checkpoint.step_dir(kept, s).exists():
                 checkpoint.remove(checkpoint.step_dir(kept, s))
 
@@ -255,7 +229,8 @@ def _train(params: Params, layout: Layout, log: Log, device: torch.device, dist:
                 loss = loss / cfg.grad_accum
                 scaler.scale(loss).backward()
             if chaos.fault("train.inf_grad", n, dist.rank):
-                next(model.parameters()).grad.view(-1)[0] = float("inf")
+                grad = next(model.parameters()).grad  # under fsdp a DTensor: this rank's shard takes it
+                (grad.to_local() if hasattr(grad, "to_local") else grad).view(-1)[0] = float("inf")
             total += loss.detach()
         scaler.unscale_(opt)
         norm, raw = grad_norm(model)
@@ -268,7 +243,8 @@ def _train(params: Params, layout: Layout, log: Log, device: torch.device, dist:
         except Trouble as t:
             saver.wait()  # a checkpoint of the trouble being written is on disk (and then removed) first
             monitor.close()
-            guard.roll_back(t, ckpts, kept, ledger, cfg, rank=dist.rank, barrier=dist.barrier, log=log)
+            guard.roll_back(t, ckpts, kept, ledger, cfg, since=pos.version_start, rank=dist.rank,
+                            barrier=dist.barrier, log=log)
         if verdict != "skip":
             if cfg.grad_clip:
                 torch.nn.utils.clip_grads_with_norm_(model.parameters(), cfg.grad_clip, raw)
@@ -301,10 +277,15 @@ def _train(params: Params, layout: Layout, log: Log, device: torch.device, dist:
                          "guard": guards.state_dict()}
                 path = saver.submit(ckpts, step, {"model.pt": full[0], "optimizer.pt": full[1],
                                                   "scaler.pt": scaler.state_dict(), "rng.pt": rng.capture()},
-                                    state, lin, then=after_save, eval=ev)
+                                    state, lin, eval=ev, then=functools.partial(
+                                        after_save, before=guards.run[0]["step"] if guards.run else None))
                 saved.append(path.name)
                 lin = {**lin, "parent": path.name, "data_change": []}
             dist.barrier()
+    if guards.run:
+        log(f"train: the run ends inside {len(guards.run)} flagged step(s) (from step {guards.run[0]['step']}, "
+            "fewer than a rollback needs): the last checkpoint holds them; raising train.steps may roll back "
+            "before it")
     saver.wait()  # the last checkpoint is on disk before the stage reports success
     if recorded and dist.rank == 0 and kept.exists():
         shutil.rmtree(kept)  # the orchestrator records data/checkpoints now: the links are not needed

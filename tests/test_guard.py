@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from shardline import guard
+from shardline import fsio, guard
 from shardline.config import Train
 from tests.conftest import env_for, run
 from tests.test_train import SL, assert_same_state, built, final_state, project  # noqa: F401 (the fixture)
@@ -64,6 +64,18 @@ def test_ledger_marks_the_abandoned_timeline():
     assert [e["n"] for e in guard.skips_before(15, ledger)] == [1, 2] and guard.skips_before(16, ledger) == []
 
 
+def test_the_ledger_is_the_longest_record_of_it(tmp_path):
+    """rollbacks.json lost, or checkpoints restored from .shardline/kept over older ones: the
+    checkpoints' lineage still holds the ledger, and a next rollback must not reuse its numbers."""
+    e1, e2 = {"n": 1, "steps": [5, 6]}, {"n": 2, "steps": [9, 9]}
+    for step, ledger in ((4, []), (8, [e1]), (12, [e1, e2])):
+        (tmp_path / f"step-{step:09d}").mkdir()
+        fsio.write_json(tmp_path / f"step-{step:09d}" / "manifest.json", {"lineage": {"rollbacks": ledger}})
+    assert guard.read_ledger(tmp_path) == [e1, e2]
+    guard.write_ledger(tmp_path, [e1])
+    assert guard.read_ledger(tmp_path) == [e1, e2]
+
+
 def test_faults_are_skipped_or_rolled_back_and_replay_bit_identically(built, tmp_path):
     clean = project(built, tmp_path / "clean", train=GUARDS)
     train(clean, plan="")
@@ -103,19 +115,32 @@ def test_faults_are_skipped_or_rolled_back_and_replay_bit_identically(built, tmp
         assert_same_state(end, final_state(clean))
 
 
-@pytest.mark.parametrize("kill", ["train.rollback", "train.step#19"])
+@pytest.mark.parametrize("kill", ["train.rollback", "train.step#19", "train.step#26"])
 def test_kill_during_or_after_a_rollback_resumes_to_the_same_result(built, tmp_path, kill):
     ref = project(built, tmp_path / "ref", train=GUARDS)
     train(ref)
     crash = project(built, tmp_path / "crash", train=GUARDS)
-    # train.step#19: step 14, after the rollback at step 18 (hits: steps 1-17, then 13, 14)
+    # train.step#19: step 14, after the rollback at step 18 (hits: steps 1-17, then 13, 14); #26: step 21,
+    # after step 20's checkpoint, the first saved knowing the rollback
     r = train(crash, check=False, SHARDLINE_CHAOS=kill)
     assert r.returncode == -signal.SIGKILL
     assert len(guard.read_ledger(crash / "data/checkpoints")) == 1
-    assert (crash / "data/checkpoints/step-000000016").exists() == (kill == "train.rollback")  # not yet removed
+    # step 16 saved inside the spike: not yet removed (killed at the ledger), removed, or saved again by the replay
+    s16 = crash / "data/checkpoints/step-000000016/manifest.json"
+    known = len(json.loads(s16.read_text())["lineage"]["rollbacks"]) if s16.exists() else None
+    assert known == {"train.rollback": 0, "train.step#19": None, "train.step#26": 1}[kill]
     train(crash)
     assert_same_state(final_state(ref), final_state(crash))
     assert timeless(ref) == timeless(crash)
+
+
+def test_retention_keeps_the_checkpoint_a_rollback_returns_to(built, tmp_path):
+    """keep_last 1: step 16, saved inside the spike, would have made retention drop step 12 and the
+    rollback go back to the start."""
+    root = project(built, tmp_path / "p", train={**GUARDS, "keep_last": 1})
+    train(root, plan="train.spike@16-18")
+    (e,) = guard.read_ledger(root / "data/checkpoints")
+    assert e["steps"] == [16, 18] and e["to"] == 12
 
 
 def test_past_max_rollbacks_training_stops_naming_steps_and_batches(built, tmp_path):
@@ -125,7 +150,7 @@ def test_past_max_rollbacks_training_stops_naming_steps_and_batches(built, tmp_p
     assert r.returncode == 2 and "Traceback" not in r.stderr
     ledger = guard.read_ledger(root / "data/checkpoints")
     assert [e["steps"] for e in ledger] == [[15, 17], [15, 17]] and [e["to"] for e in ledger] == [12, 12]
-    assert "after 2 rollback(s) (train.max_rollbacks 2)" in r.stderr and "at step(s) 15-17 (batches " in r.stderr
+    assert "after 2 rollback(s) on this data version (train.max_rollbacks 2)" in r.stderr and "at step(s) 15-17 (batches " in r.stderr
     for e in ledger:
         assert guard.describe(e) in r.stderr
     # step 16, saved inside the trouble, is gone (retention took step 8 when it was saved)
@@ -147,3 +172,10 @@ def test_under_torchrun_a_fault_on_one_rank_rolls_both_back(built, tmp_path):
     assert_same_state(s0, s1)
     assert [r["step"] for r in rows1 if r.get("guard") == "skip"] == [17]  # batch 20, 3 steps early
     assert all(torch.isfinite(t).all() for t in s1["model"].values())
+
+
+def test_a_mistyped_fault_plan_is_refused_not_ignored(built, tmp_path):
+    root = project(built, tmp_path / "p", train={"steps": 2})
+    r = train(root, plan="train.nanloss@2", check=False)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "SHARDLINE_FAULTS: 'train.nanloss@2' is not <fault>@<batch>[-<batch>][:rank<r>]" in r.stderr

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from shardline import config, identity
+from shardline import config, fsio, identity
 from shardline.errors import BadInput
 from tests.conftest import small_params
 
@@ -51,3 +51,24 @@ def test_a_change_is_refused_continued_or_fresh():
 def test_every_train_setting_is_classified():
     """A new train: field must be put on one side: shaping the model, or only running it."""
     assert sorted(identity.SHAPING + identity.RUNNING) == sorted(config.Train.model_fields)
+
+
+def test_settings_added_later_keep_old_checkpoints_identity_and_tag():
+    """A checkpoint saved before train.schedule / decay_fraction existed is the same run as a cosine
+    run now (same identity, same tag: its .shardline/kept/<tag>/ copies stay its own); wsd is not,
+    and decay_fraction only counts under wsd."""
+    params = config.parse(small_params([{"name": "a", "uri": "x", "format": "txt"}]))
+    loader = {"data_version": "v1", "mix": params.mix, "seed": params.loader.seed,
+              "global_batch": params.loader.global_batch, "seq_len": params.shard.seq_len}
+    train = {k: v for k, v in params.section("train").items() if k not in ("schedule", "decay_fraction")}
+    old = identity.saved({"loader": loader}, {"lineage": {"params": {"model": params.section("model"), "train": train}}})
+    now = identity.current(params, loader)
+    assert identity.diff(old, now) == [] and identity.tag(old) == identity.tag(now)
+    legacy = {k: v for k, v in now.items() if k != "train.schedule"}  # what tag() hashed before the field
+    assert identity.tag(now) == fsio.stable_hash(legacy)[:12]
+    assert identity.diff(now, ident(train={"decay_fraction": 0.5})) == []
+    wsd = ident(train={"schedule": "wsd"})
+    assert sorted(c.split(":")[0] for c in identity.diff(now, wsd)) == ["train.decay_fraction", "train.schedule"]
+    assert sorted(c.split(":")[0] for c in identity.diff(wsd, now)) == ["train.decay_fraction", "train.schedule"]
+    assert identity.diff(wsd, ident(train={"schedule": "wsd", "decay_fraction": 0.5})) == [
+        "train.decay_fraction: saved 0.2, now 0.5"]
