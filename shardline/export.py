@@ -25,7 +25,8 @@ Contract:
 - Atomic like every write of the line: the files go into `.<OUT>.tmp-<pid>` beside OUT (each
   fsynced, then the directory), which is renamed to OUT, then the parent is fsynced. A killed
   export leaves only that temp dir, which the next export to the same OUT sweeps. With `force`
-  the old OUT is first renamed aside, removed after the new one is in place.
+  the old OUT is first renamed aside, removed after the new one is in place; killed between the
+  two renames, the next export first puts it back.
 - Imports neither transformers (only a dev/test extra) nor prefect nor dvc: config files are
   plain JSON with the keys GPT2Config and the tokenizer classes read.
 """
@@ -137,15 +138,17 @@ def export(path: Path, out: Path, layout: Layout, force: bool = False) -> Path:
     model, state, manifest = load_model(path)
     tok_path = tokenizer_file(manifest, layout, "export")
     out = Path(out).absolute()
+    asides = sorted(out.parent.glob(f".{glob.escape(out.name)}.old{fsio.TMP_MARK}*"))
+    if asides and not out.exists():  # killed between the two renames of a --force: the previous export is back
+        os.rename(asides.pop(), out)
     _check_out(out, force)
     tok = toks.load(tok_path)
     eos = eos_token(manifest)
     eos_id = toks.token_id(tok, eos)
     name = Path(path).resolve().name
     out.parent.mkdir(parents=True, exist_ok=True)
-    for suffix in ("", ".old"):  # a killed export's leftovers (never a finished OUT)
-        for stale in out.parent.glob(f".{glob.escape(out.name)}{suffix}{fsio.TMP_MARK}*"):
-            shutil.rmtree(stale, ignore_errors=True)
+    for stale in asides + sorted(out.parent.glob(f".{glob.escape(out.name)}{fsio.TMP_MARK}*")):
+        shutil.rmtree(stale, ignore_errors=True)  # a killed export's leftovers (never a finished OUT)
     tmp, aside = fsio.temp_name(out), fsio.temp_name(out.with_name(out.name + ".old"))
     tmp.mkdir()
     try:
