@@ -9,6 +9,7 @@ each field is its documentation (surfaced by `shardline params --help`-style too
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -386,8 +387,8 @@ class Params(_Section):
         for k, w in (self.mix or {}).items():
             if k not in names:
                 problems.append(f"mix.{k}: unknown source{_did_you_mean(k, names)}")
-            elif not w > 0:
-                problems.append(f"mix.{k}: must be > 0, got {w}")
+            elif not (math.isfinite(w) and w > 0):  # inf would pass > 0, and NaN-normalise every weight
+                problems.append(f"mix.{k}: must be a finite number > 0, got {w}")
         if problems:
             raise ValueError("\n".join(problems))
         return self
@@ -461,9 +462,13 @@ def parse(raw: Any, origin: str = "params.yaml") -> Params:
 def load(path: str | Path = "params.yaml") -> Params:
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(f"{path}: not found; run from the project root or pass --params") from None
+    except UnicodeDecodeError as e:
+        line = path.read_bytes()[:e.start].count(b"\n") + 1
+        raise ConfigError(f"{path}: line {line}: not UTF-8 (byte 0x{e.object[e.start]:02x} at offset {e.start}); "
+                          "save the file as UTF-8") from None
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as e:

@@ -14,7 +14,17 @@ or a counted quarantine, and nothing valid is lost or overwritten.
 | torn checkpoint                    | test_train::test_torn_checkpoints..., test_checkpoint::test_validity... |
 | full disk (ENOSPC) shard/ckpt      | here: test_enospc_*                                            |
 | invalid params.yaml                | test_config, test_cli::test_invalid_params...                  |
+| params.yaml not UTF-8              | test_config::test_params_that_are_not_utf8_name_the_line       |
+| a params section not a mapping     | test_config::test_a_section_that_is_not_a_mapping_is_named     |
 | mix naming an unknown source       | test_config::test_cross_field_checks..., test_loader (Schedule) |
+| mix weight .inf / NaN / 0          | test_config::test_a_mix_weight_must_be_finite_and_positive     |
+| source name with / or ..           | test_config::test_a_source_name_cannot_leave_its_folder        |
+| NUL bytes in JSONL                 | test_readers::test_nul_bytes_in_jsonl                          |
+| one huge JSONL line (30 MB)        | test_clean::test_one_huge_jsonl_line_is_dropped...             |
+| malformed tokenizer.json (path)    | test_cli::test_a_malformed_given_tokenizer_json_is_named       |
+| checkpoint of another model shape  | test_train::test_a_checkpoint_of_another_model_shape...        |
+| export of an invalid checkpoint    | test_export::test_refusals_exit_2_with_one_line_and_write_nothing |
+| a mistyped SHARDLINE_FAULTS plan   | test_guard::test_a_mistyped_fault_plan_is_refused_not_ignored  |
 | resume with changed data           | test_train::test_lineage_refuses..., ::test_changed_shards...   |
 | checkpoint crafted to run code     | test_checkpoint::test_malicious_pickle_is_not_executed         |
 | archive entry with ../             | not applicable: archives are not a supported source format     |
@@ -24,6 +34,7 @@ from __future__ import annotations
 
 import errno
 import os
+import random
 
 import pytest
 import torch
@@ -36,7 +47,7 @@ from tests.test_shard import fake_tokens
 def test_binary_garbage_is_quarantined_by_rules(tmp_path):
     d = tmp_path / "in"
     d.mkdir()
-    (d / "garbage.bin.txt").write_bytes(os.urandom(200_000))
+    (d / "garbage.bin.txt").write_bytes(random.Random(7).randbytes(200_000))  # seeded: the same garbage every run
     (d / "ok.txt").write_text("A perfectly ordinary document about the weather, long enough to keep.\n")
     params, layout = make_project(tmp_path / "p", [{"name": "t", "uri": str(d), "format": "txt"}])
     download.run(params, layout, log=lambda _: None)

@@ -87,6 +87,17 @@ def test_huge_single_line_and_empty_files_are_dropped_not_fatal(tmp_path):
     assert s["rules"]["min_chars"]["docs"] == 1  # the empty file
 
 
+def test_one_huge_jsonl_line_is_dropped_by_max_chars_and_the_next_record_kept(tmp_path):
+    d = tmp_path / "in"
+    d.mkdir()
+    ok = "A small but perfectly valid document about nothing much, long enough."
+    (d / "a.jsonl").write_text(json.dumps({"text": "y" * 30_000_000}) + "\n" + json.dumps({"text": ok}) + "\n")
+    _, layout, stats = build(tmp_path / "p", [{"name": "t", "uri": str(d), "format": "jsonl"}],
+                             clean={"max_chars": 100_000})
+    assert [(r["id"], r["text"]) for r in rows(layout, "t")] == [("a.jsonl:2", ok)]
+    assert stats["sources"]["t"]["rules"]["max_chars"] == {"docs": 1, "bytes": 30_000_000}
+
+
 def test_rerun_skips_parts_and_rebuilds_after_rule_change(tmp_path, code_dir):
     src = [{"name": "code", "uri": str(code_dir), "format": "txt"}]
     params, layout, _ = build(tmp_path / "p", src)

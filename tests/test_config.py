@@ -66,3 +66,32 @@ def test_load_reports_yaml_errors_and_missing_file(tmp_path):
     (tmp_path / "params.yaml").write_text(yaml.safe_dump([1, 2]))
     with pytest.raises(ConfigError, match="must be a mapping"):
         config.load(tmp_path / "params.yaml")
+
+
+def test_params_that_are_not_utf8_name_the_line(tmp_path):
+    (tmp_path / "params.yaml").write_bytes(b"sources:\n  - name: caf\xe9\n")  # Latin-1, as an editor may save it
+    with pytest.raises(ConfigError) as e:
+        config.load(tmp_path / "params.yaml")
+    assert str(e.value) == (f"{tmp_path / 'params.yaml'}: line 2: not UTF-8 (byte 0xe9 at offset 22); "
+                            "save the file as UTF-8")
+
+
+@pytest.mark.parametrize("w", [float("inf"), float("-inf"), float("nan"), 0.0])
+def test_a_mix_weight_must_be_finite_and_positive(w):
+    assert problems({"sources": [SRC], "mix": {"a": w}}) == [f"mix.a: must be a finite number > 0, got {w}"]
+    assert problems(yaml.safe_load("{sources: [{name: a, uri: x, format: txt}], mix: {a: .inf}}")) == [
+        "mix.a: must be a finite number > 0, got inf"]  # YAML's own spelling
+
+
+def test_a_section_that_is_not_a_mapping_is_named():
+    assert problems({"sources": [SRC], "train": 5}) == [
+        "train: input should be a valid dictionary or instance of train, got 5"]
+    assert problems({"sources": "x"}) == ["sources: input should be a valid tuple, got 'x'"]
+    assert problems({"sources": [SRC], "clean": [1]}) == [
+        "clean: input should be a valid dictionary or instance of clean, got [1]"]
+
+
+@pytest.mark.parametrize("name", ["a/b", "..", "../x", "/abs", ".hidden", "a b", ""])
+def test_a_source_name_cannot_leave_its_folder(name):
+    assert problems({"sources": [{**SRC, "name": name}]}) == [
+        f"sources[0].name: {name!r} must be letters, digits, '_', '-', '.' (it names folders)"]

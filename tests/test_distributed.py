@@ -145,8 +145,10 @@ def test_world2_checkpoint_resumes_exact_at_world2_and_close_at_world1(built, dd
     # world 1: the same batches and state; sums of gradients in another order, so not bit-exact
     r = run([SL, "stage", "train"], one)
     assert "resuming from step-000000004" in r.stderr
-    assert batches(one) == batches(ddp2) and losses(one)[:4] == losses(ddp2)[:4]
-    assert close(losses(one), losses(ddp2), rel=1e-4)
+    # rows 1-4 are the crashed world-2 run's, kept up to its checkpoint: only 5-8 were computed at world 1,
+    # so only they are compared, with the uninterrupted world-2 run
+    assert batches(one)[4:] == batches(ddp2)[4:] and len(losses(one)) == 8
+    assert close(losses(one)[4:], losses(ddp2)[4:], rel=1e-4)
     a, b = final_state(one), final_state(ddp2)
     assert a["step"] == 8 and a["loader"] == b["loader"]
     for k in a["model"]:

@@ -65,3 +65,14 @@ def test_lone_surrogate_escapes_are_replaced_and_counted(tmp_path):
     docs, st = read(p, format="jsonl")
     assert docs == [("s.jsonl:1", "bad \ufffd half")] and st.invalid_utf8 == 1
     docs[0][1].encode("utf-8")  # storable as parquet/arrow text
+
+
+def test_nul_bytes_in_jsonl(tmp_path):
+    """A raw NUL inside a JSON string is not JSON: quarantined with its file and line. An escaped
+    one (\\u0000) is text: kept here, for clean.strip_control to remove."""
+    p = tmp_path / "n.jsonl"
+    p.write_bytes(b'{"text": "a\x00b"}\n{"text": "c\\u0000d"}\n\x00\x00\x00\n{"text": "ok"}\n')
+    docs, st = read(p, format="jsonl")
+    assert docs == [("n.jsonl:2", "c\x00d"), ("n.jsonl:4", "ok")] and (st.records, st.bad) == (4, 2)
+    assert st.samples == ["n.jsonl:1: invalid JSON (Invalid control character at at column 12)",
+                          "n.jsonl:3: invalid JSON (Expecting value at column 1)"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -186,13 +187,32 @@ def test_torchrun_two_processes_see_the_same_global_batches(built, tmp_path):
 
 
 def test_bf16_autocast_on_cpu_and_fp16_needs_cuda(built, tmp_path):
-    root = project(built, tmp_path / "bf16", train={"steps": 3, "precision": "bf16"})
-    run([SL, "stage", "train"], root)
-    assert all(0 < x < 20 for x in losses(root))
+    fp32 = project(built, tmp_path / "fp32", train={"steps": 3})
+    run([SL, "stage", "train"], fp32)
+    runs = []
+    for name in ("bf16", "bf16-again"):
+        root = project(built, tmp_path / name, train={"steps": 3, "precision": "bf16"})
+        run([SL, "stage", "train"], root)
+        runs.append(losses(root))
+    assert runs[0] == runs[1]  # bf16 on CPU replays exactly too
+    # autocast took effect (other bits than fp32), and tracks fp32 within bf16's 8-bit mantissa
+    assert runs[0] != losses(fp32) and runs[0] == pytest.approx(losses(fp32), rel=2e-2)
     if not torch.cuda.is_available():
         root = project(built, tmp_path / "fp16", train={"steps": 3, "precision": "fp16"})
         r = run([SL, "stage", "train"], root, check=False)
         assert r.returncode == 2 and "train.precision: fp16 needs CUDA" in r.stderr
+
+
+def test_a_checkpoint_of_another_model_shape_is_refused_by_name(built, tmp_path):
+    root = project(built, tmp_path / "p", train={"steps": 2})
+    run([SL, "stage", "train"], root)
+    p = yaml.safe_load((root / "params.yaml").read_text())
+    p["model"]["d_model"] = 64
+    write_params(root, p)
+    r = run([SL, "stage", "train"], root, check=False, env=env_for())
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert re.search(r"model: saved \{[^}]*'d_model': 32[^}]*\}, now \{[^}]*'d_model': 64", r.stderr)
+    assert "allow_data_change" not in r.stderr  # no setting lets these weights continue in another shape
 
 
 def test_fresh_on_data_change_archives_and_restarts(built, tmp_path):
