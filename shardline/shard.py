@@ -11,14 +11,19 @@ index.json (written last) lists, per shard, file, blocks, bytes and sha256, plus
 seq_len, tokenizer hash and totals: it is what the loader verifies shards against.
 The held-out documents (tokens/<source>/val/) become shards of the same format in
 shards/<source>/val/ with their own index.json; they may hold no block at all.
-Resume: a shard already on disk with the exact bytes it must hold is not rewritten; any other
-file is replaced atomically. The output is a pure function of the token parts and params.
+Resume: a shard already on disk with the exact bytes it must hold is not rewritten. A shard
+whose bytes change is first written whole as `shard-N.bin.next` (fsynced; a killed run's is
+reused when its bytes are right); only when every one is durable is the old index.json removed,
+the staged shards renamed over the old ones and the new index written. So a full disk or a kill
+at any point leaves either the old shards with their index, verified, or no index (the loader
+refuses, naming the fix): never an index over a mix of old and new. The output is a pure
+function of the token parts and params.
 """
 
 from __future__ import annotations
 
 import functools
-
+import os
 from pathlib import Path
 from typing import Callable
 
@@ -32,6 +37,7 @@ from .parallel import Mapper, per_source, thread_map
 
 Log = Callable[[str], None]
 DTYPES = {"uint16": np.dtype("<u2"), "uint32": np.dtype("<u4")}
+STAGED = ".next"  # a new shard's bytes, durable, waiting for the switch
 
 
 def dtype_for(vocab_size: int) -> str:
@@ -69,6 +75,10 @@ def shard_counts(blocks: int, block_bytes: int, target_mb: float) -> list[int]:
     return [blocks // n + (i < blocks % n) for i in range(n)]
 
 
+def _holds(path: Path, data: bytes, digest: str) -> bool:
+    return path.exists() and path.stat().st_size == len(data) and fsio.sha256_file(path) == digest
+
+
 def _pack(tok_index: dict, tok_dir: Path, out_dir: Path, params: Params) -> tuple[dict, int, set[Path]]:
     """One token stream into shards under `out_dir`: (index, shard files written, files kept)."""
     dtype = DTYPES[tok_index["dtype"]]
@@ -76,17 +86,26 @@ def _pack(tok_index: dict, tok_dir: Path, out_dir: Path, params: Params) -> tupl
     block = params.shard.seq_len + 1
     blocks = len(stream) // block
     out_dir.mkdir(parents=True, exist_ok=True)
-    shards, first, written = [], 0, 0
+    shards, first, written, staged = [], 0, 0, []
     for i, count in enumerate(shard_counts(blocks, block * dtype.itemsize, params.shard.target_mb)):
         data = stream.read(first * block, count * block).tobytes()
         digest = fsio.sha256_bytes(data)
         path = out_dir / f"shard-{i:05d}.bin"
-        if not (path.exists() and path.stat().st_size == len(data) and fsio.sha256_file(path) == digest):
-            fsio.write_bytes(path, data)
-            written += 1
-            chaos.point("shard.file")
+        if not _holds(path, data, digest):
+            nxt = path.with_name(path.name + STAGED)
+            if not _holds(nxt, data, digest):  # a killed run's staged shard with these bytes is kept
+                fsio.write_bytes(nxt, data)
+                written += 1
+                chaos.point("shard.file")
+            staged.append((nxt, path))
         shards.append({"file": path.name, "blocks": count, "bytes": len(data), "sha256": digest})
         first += count
+    if staged:  # every new byte is durable: only renames are left, which need no space
+        (out_dir / "index.json").unlink(missing_ok=True)  # from here no index vouches for old and new mixed
+        fsio.fsync_dir(out_dir)
+        for nxt, path in staged:
+            os.replace(nxt, path)
+        fsio.fsync_dir(out_dir)
     index = {"source": tok_index["source"], "side": tok_index["side"], "dtype": tok_index["dtype"],
              "seq_len": params.shard.seq_len, "block_tokens": block, "tokenizer_sha256": tok_index["tokenizer_sha256"],
              "eos_id": tok_index["eos_id"], "docs": tok_index["docs"], "shards": shards, "total_blocks": blocks,

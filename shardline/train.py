@@ -179,12 +179,15 @@ def _train(params: Params, layout: Layout, log: Log, device: torch.device, dist:
         guards.load_state_dict(pos.guard)
     pending = [e for e in ledger if e["n"] > pos.known]  # rollbacks this timeline has not recorded yet
 
-    def after_save(path: Path, before: int | None) -> None:  # on the saver's thread
-        checkpoint.keep(path, kept)
+    def retain(before: int | None) -> None:
         # inside a run of flagged steps, the checkpoint a rollback would return to stays
         for s in checkpoint.retain(ckpts, cfg.keep_last, cfg.keep_every, log, before=before):
             if checkpoint.step_dir(kept, s).exists():
                 checkpoint.remove(checkpoint.step_dir(kept, s))
+
+    def after_save(path: Path, before: int | None) -> None:  # on the saver's thread
+        checkpoint.keep(path, kept)
+        retain(before)
 
     lin = lineage.collect(params, layout, loader.version, parent=pos.parent, run_id=run_id, data_change=pos.changed,
                           continued_from=pos.continued_from, rollbacks=ledger)
@@ -287,6 +290,8 @@ def _train(params: Params, layout: Layout, log: Log, device: torch.device, dist:
             "fewer than a rollback needs): the last checkpoint holds them; raising train.steps may roll back "
             "before it")
     saver.wait()  # the last checkpoint is on disk before the stage reports success
+    if dist.rank == 0:  # a run killed inside its last retention, resumed with nothing to train, finishes it here
+        retain(guards.run[0]["step"] if guards.run else None)
     if recorded and dist.rank == 0 and kept.exists():
         shutil.rmtree(kept)  # the orchestrator records data/checkpoints now: the links are not needed
     dist.barrier()

@@ -1,5 +1,6 @@
-"""The chaos suite, small: the line SIGKILLed across its stages, resumed through `dvc repro` and
-the Prefect pipeline flow alternately, ends byte- and bit-identical to an unkilled run.
+"""The chaos suite, small: the line SIGKILLed at every named point (at least once in each stage
+and in a checkpoint write), resumed through `dvc repro` and the Prefect pipeline flow
+alternately, ends with every output identical to an unkilled run's.
 `python -m bench.chaos` is the full version (>= 20 kills, every kill point, the served
 deployment as a third entry point)."""
 
@@ -19,13 +20,22 @@ def test_line_survives_kills_in_every_stage_identically(tmp_path, prefect_server
     params["clean"]["part_mb"] = 2.0
     params["train"]["steps"] = 16
     lines = []
-    res = run_chaos(tmp_path, params, seed=3, kills=10, prefect_env=prefect_server, log=lines.append,
-                    cover_all=False, entries=("dvc repro", "pipeline"))  # the deployment: bench.chaos
+    # cover_all: the plan goes on until every named point has killed once (train.step and
+    # checkpoint.files among them); only kills at named points count
+    res = run_chaos(tmp_path, params, seed=3, kills=8, prefect_env=prefect_server, log=lines.append,
+                    cover_all=True, entries=("dvc repro", "pipeline"))  # the deployment: bench.chaos
     report = "\n".join(lines)
-    assert res["kills"] >= 10, report
-    assert len({stage for stage, _, outcome in res["table"] if outcome == "killed"}) >= 4, report
+    assert res["kills"] >= 8 and res["never fired"] == [], report
+    killed = {stage for stage, point, outcome in res["table"] if outcome == "killed" and point != "timed"}
+    assert killed >= {"download", "clean", "tokenize", "shard", "train"}, report
+    assert any(p == "checkpoint.files" and o == "killed" for _, p, o in res["table"]), report
     assert res["data identical"] and res["losses and batches identical"] and res["weights identical"], report
-    assert res["dvc status clean"], report
+    detail = "\n".join(f"{k}: {v}" for k, v in res["detail"].items()) + "\n" + report
+    assert res["every output under data/ identical (but VARYING fields and the reports)"], detail
+    assert res["no leftovers (temps, .part, .next)"] and res["dvc status clean"], detail
+    # not asserted here: "every output git-ignored". One run of this test (a timed kill of dvc among
+    # its kills) ended with /shards missing from data/.gitignore; not reproduced since, and open.
+    # bench.chaos fails on it.
 
 
 @pytest.mark.parametrize("shell", ["/bin/sh", "/bin/bash", None])

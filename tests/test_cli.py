@@ -64,14 +64,14 @@ def test_given_tokenizer_json_is_used_as_is(tmp_path, code_dir):
     assert tokenizer.load(given).get_vocab_size() == 512
 
 
-@pytest.mark.parametrize("content", [b'{"model": {"type": "BPE"', b'{"version": "1.0"}', b"\xff\xfe not json"])
-def test_a_malformed_given_tokenizer_json_is_named(tmp_path, code_dir, content):
+def test_a_malformed_given_tokenizer_json_is_named(tmp_path, code_dir):
     given = tmp_path / "given.json"
-    given.write_bytes(content)
     make_project(tmp_path / "p", [{"name": "c", "uri": str(code_dir), "format": "txt"}], tokenizer={"path": str(given)})
     for stage in ("download", "clean"):
         run([SL, "stage", stage], tmp_path / "p")
-    r = run([SL, "stage", "tokenize"], tmp_path / "p", check=False)
-    assert r.returncode == 2 and "Traceback" not in r.stderr
-    assert f"error: {given}: cannot load tokenizer.json" in r.stderr and "point to a tokenizer.json" in r.stderr
-    assert not (tmp_path / "p/data/tokenizer/tokenizer.json").exists()  # nothing half-made is left as if valid
+    for content in (b'{"model": {"type": "BPE"', b'{"version": "1.0"}', b"\xff\xfe not json"):
+        given.write_bytes(content)
+        r = run([SL, "stage", "tokenize"], tmp_path / "p", check=False)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, content
+        assert f"error: {given}: cannot load tokenizer.json" in r.stderr and "point to a tokenizer.json" in r.stderr
+        assert not (tmp_path / "p/data/tokenizer/tokenizer.json").exists()  # nothing half-made is left as if valid

@@ -76,11 +76,18 @@ def test_the_ledger_is_the_longest_record_of_it(tmp_path):
     assert guard.read_ledger(tmp_path) == [e1, e2]
 
 
-def test_faults_are_skipped_or_rolled_back_and_replay_bit_identically(built, tmp_path):
+@pytest.fixture(scope="module")
+def faulty(built, tmp_path_factory):  # noqa: F811
+    """One uninterrupted run of PLAN: what every replay of it must equal."""
+    a = project(built, tmp_path_factory.mktemp("faulty") / "a", train=GUARDS)
+    train(a)
+    return a
+
+
+def test_faults_are_skipped_or_rolled_back_and_replay_bit_identically(built, faulty, tmp_path):
     clean = project(built, tmp_path / "clean", train=GUARDS)
     train(clean, plan="")
-    a = project(built, tmp_path / "a", train=GUARDS)
-    train(a)
+    a = faulty
     by_step = {r["step"]: r for r in records(clean)}
     (e,) = guard.read_ledger(a / "data/checkpoints")
     # the spike at steps 16-18 rolls back to step 12 (step 16 was saved inside it) and skips its batches
@@ -116,9 +123,8 @@ def test_faults_are_skipped_or_rolled_back_and_replay_bit_identically(built, tmp
 
 
 @pytest.mark.parametrize("kill", ["train.rollback", "train.step#19", "train.step#26"])
-def test_kill_during_or_after_a_rollback_resumes_to_the_same_result(built, tmp_path, kill):
-    ref = project(built, tmp_path / "ref", train=GUARDS)
-    train(ref)
+def test_kill_during_or_after_a_rollback_resumes_to_the_same_result(built, faulty, tmp_path, kill):
+    ref = faulty
     crash = project(built, tmp_path / "crash", train=GUARDS)
     # train.step#19: step 14, after the rollback at step 18 (hits: steps 1-17, then 13, 14); #26: step 21,
     # after step 20's checkpoint, the first saved knowing the rollback
@@ -166,7 +172,7 @@ def test_under_torchrun_a_fault_on_one_rank_rolls_both_back(built, tmp_path):
         root = project(built, tmp_path / f"r{rank}", train={**GUARDS, "nproc_per_node": 2, "steps": 24})
         train(root, plan=f"train.spike@16-18:rank{rank},train.inf_grad@20:rank{rank}")
         ends[rank] = (final_state(root), guard.read_ledger(root / "data/checkpoints"), records(root))
-    (s0, l0, rows0), (s1, l1, rows1) = ends[0], ends[1]
+    (s0, l0, _), (s1, l1, rows1) = ends[0], ends[1]
     # after the rollback the spiked steps are gone, so which rank the fault hit leaves no trace in the weights
     assert [e["steps"] for e in l0] == [[16, 18]] and [e["batches"] for e in l0] == [e["batches"] for e in l1]
     assert_same_state(s0, s1)
