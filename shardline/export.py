@@ -34,7 +34,6 @@ Contract:
 from __future__ import annotations
 
 import glob
-import json
 import os
 import shutil
 from pathlib import Path
@@ -110,17 +109,6 @@ def hf_config(model: GPT, eos_id: int) -> dict:
             "dtype": str(model.lm_head.weight.dtype).removeprefix("torch.")}
 
 
-def _write(path: Path, data: bytes) -> None:
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def _json(path: Path, obj) -> None:
-    _write(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
-
-
 def _check_out(out: Path, force: bool) -> None:
     if out.is_symlink() or (out.exists() and not out.is_dir()):
         raise BadInput(f"{out}: exists and is not a directory; pick another OUT_DIR")
@@ -152,23 +140,23 @@ def export(path: Path, out: Path, layout: Layout, force: bool = False) -> Path:
     tmp, aside = fsio.temp_name(out), fsio.temp_name(out.with_name(out.name + ".old"))
     tmp.mkdir()
     try:
-        # bytes, then one fsynced write like every other file (save_file would not fsync); "format": "pt"
+        # bytes, then fsio's fsynced write like every other file (save_file would not fsync); "format": "pt"
         # is what transformers' loader checks for
-        _write(tmp / WEIGHTS, safetensors_bytes(hf_state_dict(model), metadata={
+        fsio.write_bytes(tmp / WEIGHTS, safetensors_bytes(hf_state_dict(model), metadata={
             "format": "pt", "shardline_checkpoint": name, "step": str(manifest["step"])}))
-        _json(tmp / "config.json", hf_config(model, eos_id))
+        fsio.write_json(tmp / "config.json", hf_config(model, eos_id))
         # pad = eos: GPT-2's convention, so generate() pads finished rows of a batch without asking
-        _json(tmp / "generation_config.json", {"bos_token_id": eos_id, "eos_token_id": eos_id,
+        fsio.write_json(tmp / "generation_config.json", {"bos_token_id": eos_id, "eos_token_id": eos_id,
                                                "pad_token_id": eos_id, "do_sample": False})
         if fsio.copy_file(tok_path, tmp / "tokenizer.json") != manifest["lineage"]["data_version"]["tokenizer_sha256"]:
             raise BadInput(f"{layout.rel(tok_path)} changed while being exported; re-run the export")
         specials = {"bos_token": eos, "eos_token": eos}
-        _json(tmp / "tokenizer_config.json", {"tokenizer_class": "PreTrainedTokenizerFast", **specials,
+        fsio.write_json(tmp / "tokenizer_config.json", {"tokenizer_class": "PreTrainedTokenizerFast", **specials,
                                               "model_max_length": model.cfg.seq_len,
                                               "clean_up_tokenization_spaces": False})
-        _json(tmp / "special_tokens_map.json", specials)
-        _json(tmp / LINEAGE, manifest["lineage"])
-        _write(tmp / "README.md", card.render(name, manifest, state, model, eos_id).encode())
+        fsio.write_json(tmp / "special_tokens_map.json", specials)
+        fsio.write_json(tmp / LINEAGE, manifest["lineage"])
+        fsio.write_bytes(tmp / "README.md", card.render(name, manifest, state, model, eos_id).encode())
         fsio.fsync_dir(tmp)
         if out.exists():
             os.rename(out, aside)
