@@ -36,12 +36,17 @@ RUNNING = ("steps", "compile", "deterministic", "device", "threads", "nproc_per_
 Log = Callable[[str], None]
 
 
+# Settings added after runs existed, at the value those runs had: left out of an identity that holds
+# them at it, so those runs keep their identity and tag (and their kept checkpoints).
+IMPLIED = {"train.schedule": "cosine"}
+
+
 def _shaping(train: dict) -> dict:
     # a setting added since a checkpoint was saved held its default then
     out = {f"train.{k}": train.get(k, Train.model_fields[k].default) for k in SHAPING}
     if out["train.schedule"] == "cosine":
         del out["train.decay_fraction"]  # only wsd reads it
-    return out
+    return {k: v for k, v in out.items() if k not in IMPLIED or IMPLIED[k] != v}
 
 
 def current(params: Params, loader_state: dict) -> dict:
@@ -58,13 +63,14 @@ def saved(state: dict, manifest: dict) -> dict:
 
 
 def diff(old: dict, new: dict) -> list[str]:
-    return [f"{k}: saved {old.get(k)!r}, now {new.get(k)!r}" for k in {**old, **new} if old.get(k) != new.get(k)]
+    def at(ident: dict, k: str):
+        return ident.get(k, IMPLIED.get(k))
+
+    return [f"{k}: saved {at(old, k)!r}, now {at(new, k)!r}" for k in {**old, **new} if at(old, k) != at(new, k)]
 
 
 def tag(ident: dict) -> str:
-    # the cosine schedule is what every run had before train.schedule existed: its runs keep their tags
-    # (and so their kept checkpoints under .shardline/kept/<tag>/)
-    return fsio.stable_hash({k: v for k, v in ident.items() if (k, v) != ("train.schedule", "cosine")})[:12]
+    return fsio.stable_hash(ident)[:12]
 
 
 def decide(changes: list[str], where: str, *, allow: bool, fresh: bool) -> str:

@@ -290,7 +290,7 @@ class Loader:
 
     def state_dict(self) -> dict:
         return {"blocks_consumed": self.blocks_consumed,
-                "global_batches_consumed": self.blocks_consumed // self.spec.global_batch,
+                "global_batches_consumed": self.batches_consumed,
                 "seed": self.spec.seed, "mix": dict(self.spec.mix), "seq_len": self.seq_len,
                 "global_batch": self.spec.global_batch, "data_version": self.version}
 
