@@ -11,7 +11,9 @@ Contract:
   held-out documents); each then gets its `.json` {key, tokens, docs, sha256}: the json is
   written last, so a token part is done iff its json exists with the current key.
   key = hash(the clean part's key and selection for that side, tokenizer sha256). Parts are
-  encoded in parallel. `index.json` per side (`<source>/` and `<source>/val/`) lists them.
+  encoded in parallel. `index.json` per side (`<source>/` and `<source>/val/`) lists them: it
+  is removed before any part of its source is rewritten and written last, so an index never
+  vouches for a mix of two runs' parts.
 - The encoder is the fastest backend proven id-identical on a probe of this data; the choice
   and its reason go in `data/tokens/<source>/index.json` but never change a single id.
 """
@@ -92,6 +94,8 @@ def prepare_tokenizer(params: Params, layout: Layout, parts: dict[str, list[Path
             log(f"tokenize: tokenizer up to date ({meta['sha256'][:12]})")
             return tokenizer.load(out), meta
     layout.tokenizer.mkdir(parents=True, exist_ok=True)
+    for name in parts:  # every token part changes with the tokenizer: no index may outlive it
+        _unindex(layout.tokens / name)
     if given:
         tok = tokenizer.load(given)
     else:
@@ -105,6 +109,16 @@ def prepare_tokenizer(params: Params, layout: Layout, parts: dict[str, list[Path
     fsio.write_json(meta_path, meta)
     log(f"tokenize: tokenizer {'loaded' if given else 'trained'}: vocab {vocab}, sha256 {sha[:12]}")
     return tok, meta
+
+
+def _unindex(d: Path) -> None:
+    """Remove a source's token indexes, durably, before any of its parts is rewritten: a stage
+    that then fails (killed, a full disk) leaves no index over a mix of old and new parts, or
+    over old ids from another tokenizer, and the shard stage refuses the source by name."""
+    for where in (d, d / "val"):
+        if (where / "index.json").exists():
+            (where / "index.json").unlink()
+            fsio.fsync_dir(where)
 
 
 def _done(out: Path, key: str) -> dict | None:
@@ -154,7 +168,7 @@ def _encode(src: Path, side: str, out: Path, key: str, recipe: Recipe, eos: int,
         return {**done, "skipped": True}
     encoder = encoder_for(recipe)
     docs = tokens = 0
-    with fsio.atomic_writer(out) as f:
+    with fsio.atomic_writer(out, point="tokenize.write") as f:
         for batch in clean.documents(src, side):
             ids = encoder.encode_batch(batch)
             n = sum(map(len, ids)) + len(ids)
@@ -166,6 +180,7 @@ def _encode(src: Path, side: str, out: Path, key: str, recipe: Recipe, eos: int,
     meta = {"key": key, "file": out.name, "tokens": tokens, "docs": docs,
             "bytes": tokens * dtype.itemsize, "sha256": fsio.sha256_file(out)}
     fsio.write_json(out.with_suffix(".json"), meta)
+    chaos.done("tokenize", f"{out.parent.parent.name}/{out.parent.name}/{out.name}")
     return {**meta, "skipped": False}
 
 
@@ -199,6 +214,8 @@ def run(params: Params, layout: Layout, log: Log = print, mapper: Mapper = threa
     for name in parts:
         (layout.tokens / name / "val").mkdir(parents=True, exist_ok=True)
         fsio.remove_temps(layout.tokens / name)
+        if any(not _done(out, key) for j in jobs if j.source == name for _, out, key in j.outs):
+            _unindex(layout.tokens / name)  # parts change in place: no index may vouch for old and new mixed
     results = mapper(functools.partial(encode_part, recipe=recipe, eos=tmeta["eos_id"], dtype=dtype), jobs)
     done = [(j.source, side, out, r[side]) for j, r in zip(jobs, results) for side, out, _ in j.outs]
     skipped = sum(r["skipped"] for *_, r in done)

@@ -94,8 +94,9 @@ def _pack(tok_index: dict, tok_dir: Path, out_dir: Path, params: Params) -> tupl
         if not _holds(path, data, digest):
             nxt = path.with_name(path.name + STAGED)
             if not _holds(nxt, data, digest):  # a killed run's staged shard with these bytes is kept
-                fsio.write_bytes(nxt, data)
+                fsio.write_bytes(nxt, data, point="shard.write")
                 written += 1
+                chaos.done("shard", f"{out_dir.parent.name}/{out_dir.name}/{path.name}")
                 chaos.point("shard.file")
             staged.append((nxt, path))
         shards.append({"file": path.name, "blocks": count, "bytes": len(data), "sha256": digest})
@@ -119,7 +120,7 @@ def shard_source(source: Source, params: Params, layout: Layout) -> tuple[dict, 
     (a task that may run on a cluster worker: it logs nothing itself); returns the training
     index, with the held-out one under "val", and how many shard files it wrote."""
     tok_dir, out_dir = layout.tokens / source.name, layout.shards / source.name
-    tok_index = fsio.read_json(tok_dir / "index.json")
+    tok_index = _token_index(tok_dir, layout)
     block = params.shard.seq_len + 1
     if tok_index["tokens"] < block:
         raise BadInput(f"shard: source {source.name!r} has {tok_index['tokens']} tokens, fewer than one block "
@@ -127,10 +128,17 @@ def shard_source(source: Source, params: Params, layout: Layout) -> tuple[dict, 
     out_dir.mkdir(parents=True, exist_ok=True)
     fsio.remove_temps(out_dir)
     index, written, keep = _pack(tok_index, tok_dir, out_dir, params)
-    val, val_written, val_keep = _pack(fsio.read_json(tok_dir / "val" / "index.json"), tok_dir / "val",
-                                       out_dir / "val", params)
+    val, val_written, val_keep = _pack(_token_index(tok_dir / "val", layout), tok_dir / "val", out_dir / "val", params)
     fsio.prune(out_dir, keep | val_keep)
     return {**index, "val": val}, written + val_written
+
+
+def _token_index(tok_dir: Path, layout: Layout) -> dict:
+    try:
+        return fsio.read_json(tok_dir / "index.json")
+    except FileNotFoundError:
+        raise BadInput(f"{layout.rel(tok_dir / 'index.json')}: missing: the tokenize stage did not finish (it was "
+                       "killed or the disk filled while it rewrote the parts); re-run 'dvc repro tokenize'") from None
 
 
 def run(params: Params, layout: Layout, log: Log = print, mapper: Mapper = thread_map) -> dict[str, dict]:

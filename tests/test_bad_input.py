@@ -12,7 +12,7 @@ or a counted quarantine, and nothing valid is lost or overwritten.
 | HTTP 404 / server never answers    | test_http::test_404..., ::test_silent_server_times_out, test_retries |
 | corrupt shard                      | test_loader::test_corrupt_shard..., test_shard::test_verify...  |
 | torn checkpoint                    | test_train::test_torn_checkpoints..., test_checkpoint::test_validity... |
-| full disk at the k-th fsync        | here: test_enospc_at_the_kth_fsync_* (shard stage, checkpoint) |
+| full disk at the k-th fsync        | here: test_enospc_at_the_kth_fsync_* (clean, tokenize, shard stages, checkpoint) |
 | invalid params.yaml                | test_config, test_cli::test_invalid_params...                  |
 | params.yaml not UTF-8              | test_config::test_params_that_are_not_utf8_name_the_line       |
 | a params section not a mapping     | test_config::test_a_section_that_is_not_a_mapping_is_named     |
@@ -39,8 +39,9 @@ import random
 import pytest
 import torch
 
-from shardline import checkpoint, clean, download, fsio, shard
-from tests.conftest import make_project
+from shardline import checkpoint, clean, download, encode, fsio, shard
+from shardline.errors import BadInput
+from tests.conftest import make_project, stdlib_files
 from tests.test_shard import fake_tokens
 
 
@@ -104,6 +105,75 @@ def test_enospc_at_the_kth_fsync_of_the_shard_stage_never_mixes_old_and_new(tmp_
     fake_tokens(ref_layout, "s", [5000], seed=1)
     shard.run(ref, ref_layout, log=lambda _: None)
     assert _files(out) == _files(ref_layout.shards / "s")
+
+
+def _clean_project(root, src, vocab=512, **clean_opts):
+    params, layout = make_project(root, [{"name": "code", "uri": str(src), "format": "txt"}],
+                                  clean={"part_mb": 0.02, **clean_opts}, eval={"fraction": 0.1, "min_docs": 1},
+                                  tokenizer={"vocab_size": vocab})
+    download.run(params, layout, log=lambda _: None)
+    return params, layout
+
+
+@pytest.fixture(scope="module")
+def code_src(tmp_path_factory):
+    src = tmp_path_factory.mktemp("code")
+    for f in stdlib_files(12):
+        (src / f"{f.parent.name}_{f.name}").write_bytes(f.read_bytes())
+    return src
+
+
+@pytest.mark.parametrize("k", [1, 4, 9, 14, 19])  # a rewrite of these 5 parts fsyncs about 20 times
+def test_enospc_at_the_kth_fsync_of_the_clean_stage_never_mixes_old_and_new(tmp_path, monkeypatch, k, code_src):
+    params, layout = _clean_project(tmp_path / "p", code_src)
+    clean.run(params, layout, log=lambda _: None)
+    parts = sorted((layout.clean / "code").glob("part-*.parquet"))
+    old = {p: clean.part_meta(p)["key"] for p in parts}
+    params, layout = _clean_project(tmp_path / "p", code_src, min_chars=40)  # every part's key changes
+    monkeypatch.setattr(fsio.os, "fsync", _fsync_fails_at(k))
+    with pytest.raises(OSError, match="No space left"):
+        clean.run(params, layout, log=lambda _: None)
+    monkeypatch.undo()
+    assert not [p for p in layout.clean.rglob("*") if fsio.TMP_MARK in p.name]
+    for part in parts:  # tokenize reads a part only through its selection: old and whole, or refused by name
+        try:
+            clean.read_selection(part)
+        except BadInput as e:
+            assert "re-run 'dvc repro clean'" in str(e)
+        else:
+            assert clean.part_meta(part)["key"] == old[part]
+    clean.run(params, layout, log=lambda _: None)  # space again: as if it had never failed
+    ref, ref_layout = _clean_project(tmp_path / "ref", code_src, min_chars=40)
+    clean.run(ref, ref_layout, log=lambda _: None)
+    assert _files(layout.clean) == _files(ref_layout.clean)
+
+
+@pytest.mark.parametrize("k", [1, 3, 8, 17, 30])  # a new tokenizer and 5 parts (2 sides): 34 fsyncs
+def test_enospc_at_the_kth_fsync_of_the_tokenize_stage_never_mixes_old_and_new(tmp_path, monkeypatch, k, code_src):
+    params, layout = _clean_project(tmp_path / "p", code_src)
+    clean.run(params, layout, log=lambda _: None)
+    encode.run(params, layout, log=lambda _: None)
+    params, layout = _clean_project(tmp_path / "p", code_src, vocab=600)  # a new tokenizer: every part changes
+    monkeypatch.setattr(fsio.os, "fsync", _fsync_fails_at(k))
+    with pytest.raises(OSError, match="No space left"):
+        encode.run(params, layout, log=lambda _: None)
+    monkeypatch.undo()
+    assert not [p for p in layout.data.rglob("*") if fsio.TMP_MARK in p.name]
+    tok_sha = fsio.sha256_file(layout.tokenizer / "tokenizer.json")
+    for side in (layout.tokens / "code", layout.tokens / "code" / "val"):
+        if (side / "index.json").exists():  # an index left stands for whole parts of the tokenizer on disk
+            index = fsio.read_json(side / "index.json")
+            assert index["tokenizer_sha256"] == tok_sha
+            assert all(fsio.sha256_file(side / e["file"]) == e["sha256"] for e in index["parts"])
+        else:  # none: the shard stage refuses the source by name
+            with pytest.raises(BadInput, match=r"index.json: missing.*re-run 'dvc repro tokenize'"):
+                shard.run(params, layout, log=lambda _: None)
+    encode.run(params, layout, log=lambda _: None)
+    ref, ref_layout = _clean_project(tmp_path / "ref", code_src, vocab=600)
+    clean.run(ref, ref_layout, log=lambda _: None)
+    encode.run(ref, ref_layout, log=lambda _: None)
+    for d in ("tokens", "tokenizer"):
+        assert _files(layout.data / d) == _files(ref_layout.data / d)
 
 
 @pytest.mark.parametrize("k", [1, 2, 4, 6])
