@@ -23,11 +23,12 @@ from __future__ import annotations
 import argparse
 import errno
 import json
+import os
 import sys
 import time
 from pathlib import Path
 
-from shardline import config, stages
+from shardline import chaos, config, stages
 from shardline.errors import ShardlineError, is_transient
 from shardline.layout import Layout
 
@@ -40,6 +41,12 @@ def cmd_stage(args: argparse.Namespace) -> int:
     layout = Layout.at(args.root)
     params = config.load(Path(layout.root, args.params))
     t0 = time.perf_counter()
+    under_dvc = bool(os.environ.get("DVC_STAGE"))  # `dvc repro` runs this as a stage's command
+    if under_dvc:
+        from flows import dvcrepo
+
+        with dvcrepo.open_repo(layout.root) as repo:
+            dvcrepo.ignore_outputs(repo)  # those an earlier failed `dvc repro` took out of .gitignore
     if stages.uses_engine(params, args.name):
         from flows.stages import run_stage  # parts on a Prefect task runner (Dask, Ray, processes)
 
@@ -47,6 +54,8 @@ def cmd_stage(args: argparse.Namespace) -> int:
     else:
         stages.runner(args.name)(params, layout, log=_log, **_train_context(args.name, layout))
     _log(f"{args.name}: done in {time.perf_counter() - t0:.1f}s")
+    if under_dvc:
+        chaos.point("dvc.record", group=True)  # the stage done, dvc not yet told: dvc dies with it
     return 0
 
 
@@ -56,8 +65,6 @@ def _train_context(name: str, layout: Layout) -> dict:
     holds (so making room for a new run loses nothing)."""
     if name != "train":
         return {}
-    import os
-
     from flows import dvcrepo
 
     return {"new_run": bool(os.environ.get("DVC_EXP_NAME")), "recoverable": dvcrepo.in_cache(layout.root),

@@ -12,6 +12,8 @@ import contextlib
 from pathlib import Path
 from typing import Iterator
 
+from shardline import chaos
+
 
 @contextlib.contextmanager
 def open_repo(root: str | Path) -> Iterator["object"]:
@@ -53,7 +55,25 @@ def is_up_to_date(repo, name: str) -> bool:
 
 
 def commit(repo, name: str) -> None:
-    repo.commit(name, force=True)
+    """What `dvc commit --force <name>` does, in its two steps: the outputs into DVC's cache,
+    then the dvc.lock entry (a kill between them, chaos point pipeline.commit, leaves the stage
+    not recorded: the next run redoes it, finding every part done)."""
+    for info in repo.stage.collect_granular(name):
+        info.stage.save()
+        info.stage.commit(filter_info=info.filter_info)
+        chaos.point("pipeline.commit")
+        info.stage.dvcfile.dump_stages([info.stage], update_pipeline=False)
+
+
+def ignore_outputs(repo) -> None:
+    """Put every cached dvc.yaml output in its .gitignore, as DVC does when it records one.
+    DVC also takes them out again when a `dvc repro` fails: the outputs of the stages that
+    repro finished before the failing one (dvc/repo/scm_context.py). The next repro skips those
+    stages, so nothing would list them again, and git would offer to commit data/clean.
+    Entries already listed are left alone (DVC then never removes them)."""
+    for out in repo.index.outs:
+        if Path(out.fspath).exists():  # as DVC: an output is listed once it is there
+            out.ignore()
 
 
 def in_cache(root: str | Path, out: str = "data/checkpoints"):

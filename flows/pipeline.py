@@ -26,7 +26,7 @@ from prefect.runtime import flow_run
 
 from flows import dvcrepo
 from flows import stages as stage_flows
-from shardline import config, stages
+from shardline import chaos, config, stages
 from shardline.errors import ShardlineError
 from shardline.layout import Layout
 from shardline.remote import aws_env
@@ -87,6 +87,7 @@ def _run_line(root: str, params_file: str, force: tuple[str, ...] = ()) -> dict:
     report: dict = {}
     with dvcrepo.open_repo(root) as repo:
         order = dvcrepo.stage_order(repo)
+        dvcrepo.ignore_outputs(repo)  # those a failed `dvc repro` took out of .gitignore
     for name in order:
         if name not in stages.NAMES:
             raise StageFailed(f"dvc.yaml stage {name!r} has no engine entry in shardline.stages")
@@ -94,6 +95,7 @@ def _run_line(root: str, params_file: str, force: tuple[str, ...] = ()) -> dict:
             report[name] = _stage_task(name, params_file, root)(name, root, params_file, force=name in force)
         except Exception as e:
             raise StageFailed(f"stage {name} failed: {e}") from e
+        chaos.point("pipeline.between", group=True)  # under `shardline serve`, the runner dies too
     card = Path(root, "data", "reports", "evidence.md")
     if card.exists():
         create_markdown_artifact(card.read_text() + _run_notes(report), key="evidence-card",
