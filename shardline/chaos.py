@@ -11,10 +11,19 @@ is the first the loader hands out): train.nan_loss (the loss becomes NaN), train
 gradient element becomes inf, after backward), train.spike (the loss, and so the gradient, x10).
 Keyed by batch, not step, as bad data is: a rollback that skips the batches cures it.
 
-Points: download.file, clean.part, clean.dedup, tokenize.part (token ids written, their .json
-not yet), shard.file, train.step (+ @<step>:rank<r>, one rank of a torchrun job), train.eval
-(after each held-out batch of an evaluation), train.rollback (the rollback ledger written, nothing
-else done yet), checkpoint.files (+ @step), retention (+ @step).
+Points after a piece of work: download.file, clean.part, clean.dedup, tokenize.part (token ids
+written, their .json not yet), shard.file, train.step (+ @<step>:rank<r>, one rank of a torchrun
+job), train.eval (after each held-out batch of an evaluation), train.rollback (the rollback ledger
+written, nothing else done yet), checkpoint.files (+ @step), retention (+ @step). Points inside a
+write (`partway`: the k-th write call is cut in half, the first half flushed, then SIGKILL):
+download.body (an HTTP body into its .part), clean.write (a clean part's parquet),
+tokenize.write (a token part's ids), shard.write (a shard's bytes). Points the orchestrators place
+(flows/): dvc.record (a stage's command done, `dvc repro` not yet told: kills dvc and all),
+pipeline.commit (the outputs in DVC's cache, dvc.lock not yet written), pipeline.between (between
+two stage task runs: the flow run's process group, under `shardline serve` the runner's too).
+
+`done(stage, unit)` records a finished unit of work (a file, a part, a step) in
+SHARDLINE_CHAOS_LOG, so the suite can show a resume redid nothing that was already finished.
 """
 
 from __future__ import annotations
@@ -22,24 +31,60 @@ from __future__ import annotations
 import os
 import signal
 from collections import Counter
+from typing import BinaryIO
 
 from .errors import BadInput
 
 _hits: Counter[str] = Counter()
 
 
-def point(name: str, qualifier: str | None = None) -> None:
+def point(name: str, qualifier: str | None = None, group: bool = False) -> None:
+    """SIGKILL this process (`group`: its whole process group) if SHARDLINE_CHAOS names this hit."""
     spec = os.environ.get("SHARDLINE_CHAOS")
     if not spec:
         return
     _hits[name] += 1
     wanted = spec.split(",")
     if name in wanted or f"{name}#{_hits[name]}" in wanted or (qualifier and f"{name}@{qualifier}" in wanted):
-        record = os.environ.get("SHARDLINE_CHAOS_LOG")  # which point fired, for the suite's table
-        if record:
-            with open(record, "a") as f:
-                f.write(f"{name}#{_hits[name]}\n")
+        _record(f"{name}#{_hits[name]}")  # which point fired, for the suite's table
+        if group:
+            os.killpg(os.getpgid(0), signal.SIGKILL)
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def done(stage: str, unit: str) -> None:
+    """Record that `unit` of `stage` is finished and durable (no-op without SHARDLINE_CHAOS_LOG)."""
+    _record(f"done {stage} {unit}")
+
+
+def _record(line: str) -> None:
+    path = os.environ.get("SHARDLINE_CHAOS_LOG")
+    if path:
+        with open(path, "a") as f:  # one short O_APPEND write: lines of parallel workers do not mix
+            f.write(line + "\n")
+
+
+class _Partway:
+    """A binary file whose every write is kill point `name`, checked halfway through the write."""
+
+    def __init__(self, f: BinaryIO, name: str):
+        self._f, self._name = f, name
+
+    def write(self, data) -> int:
+        view = memoryview(data).cast("B")
+        half = len(view) // 2
+        self._f.write(view[:half])
+        self._f.flush()  # the first half reaches the file: the kill leaves it partway written
+        point(self._name)
+        return half + self._f.write(view[half:])
+
+    def __getattr__(self, attr):
+        return getattr(self._f, attr)
+
+
+def partway(f: BinaryIO, name: str) -> BinaryIO:
+    """`f` itself, or, while SHARDLINE_CHAOS is set, `f` with every write a kill point `name`."""
+    return _Partway(f, name) if os.environ.get("SHARDLINE_CHAOS") else f
 
 
 FAULTS = ("train.nan_loss", "train.inf_grad", "train.spike")

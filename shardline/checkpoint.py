@@ -114,6 +114,7 @@ def save(root: Path, step: int, tensors: dict[str, Any], state: dict, lineage: d
         remove(final)
     os.rename(tmp, final)
     fsio.fsync_dir(root)
+    chaos.done("checkpoint", final.name)
     _verified[(str(final), (final / MANIFEST).stat().st_mtime_ns)] = (True, "ok")  # just hashed while writing
     return final
 

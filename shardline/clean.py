@@ -150,8 +150,9 @@ def clean_part(part: Part) -> dict:
              "bytes_kept": sum(cols["bytes"]), "rules": {k: {"docs": v[0], "bytes": v[1]} for k, v in counts.items()}}
     table = pa.table(cols, schema=_SCHEMA)
     table = table.replace_schema_metadata({_META: json.dumps({"key": part.key, "stats": stats}, sort_keys=True)})
-    with fsio.atomic_writer(part.out) as f:
+    with fsio.atomic_writer(part.out, point="clean.write") as f:
         pq.write_table(table, f, compression="zstd")
+    chaos.done("clean", part.name)
     chaos.point("clean.part")
     return {**stats, "skipped": False}
 
@@ -198,6 +199,7 @@ def select(parts: list[Part], params: Params, log: Log) -> dict[str, split.Thres
                          "heldout_copies": {"docs": len(copies), "bytes": size(copies)}}}
         if _write_selection(part, sel):
             changed += 1
+            chaos.done("clean", f"{part.name} selection")
             chaos.point("clean.dedup")
     for name, t in thresholds.items():
         log(f"clean: {name}: {t.held} document(s) held out ({split.DECIDED_BY[t.clamp]})")

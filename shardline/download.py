@@ -184,6 +184,7 @@ def download_source(source: Source, params: Params, layout: Layout, log: Log = p
         fresh = not dest.exists()
         digest = _materialise(item, dest, source, params, log)
         if fresh:
+            chaos.done("download", f"{source.name}/{item.rel}")
             chaos.point("download.file")
         if source.sha256 and digest != source.sha256:
             dest.unlink()

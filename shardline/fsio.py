@@ -17,6 +17,8 @@ import shutil
 from pathlib import Path
 from typing import Any, BinaryIO, Iterator
 
+from . import chaos
+
 TMP_MARK = ".tmp-"
 _CHUNK = 1 << 20
 
@@ -37,14 +39,15 @@ def temp_name(final: Path, unique: bool = False) -> Path:
 
 
 @contextlib.contextmanager
-def atomic_writer(final: str | os.PathLike, unique: bool = False) -> Iterator[BinaryIO]:
-    """Open a binary temp file that becomes `final` only if the block completes."""
+def atomic_writer(final: str | os.PathLike, unique: bool = False, point: str | None = None) -> Iterator[BinaryIO]:
+    """Open a binary temp file that becomes `final` only if the block completes; `point` names
+    the chaos kill point every write of it is (shardline.chaos.partway)."""
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = temp_name(final, unique)
     f = open(tmp, "wb")
     try:
-        yield f
+        yield chaos.partway(f, point) if point else f
         f.flush()
         os.fsync(f.fileno())
         f.close()
@@ -57,8 +60,8 @@ def atomic_writer(final: str | os.PathLike, unique: bool = False) -> Iterator[Bi
         raise
 
 
-def write_bytes(final: str | os.PathLike, data: bytes) -> None:
-    with atomic_writer(final) as f:
+def write_bytes(final: str | os.PathLike, data: bytes, point: str | None = None) -> None:
+    with atomic_writer(final, point=point) as f:
         f.write(data)
 
 

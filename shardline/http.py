@@ -27,7 +27,7 @@ from typing import Callable
 import requests
 import urllib3
 
-from . import fsio
+from . import chaos, fsio
 from .errors import ChecksumMismatch, DownloadError
 
 _CHUNK = 1 << 16
@@ -119,7 +119,8 @@ def _try_once(session: requests.Session, url: str, part: Path, timeout: float,
             total = end
         else:
             raise DownloadError(f"{url}: HTTP {code} {r.reason}; {_REMEDY}")
-        with open(part, mode) as f:
+        with open(part, mode) as raw:
+            f = chaos.partway(raw, "download.body")  # a kill while the .part grows
             for chunk in r.iter_content(_CHUNK):
                 f.write(chunk)
                 n.fetched += len(chunk)

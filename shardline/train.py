@@ -268,6 +268,7 @@ def _train(params: Params, layout: Layout, log: Log, device: torch.device, dist:
         pending = []
         monitor.step(step, loss=loss_value, lr=opt.param_groups[0]["lr"], data_wait_s=wait,
                      compute_s=dt - wait, step_s=dt, extra=extra)
+        chaos.done("train", f"step {step} rank {dist.rank}")
         chaos.point("train.step", f"{step}:rank{dist.rank}")  # e.g. train.step@3:rank1 kills one rank
         if on_step:
             on_step(step, target)
