@@ -1,29 +1,35 @@
 """Chaos suite: the whole line under SIGKILLs in every stage ends identical to an unkilled run.
 
-    python -m bench.chaos [--seed N] [--kills 20] [--corpus stdlib|shared]
+    python -m bench.chaos [--seed N] [--kills 40] [--corpus stdlib|shared]
 
-Builds a reference project with one uninterrupted `dvc repro`, then runs a second project
-from scratch through a seeded plan of kills that follows the line through every stage: mid-download, mid-part in
-clean and tokenize (token ids written, their .json not), mid-dedup, mid-shard-write, mid-step,
-mid-checkpoint-write, mid-retention (exact moments through shardline.chaos kill points, a real
-SIGKILL) plus SIGKILLs of the whole process group at random times. Every kill is followed by
-a resume through an entry point a user types, in turn `dvc repro`, `shardline pipeline` and the
-Prefect deployment (`shardline serve` + `prefect deployment run`; the runner gets the kill
-spec in its environment, which its flow runs inherit). Pass: every file under data/ (raw,
-clean, tokenizer, tokens, shards, every retained checkpoint's files and the set of them,
-metrics) identical to the reference's, bytes or, for JSON holding timings, all but the VARYING
-fields (listed below; the evidence card is left out); no temp, .part or .next file left; per-step
-losses and consumed global-batch hashes equal; final model and optimizer bytes equal (CPU);
-`dvc status` clean. Prints a table of
-kills per stage and outcomes; the same --seed replays the same plan (without one, a random
-seed is drawn and printed). It fails unless every named point fired at least once (it prints
-those that never did) and --kills kills landed at named points (timed kills come on top).
+Builds a reference project with one uninterrupted `dvc repro`, then runs a second project from
+scratch through a seeded plan of kills that follows the line through every stage, at the named
+kill points of shardline.chaos (a real SIGKILL of the process that holds the work, at an exact
+moment): inside writes (an HTTP body into its .part while the loopback server also cuts bodies
+short, a clean part's parquet, a token part's ids, a shard's bytes), after units of work (a file,
+a part, a selection, a shard, a step, a held-out batch, a checkpoint's files, a retention), and
+in the orchestrators (`dvc repro` killed with its stage done but not recorded; the pipeline flow
+between DVC's cache write and dvc.lock; the flow, and under `shardline serve` the runner, between
+two stage task runs), plus SIGKILLs of the whole process group at random times. Every kill is
+followed by a resume through an entry point a user types, in turn `dvc repro`, `shardline
+pipeline` and the Prefect deployment (`shardline serve` + `prefect deployment run`; the runner
+gets the kill spec in its environment, which its flow runs inherit).
+
+Pass (bench/chaoscheck.py): every file under data/ identical to the reference's (bytes or, for
+JSON holding timings, all but the VARYING fields; the evidence card but its timing lines; not
+the loss plot, which draws tokens/s), the same
+retained checkpoints, no temp, .part or .next file left, every output in data/.gitignore,
+per-step losses, consumed global-batch hashes and final weights equal (CPU), `dvc status`
+clean, and no resume redid finished work: no file, part, shard or checkpoint made twice, and
+training went on from the newest checkpoint each time. Prints a table of kills per point; the
+same --seed replays the same plan (without one, a random seed is drawn and printed). It fails
+unless every named point fired at least once (it prints those that never did) and --kills kills
+landed at named points (timed kills come on top).
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import random
@@ -38,25 +44,39 @@ from pathlib import Path
 
 import yaml
 
+from bench import chaoscheck as check
+
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-DATA = ("data/clean", "data/tokenizer", "data/tokens", "data/shards")
-STAGE_OF = {"download.file": "download", "clean.part": "clean", "clean.dedup": "clean", "tokenize.part": "tokenize",
-            "shard.file": "shard", "train.step": "train", "train.eval": "train", "checkpoint.files": "train",
-            "retention": "train"}
+
+# point -> (stage, largest k drawn, most kills). A point that kills before its unit of work is
+# durable (inside a write, a checkpoint's files, dvc before it records) leaves the next attempt at
+# the same place: armed at a low k it would hold every attempt there, so it is disarmed once it
+# has killed its most. Training steps always progress (k reaches past checkpoint_every). A point
+# the line passes only once or in a short window (a file finished, the selections written) is
+# armed at its first hit, so it fires whatever the seed.
+POINTS = {
+    "download.file": ("download", 1, 2), "download.body": ("download", 4, 3),
+    "clean.write": ("clean", 6, 2), "clean.part": ("clean", 3, 3), "clean.dedup": ("clean", 1, 2),
+    "tokenize.write": ("tokenize", 3, 2), "tokenize.part": ("tokenize", 3, 3),
+    "shard.write": ("shard", 3, 2), "shard.file": ("shard", 2, 3),
+    "train.step": ("train", 9, None), "train.eval": ("train", 3, 2), "checkpoint.files": ("train", 2, 3),
+    "retention": ("train", 2, 2),
+    "dvc.record": ("dvc repro", 1, 2), "pipeline.commit": ("pipeline", 1, 2), "pipeline.between": ("pipeline", 2, 2),
+}
+# what the CI run (tests/test_chaos.py) requires: one kill inside a write or a unit in every stage,
+# a checkpoint write among them, and dvc killed before it records
+CI_POINTS = ("download.file", "clean.write", "tokenize.write", "shard.write", "train.step", "checkpoint.files",
+             "dvc.record", "pipeline.commit")
 
 
-POINTS = {"download.file": 2, "clean.part": 4, "clean.dedup": 4, "tokenize.part": 4, "shard.file": 2,
-          "train.step": 9, "checkpoint.files": 2, "retention": 2}  # point -> largest k drawn
-
-
-def plan(seed: int, kills: int) -> list[str]:
+def plan(seed: int, kills: int, points: tuple[str, ...] = tuple(POINTS), timed: bool = True) -> list[str]:
     """One kill spec per attempt. A spec arms every point, each at a random k-th hit, so the kill
     lands at the first armed point the resumed run reaches, wherever the line stands; a few
-    attempts are SIGKILLs of the whole process group at a random time instead."""
+    attempts (`timed`) are SIGKILLs of the whole process group at a random time instead."""
     rnd = random.Random(seed)
-    specs = [",".join(f"{p}#{rnd.randint(1, k)}" for p, k in POINTS.items()) for _ in range(2 * kills + 10)]
-    for _ in range(max(3, kills // 6)):
+    specs = [",".join(f"{p}#{rnd.randint(1, POINTS[p][1])}" for p in points) for _ in range(3 * kills + 10)]
+    for _ in range(max(3, kills // 6) if timed else 0):
         specs.insert(rnd.randint(0, len(specs)), f"timed:{rnd.uniform(0.5, 4.0):.2f}")
     return specs
 
@@ -99,7 +119,8 @@ def _deployed_root(e: dict) -> str | None:
 
 def deployment_attempt(root: Path, e: dict, spec: str) -> str:
     """`shardline serve` (with the kill spec in its env, which its flow runs inherit), then
-    `prefect deployment run`; a timed kill takes down the runner's whole process group."""
+    `prefect deployment run`; a timed kill takes down the runner's whole process group, and so
+    does the point pipeline.between (the flow run shares the runner's group)."""
     port = e["PREFECT_API_URL"].split(":")[-1].split("/")[0]
     log = root / "serve.log"
     start = log.stat().st_size if log.exists() else 0
@@ -116,18 +137,23 @@ def deployment_attempt(root: Path, e: dict, spec: str) -> str:
             if serve.poll() is not None or time.time() > deadline:
                 return f"failed: deployment never appeared: {log.read_text()[-500:]}"
             time.sleep(0.3)
-        timed = spec.startswith("timed:")
-        cmd = [str(BIN / "prefect"), "deployment", "run", "shardline-pipeline/line"]
-        r = subprocess.run(cmd + ([] if timed else ["--watch", "--watch-timeout", "600"]), cwd=root, env=e,
+        r = subprocess.run([str(BIN / "prefect"), "deployment", "run", "shardline-pipeline/line"], cwd=root, env=e,
                            capture_output=True, text=True)
         run_id = next(ln.split()[-1] for ln in r.stdout.splitlines() if "UUID:" in ln)
-        if timed:
+        if spec.startswith("timed:"):
             time.sleep(float(spec[6:]))
             os.killpg(serve.pid, signal.SIGKILL)
             serve.wait()
             state = _api(e, f"/flow_runs/{run_id}")["state"]["type"]
             return "completed" if state == "COMPLETED" else "killed"
-        state = _api(e, f"/flow_runs/{run_id}")["state"]
+        deadline = time.time() + 600
+        while (state := _api(e, f"/flow_runs/{run_id}")["state"])["type"] not in ("COMPLETED", "CRASHED", "FAILED",
+                                                                                 "CANCELLED"):
+            if serve.poll() is not None:  # the runner itself was killed; its next start marks the run Crashed
+                return "killed"
+            if time.time() > deadline:
+                return "failed: the flow run did not finish in 600 s"
+            time.sleep(0.5)
         if state["type"] == "COMPLETED":
             return "completed"
         return "killed" if state["type"] == "CRASHED" else f"failed: {state['type']} {state.get('message')}"
@@ -140,129 +166,70 @@ def deployment_attempt(root: Path, e: dict, spec: str) -> str:
                 os.killpg(serve.pid, signal.SIGKILL)
 
 
+def _lines(log: Path) -> list[str]:
+    return log.read_text().splitlines() if log.exists() else []
+
+
 def attempt(root: Path, entry: str, spec: str, prefect_env: dict, timeout: float = 600) -> str:
-    """Run one entry point under one kill spec; 'killed', 'completed' or 'failed: ...'."""
-    e = {**env(prefect_env), "SHARDLINE_CHAOS_LOG": str(root / "chaos.log")}
+    """Run one entry point under one kill spec; 'killed', 'completed' or 'failed: ...'. The fired
+    point is the evidence of a named kill, not the exit code: dvc runs the stage under $SHELL,
+    and a shell that does not exec its last command reports the SIGKILL as 137, bash's exec as -9."""
+    log = root / "chaos.log"
+    e = {**env(prefect_env), "SHARDLINE_CHAOS_LOG": str(log)}
     if spec and not spec.startswith("timed:"):
         e["SHARDLINE_CHAOS"] = spec
+    before = len(check.fired(_lines(log)))
     if entry == "deployment":
-        return deployment_attempt(root, e, spec)
-    proc = subprocess.Popen(entry_cmd(entry), cwd=root, env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
-    if spec.startswith("timed:"):
+        outcome = deployment_attempt(root, e, spec)
+    else:
+        proc = subprocess.Popen(entry_cmd(entry), cwd=root, env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, start_new_session=True)
         try:
-            out, _ = proc.communicate(timeout=float(spec[6:]))
-            return "completed" if proc.returncode == 0 else f"failed: {out[-500:]}"
+            out, _ = proc.communicate(timeout=float(spec[6:]) if spec.startswith("timed:") else timeout)
+            outcome = "completed" if proc.returncode == 0 else f"failed: {out[-800:]}"
         except subprocess.TimeoutExpired:
+            if not spec.startswith("timed:"):
+                raise
             os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
-            return "killed"
-    log = Path(e["SHARDLINE_CHAOS_LOG"])
-    before = log.stat().st_size if log.exists() else 0
-    out, _ = proc.communicate(timeout=timeout)
-    # The fired point is the evidence, not the exit code: dvc runs the stage under $SHELL, and a
-    # shell that does not exec its last command reports the SIGKILL as 137, bash's exec as -9.
-    if proc.returncode == -signal.SIGKILL or (log.exists() and log.stat().st_size > before):
+            outcome = "killed"
+    if len(check.fired(_lines(log))) > before:
         return "killed"
-    return "completed" if proc.returncode == 0 else f"failed: {out[-800:]}"
-
-
-def tree(root: Path, dirs=DATA) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for d in dirs for p in sorted((root / d).rglob("*")) if p.is_file()}
-
-
-# What differs between two runs of the same line by design, left out of the comparison (everything
-# else under data/ is compared): timings, when and under which Prefect run a file was written, how
-# many times the killed run resumed, and what one process saw (train.json's "this_process", and
-# which checkpoints that last process saved or resumed from). The evidence card (data/reports) is
-# built from these same files and quotes timings throughout: it is not compared.
-VARYING = {"step_s", "data_wait_s", "compute_s", "tokens_per_s", "mfu", "gpu_util", "slow", "eval_s", "created",
-           "prefect_flow_run_id", "resumes", "median_tokens_per_s", "p95_step_s", "data_wait_pct", "mean_mfu",
-           "slow_steps", "this_process", "resumed_from", "checkpoints_saved"}
-LEFTOVER = (".tmp-", ".part", ".next")  # names a finished line never leaves behind
-
-
-def _strip(obj):
-    if isinstance(obj, dict):
-        return {k: _strip(v) for k, v in obj.items() if k not in VARYING}
-    if isinstance(obj, list):
-        return [_strip(v) for v in obj]
-    return obj
-
-
-def outputs(root: Path) -> dict[str, object]:
-    """Every file under data/ but the reports: bytes (sha256), or JSON without the VARYING fields."""
-    out: dict[str, object] = {}
-    for p in sorted((root / "data").rglob("*")):
-        rel = str(p.relative_to(root))
-        if not p.is_file() or rel.startswith("data/reports/"):
-            continue
-        if p.suffix == ".jsonl":
-            out[rel] = [_strip(json.loads(ln)) for ln in p.read_text().splitlines() if ln.strip()]
-        elif p.name in ("train_state.json", "manifest.json", "train.json"):
-            doc = _strip(json.loads(p.read_text()))
-            if isinstance(doc.get("files"), dict):  # a checkpoint's: train_state.json's hash holds its resumes count
-                doc["files"] = {k: v for k, v in doc["files"].items() if k != "train_state.json"}
-            out[rel] = doc
-        elif p.name == ".gitignore":  # DVC's, checked apart (`ignored`)
-            continue
-        elif p.name == "train.csv":  # step,loss,lr,tokens_per_s: all but the timing column
-            out[rel] = [ln.rsplit(",", 1)[0] for ln in p.read_text().splitlines()]
-        else:
-            out[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
-    return out
-
-
-def unignored(root: Path) -> list[str]:
-    """The dvc.yaml outputs under data/ that data/.gitignore (DVC writes it as it records each
-    output) does not list: git would offer to commit them."""
-    listed = set((root / "data/.gitignore").read_text().splitlines()) if (root / "data/.gitignore").exists() else set()
-    return [d for d in ("/raw", "/clean", "/tokenizer", "/tokens", "/shards", "/checkpoints", "/reports")
-            if d not in listed]
-
-
-def leftovers(root: Path) -> list[str]:
-    return [str(p.relative_to(root)) for p in (root / "data").rglob("*") if any(m in p.name for m in LEFTOVER)]
-
-
-def training(root: Path) -> tuple[list, dict]:
-    rows = [json.loads(ln) for ln in (root / "data/metrics/train.jsonl").read_text().splitlines() if ln.strip()]
-    last = sorted((root / "data/checkpoints").glob("step-*"))[-1]
-    files = json.loads((last / "manifest.json").read_text())["files"]
-    return [(r["step"], r["loss"], r["batches"]) for r in rows], {k: files[k]["sha256"] for k in ("model.pt", "optimizer.pt")}
+    if spec.startswith("timed:") and outcome == "killed":
+        with open(log, "a") as f:
+            f.write("kill timed\n")
+    return outcome
 
 
 def run_chaos(workdir: Path, params: dict, *, seed: int, kills: int, prefect_env: dict, log=print,
-              cover_all: bool = True, entries: tuple[str, ...] = ("dvc repro", "pipeline", "deployment")) -> dict:
-    """cover_all: keep killing (within the plan) until every kill point has fired at least once."""
+              cover_all: bool = True, entries: tuple[str, ...] = ("dvc repro", "pipeline", "deployment"),
+              points: tuple[str, ...] = tuple(POINTS), most: int | None = None, timed: bool = True) -> dict:
+    """cover_all: keep killing (within the plan) until every one of `points` has fired at least
+    once; `most`: no point kills more often than that; `timed`: random-time kills too (the short
+    CI run: each point once, no timed kills, so the same seed is the same run on any machine)."""
+    cap = {p: min(c for c in (POINTS[p][2], most, 10**9) if c is not None) for p in points}
     ref = project(workdir / "ref", params)
-    r = subprocess.run(entry_cmd("dvc repro"), cwd=ref, env=env(), capture_output=True, text=True)
+    r = subprocess.run(entry_cmd("dvc repro"), cwd=ref, env=env({"SHARDLINE_CHAOS_LOG": str(ref / "chaos.log")}),
+                       capture_output=True, text=True)
     if r.returncode:
         raise SystemExit(f"reference dvc repro failed:\n{r.stdout}\n{r.stderr}")
     crash = project(workdir / "chaos", params)
     table: Counter = Counter()
-    fired, chaos_log = 0, crash / "chaos.log"  # fired: kills at a named point (timed ones are extra)
-    hit: Counter = Counter()
-    # a point that has killed its share is disarmed: else a point early in the line (download.file
-    # kills after 1 or 2 files) would hold every attempt there, and the line never get past it
-    share = -(-kills // len(POINTS))
-    for i, spec in enumerate(plan(seed, kills)):
-        if fired >= kills and (set(hit) >= set(POINTS) or not cover_all):  # enough kills (and every point fired)
+    hit: Counter = Counter()  # kills per named point (timed ones are extra)
+    for i, spec in enumerate(plan(seed, kills, points, timed)):
+        if sum(hit.values()) >= kills and (set(hit) >= set(points) or not cover_all):
             break
-        if not spec.startswith("timed:"):
-            spec = ",".join(x for x in spec.split(",") if hit[x.split("#")[0]] < share)
+        if not spec.startswith("timed:"):  # points that killed their most are disarmed
+            spec = ",".join(x for x in spec.split(",") if hit[x.split("#")[0]] < cap[x.split("#")[0]])
         entry = entries[i % len(entries)]
-        seen = chaos_log.read_text().splitlines() if chaos_log.exists() else []
+        seen = check.fired(_lines(crash / "chaos.log"))
         outcome = attempt(crash, entry, spec, prefect_env)
-        now = chaos_log.read_text().splitlines() if chaos_log.exists() else []
-        where = now[-1] if len(now) > len(seen) else ("timed" if spec.startswith("timed:") else "-")
-        stage = STAGE_OF.get(where.split("#")[0], "whichever ran")
-        table[(stage, where.split("#")[0], outcome.split(":")[0])] += 1
-        fired += outcome == "killed" and len(now) > len(seen)
-        if outcome == "killed":
-            hit[where.split("#")[0]] += 1
-        log(f"  {i + 1:2d}. {entry:10} {('at ' + where) if outcome == 'killed' else spec[:30]:28} -> {outcome[:120]}")
+        now = check.fired(_lines(crash / "chaos.log"))
+        where = now[-1].split("#")[0] if len(now) > len(seen) else ("timed" if spec.startswith("timed:") else "-")
+        table[(POINTS[where][0] if where in POINTS else "whichever ran", where, outcome.split(":")[0])] += 1
+        if where in POINTS:
+            hit[where] += 1
+        log(f"  {i + 1:2d}. {entry:10} {('at ' + now[-1]) if where in POINTS else spec[:30]:28} -> {outcome[:120]}")
         if outcome.startswith("failed"):
             raise SystemExit(f"resume failed after a kill: {outcome}")
         if outcome == "completed":
@@ -273,32 +240,42 @@ def run_chaos(workdir: Path, params: dict, *, seed: int, kills: int, prefect_env
         log(f"  final {entry:10} -> {outcome[:200]}")
         assert outcome == "completed", outcome
     status = subprocess.run([str(BIN / "dvc"), "status"], cwd=crash, env=env(), capture_output=True, text=True).stdout
-    steps_ref, w_ref = training(ref)
-    steps_crash, w_crash = training(crash)
-    mine, theirs = outputs(crash), outputs(ref)
+    steps_ref, w_ref = check.training(ref)
+    steps_crash, w_crash = check.training(crash)
+    mine, theirs = check.outputs(crash), check.outputs(ref)
     differ = sorted(k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k))
-    result = {
-        "kills": fired, "table": table, "never fired": sorted(set(POINTS) - set(hit)),
-        "every output under data/ identical (but VARYING fields and the reports)": not differ,
-        "no leftovers (temps, .part, .next)": not leftovers(crash),
-        "every output git-ignored": not unignored(crash),
-        "detail": {"differ": differ, "leftovers": leftovers(crash), "not in data/.gitignore": unignored(crash)},
-        "data identical": tree(ref) == tree(crash),
+    kept = lambda root: sorted(p.name for p in (root / "data/checkpoints").glob("step-*"))  # noqa: E731
+    problems, steps_redone = check.redone(_lines(ref / "chaos.log"), _lines(crash / "chaos.log"),
+                                          params["train"]["checkpoint_every"])
+    return {
+        "kills": sum(hit.values()), "table": table, "never fired": sorted(set(points) - set(hit)),
+        "steps redone": steps_redone,
+        "every output under data/ identical (but VARYING fields, timing lines, the plot)": not differ,
+        "same checkpoints retained": kept(crash) == kept(ref),
+        "no leftovers (temps, .part, .next)": not check.leftovers(crash),
+        "every output git-ignored": not check.unignored(crash),
+        "no finished work redone (files, parts, shards, checkpoints; steps only since the newest checkpoint)":
+            not problems,
+        "detail": {"differ": differ, "leftovers": check.leftovers(crash), "not in data/.gitignore":
+                   check.unignored(crash), "redone": problems,
+                   "retained (killed, unkilled)": [kept(crash), kept(ref)] if kept(crash) != kept(ref) else []},
+        "data identical": check.tree(ref) == check.tree(crash),
         "losses and batches identical": steps_ref == steps_crash,
         "weights identical": w_ref == w_crash,
         "dvc status clean": status.strip() == "Data and pipelines are up to date.",
     }
-    return result
 
 
-def small_params(corpus: str) -> dict:
+def small_params(corpus: str, http_url: str | None = None) -> dict:
+    """A line small enough to kill 40 times; `http_url`: the wiki source is fetched from there."""
     params = yaml.safe_load((REPO / "params.yaml").read_text())
     if corpus == "shared" and (REPO.parent / "shared" / "corpora" / "tinyshakespeare.txt").exists():
         c = REPO.parent / "shared" / "corpora"
         params["sources"] = [{"name": "shakespeare", "uri": str(c / "tinyshakespeare.txt"), "format": "txt",
                               "txt_unit": "blank_lines"},
-                             {"name": "wiki", "uri": str(c / "wikitext2-valid.jsonl"), "format": "jsonl"}]
+                             {"name": "wiki", "uri": http_url or str(c / WIKI), "format": "jsonl"}]
         params["mix"] = {"shakespeare": 0.5, "wiki": 0.5}
+    params["download"]["backoff_s"] = 0.05  # the server cuts bodies short on purpose: retry at once
     params["clean"]["part_mb"] = 0.5
     params["tokenizer"]["vocab_size"] = 1024
     params["shard"].update(seq_len=64, target_mb=0.1)
@@ -308,29 +285,46 @@ def small_params(corpus: str) -> dict:
     return params
 
 
+WIKI = "wikitext2-valid.jsonl"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seed", type=int, default=None, help="the plan's seed (default: a random one, printed)")
-    ap.add_argument("--kills", type=int, default=20)
+    ap.add_argument("--kills", type=int, default=40)
     ap.add_argument("--corpus", choices=["stdlib", "shared"], default="shared")
     args = ap.parse_args()
     from flows.server import local_server
+    from tests.servers import FlakyServer
 
     t0 = time.perf_counter()
     if args.seed is None:
         args.seed = random.SystemRandom().randrange(10**6)
-    with tempfile.TemporaryDirectory() as tmp, local_server(Path(tmp) / "prefect") as penv:
-        print(f"chaos: seed {args.seed}, plan of {len(plan(args.seed, args.kills))} kill specs, corpus {args.corpus}")
-        res = run_chaos(Path(tmp), small_params(args.corpus), seed=args.seed, kills=args.kills, prefect_env=penv)
+    corpus = REPO.parent / "shared" / "corpora" / WIKI
+    http = args.corpus == "shared" and corpus.exists()
+    points = tuple(p for p in POINTS if http or p != "download.body")  # an HTTP body needs the HTTP source
+    # half the responses are cut short by the server, at a random byte (seeded by the plan's seed)
+    server = FlakyServer({"/" + WIKI: corpus.read_bytes()} if http else {}, seed=args.seed, p_drop=0.5)
+    with tempfile.TemporaryDirectory() as tmp, local_server(Path(tmp) / "prefect") as penv, server:
+        print(f"chaos: seed {args.seed}, plan of {len(plan(args.seed, args.kills, points))} kill specs, "
+              f"corpus {args.corpus}{', wiki over HTTP from a server that cuts bodies' if http else ''}")
+        params = small_params(args.corpus, server.url("/" + WIKI) if http else None)
+        res = run_chaos(Path(tmp), params, seed=args.seed, kills=args.kills, prefect_env=penv, points=points)
+        resumed = sum(r is not None for r in server.ranges)
     print(f"\n{'stage':14} {'kill point':18} {'outcome':10} count")
     for (stage, where, outcome), n in sorted(res.pop("table").items()):
         print(f"{stage:14} {where:18} {outcome:10} {n}")
-    never, detail = res.pop("never fired"), res.pop("detail")
+    never, detail, redone = res.pop("never fired"), res.pop("detail"), res.pop("steps redone")
     ok = res["kills"] >= args.kills and not never and all(v for k, v in res.items() if k != "kills")
     for k, v in res.items():
         print(f"{k}: {v}")
-    print(f"named points never fired: {', '.join(never) if never else 'none'} (of {', '.join(POINTS)})")
-    print(f"compared all but these fields (they differ by design): {', '.join(sorted(VARYING))}")
+    if http:
+        print(f"HTTP: {len(server.ranges)} requests for {WIKI} (both projects), {resumed} of them continued a .part "
+              "(Range) after a body cut short by the server or a kill")
+    print(f"training steps redone after kills: {redone} (each kill redoes the steps since the newest checkpoint)")
+    print(f"named points never fired: {', '.join(never) if never else 'none'} (of {', '.join(points)})")
+    print(f"compared all but these fields (they differ by design): {', '.join(sorted(check.VARYING))}; the evidence "
+          f"card but lines matching {check.CARD_VARYING.pattern!r}; not the loss plot")
     for k, v in detail.items():
         if v:
             print(f"{k}: {v[:20]}")

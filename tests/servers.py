@@ -5,8 +5,16 @@ from __future__ import annotations
 import http.server
 import random
 import re
+import sys
 import threading
 from collections import Counter
+
+
+class _Quiet(http.server.ThreadingHTTPServer):
+    def handle_error(self, request, client_address):
+        """A client that went away (a killed download, a cut body) is expected here, not news."""
+        if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            super().handle_error(request, client_address)
 
 
 class FlakyServer:
@@ -22,7 +30,7 @@ class FlakyServer:
         self.requests: Counter[str] = Counter()
         self.sent: Counter[str] = Counter()     # body bytes actually written to the socket
         self.ranges: list[str | None] = []
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.httpd = _Quiet(("127.0.0.1", 0), self._handler())
         self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.02,), daemon=True)
 
     def url(self, path: str) -> str:
