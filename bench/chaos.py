@@ -175,7 +175,7 @@ def attempt(root: Path, entry: str, spec: str, prefect_env: dict, timeout: float
     point is the evidence of a named kill, not the exit code: dvc runs the stage under $SHELL,
     and a shell that does not exec its last command reports the SIGKILL as 137, bash's exec as -9."""
     log = root / "chaos.log"
-    e = {**env(prefect_env), "SHARDLINE_CHAOS_LOG": str(log)}
+    e = {**env(prefect_env), "SHARDLINE_CHAOS_LOG": str(log), "SHARDLINE_CHAOS_DONE_LOG": str(log)}
     if spec and not spec.startswith("timed:"):
         e["SHARDLINE_CHAOS"] = spec
     before = len(check.fired(_lines(log)))
@@ -209,7 +209,7 @@ def run_chaos(workdir: Path, params: dict, *, seed: int, kills: int, prefect_env
     CI run: each point once, no timed kills, so the same seed is the same run on any machine)."""
     cap = {p: min(c for c in (POINTS[p][2], most, 10**9) if c is not None) for p in points}
     ref = project(workdir / "ref", params)
-    r = subprocess.run(entry_cmd("dvc repro"), cwd=ref, env=env({"SHARDLINE_CHAOS_LOG": str(ref / "chaos.log")}),
+    r = subprocess.run(entry_cmd("dvc repro"), cwd=ref, env=env({"SHARDLINE_CHAOS_DONE_LOG": str(ref / "chaos.log")}),
                        capture_output=True, text=True)
     if r.returncode:
         raise SystemExit(f"reference dvc repro failed:\n{r.stdout}\n{r.stderr}")
@@ -310,7 +310,10 @@ def main() -> None:
               f"corpus {args.corpus}{', wiki over HTTP from a server that cuts bodies' if http else ''}")
         params = small_params(args.corpus, server.url("/" + WIKI) if http else None)
         res = run_chaos(Path(tmp), params, seed=args.seed, kills=args.kills, prefect_env=penv, points=points)
-        resumed = sum(r is not None for r in server.ranges)
+        http_summary = (f"HTTP: {len(server.ranges)} requests for {WIKI} (both projects): the first of each, "
+                        f"{sum(r is not None for r in server.ranges)} that continued a .part (Range), "
+                        f"{sum(r is None for r in server.ranges) - 2} that started over; the server cut "
+                        f"{len(server.cuts)} bodies short (after {', '.join(map(str, server.cuts))} bytes)")
     print(f"\n{'stage':14} {'kill point':18} {'outcome':10} count")
     for (stage, where, outcome), n in sorted(res.pop("table").items()):
         print(f"{stage:14} {where:18} {outcome:10} {n}")
@@ -319,8 +322,7 @@ def main() -> None:
     for k, v in res.items():
         print(f"{k}: {v}")
     if http:
-        print(f"HTTP: {len(server.ranges)} requests for {WIKI} (both projects), {resumed} of them continued a .part "
-              "(Range) after a body cut short by the server or a kill")
+        print(http_summary)
     print(f"training steps redone after kills: {redone} (each kill redoes the steps since the newest checkpoint)")
     print(f"named points never fired: {', '.join(never) if never else 'none'} (of {', '.join(points)})")
     print(f"compared all but these fields (they differ by design): {', '.join(sorted(check.VARYING))}; the evidence "

@@ -22,8 +22,9 @@ tokenize.write (a token part's ids), shard.write (a shard's bytes). Points the o
 pipeline.commit (the outputs in DVC's cache, dvc.lock not yet written), pipeline.between (between
 two stage task runs: the flow run's process group, under `shardline serve` the runner's too).
 
-`done(stage, unit)` records a finished unit of work (a file, a part, a step) in
-SHARDLINE_CHAOS_LOG, so the suite can show a resume redid nothing that was already finished.
+`done(stage, unit)` appends `done <stage> <unit>` for a finished unit of work (a file, a part, a
+step) to the file SHARDLINE_CHAOS_DONE_LOG names, so the suite can show a resume redid nothing
+already finished (it names the same file as SHARDLINE_CHAOS_LOG: one log, in time order).
 """
 
 from __future__ import annotations
@@ -53,12 +54,12 @@ def point(name: str, qualifier: str | None = None, group: bool = False) -> None:
 
 
 def done(stage: str, unit: str) -> None:
-    """Record that `unit` of `stage` is finished and durable (no-op without SHARDLINE_CHAOS_LOG)."""
-    _record(f"done {stage} {unit}")
+    """Record that `unit` of `stage` is finished and durable (no-op without SHARDLINE_CHAOS_DONE_LOG)."""
+    _record(f"done {stage} {unit}", "SHARDLINE_CHAOS_DONE_LOG")
 
 
-def _record(line: str) -> None:
-    path = os.environ.get("SHARDLINE_CHAOS_LOG")
+def _record(line: str, var: str = "SHARDLINE_CHAOS_LOG") -> None:
+    path = os.environ.get(var)
     if path:
         with open(path, "a") as f:  # one short O_APPEND write: lines of parallel workers do not mix
             f.write(line + "\n")

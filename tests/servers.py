@@ -30,6 +30,7 @@ class FlakyServer:
         self.requests: Counter[str] = Counter()
         self.sent: Counter[str] = Counter()     # body bytes actually written to the socket
         self.ranges: list[str | None] = []
+        self.cuts: list[int] = []               # body bytes sent before each connection this server cut
         self.httpd = _Quiet(("127.0.0.1", 0), self._handler())
         self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.02,), daemon=True)
 
@@ -90,6 +91,8 @@ class FlakyServer:
                 with srv.lock:
                     drop = srv.rng.random() < srv.p_drop
                     cut = srv.rng.randrange(len(body)) if drop else len(body)
+                    if drop:
+                        srv.cuts.append(cut)
                 for i in range(0, cut, 1 << 16):
                     piece = body[i:min(i + (1 << 16), cut)]
                     self.wfile.write(piece)

@@ -143,3 +143,24 @@ def test_416_with_full_part_completes_without_body(tmp_path, blob):
         res = fetch(srv.url("/a.bin"), dest, sha256=sha(blob), **NOSLEEP)
     assert dest.read_bytes() == blob and srv.sent["/a.bin"] == 0 and res.fetched == 0
     assert srv.ranges == [f"bytes={len(blob)}-"]
+
+
+def test_a_process_killed_while_the_part_grows_is_continued_by_the_next(tmp_path, blob):
+    """A real SIGKILL at the 3rd chunk of the body (chaos point download.body): the .part holds the
+    bytes that reached it, and the next process asks only for the rest."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    dest = tmp_path / "out.bin"
+    code = "import sys; from pathlib import Path; from shardline.http import fetch; fetch(sys.argv[1], Path(sys.argv[2]))"
+    with FlakyServer({"/f": blob}) as srv:
+        env = {**os.environ, "SHARDLINE_CHAOS": "download.body#3"}
+        r = subprocess.run([sys.executable, "-c", code, srv.url("/f"), str(dest)], env=env)
+        assert r.returncode == -signal.SIGKILL and not dest.exists()
+        held = (tmp_path / "out.bin.part").stat().st_size
+        assert 2 * 65536 < held < 3 * 65536  # two whole chunks and half of the third
+        res = fetch(srv.url("/f"), dest)
+        assert srv.ranges == [None, f"bytes={held}-"] and res.fetched == len(blob) - held
+    assert dest.read_bytes() == blob
