@@ -5,15 +5,13 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import signal
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.conftest import BIN, CORPORA, env_for, init_repo, run, small_params, stdlib_files, write_params
+from tests.conftest import BIN, CORPORA, init_repo, run, small_params, stdlib_files, write_params
 from tests.servers import FlakyServer
 
 pytestmark = pytest.mark.slow
@@ -95,52 +93,6 @@ def test_dvc_repro_then_noop_then_prefect_pipeline_gives_same_lock(tmp_path, inp
     # and the pipeline skips everything DVC considers up to date
     r = run([str(BIN / "shardline"), "pipeline"], b, env=prefect_server)
     assert r.stdout.count('"skipped"') == 6, r.stdout
-
-
-def _kill_when(cmd: list[str], cwd: Path, ready) -> None:
-    """Start `cmd`, SIGKILL it as soon as `ready()` holds; fail if it finished first."""
-    proc = subprocess.Popen(cmd, cwd=cwd, env=env_for(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.time() + 120
-    while not ready():
-        if proc.poll() is not None:
-            pytest.fail(f"{cmd} finished before it could be killed; make the input bigger")
-        if time.time() > deadline:
-            proc.kill()
-            pytest.fail(f"{cmd} never became ready to kill")
-        time.sleep(0.005)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-
-
-def test_sigkill_mid_stage_resumes_to_identical_outputs(tmp_path):
-    params = small_params([{"name": "code", "uri": "builtin://python-stdlib", "format": "txt"}],
-                          clean={"part_mb": 0.25}, tokenizer={"vocab_size": 400})
-    sl = str(BIN / "shardline")
-    ref, crash = tmp_path / "ref", tmp_path / "crash"
-    for root in (ref, crash):
-        root.mkdir()
-        write_params(root, params)
-        run([sl, "stage", "download"], root)
-    for stage in ("clean", "tokenize", "shard"):
-        run([sl, "stage", stage], ref)
-
-    clean_parts = lambda: len(list((crash / "data/clean/code").glob("part-*.parquet")))  # noqa: E731
-    _kill_when([sl, "stage", "clean"], crash, lambda: clean_parts() >= 5)
-    assert not (crash / "data/clean/stats.json").exists()
-    done, total = clean_parts(), len(list((ref / "data/clean/code").glob("part-*.parquet")))
-    assert 5 <= done < total
-    r = run([sl, "stage", "clean"], crash)
-    skipped = int(r.stderr.split("part(s), ")[1].split(" already done")[0])
-    assert skipped >= done  # a part under its final name is complete; one mid-write was a temp file
-
-    token_parts = lambda: len(list((crash / "data/tokens/code").glob("part-*.json")))  # noqa: E731
-    _kill_when([sl, "stage", "tokenize"], crash, lambda: token_parts() >= 5)
-    r = run([sl, "stage", "tokenize"], crash)
-    assert "tokenizer up to date" in r.stderr and " 0 already done" not in r.stderr
-    run([sl, "stage", "shard"], crash)
-    dirs = ("data/clean", "data/tokenizer", "data/tokens", "data/shards")
-    assert tree(crash, dirs) == tree(ref, dirs)
-    assert not list(crash.rglob(".*.tmp-*"))
 
 
 def test_line_over_http_real_text_produces_shards(tmp_path):
