@@ -17,9 +17,8 @@ gets the kill spec in its environment, which its flow runs inherit).
 
 Pass (bench/chaoscheck.py): every file under data/ identical to the reference's (bytes or, for
 JSON holding timings, all but the VARYING fields; the evidence card but its timing lines; not
-the loss plot, which draws tokens/s), the same
-retained checkpoints, no temp, .part or .next file left, every output in data/.gitignore,
-per-step losses, consumed global-batch hashes and final weights equal (CPU), `dvc status`
+the loss plot, which draws tokens/s), the same retained checkpoints, no temp, .part or .next
+file left, no file under data/ that git would offer to commit, per-step losses, consumed global-batch hashes and final weights equal (CPU), `dvc status`
 clean, and no resume redid finished work: no file, part, shard or checkpoint made twice, and
 training went on from the newest checkpoint each time. Prints a table of kills per point; the
 same --seed replays the same plan (without one, a random seed is drawn and printed). It fails
@@ -149,8 +148,8 @@ def deployment_attempt(root: Path, e: dict, spec: str) -> str:
         deadline = time.time() + 600
         while (state := _api(e, f"/flow_runs/{run_id}")["state"])["type"] not in ("COMPLETED", "CRASHED", "FAILED",
                                                                                  "CANCELLED"):
-            if serve.poll() is not None:  # the runner itself was killed; its next start marks the run Crashed
-                return "killed"
+            if serve.poll() is not None:  # the runner died: a kill if a point fired (attempt checks), else a failure
+                return f"failed: the runner exited ({serve.returncode}): {log.read_text()[-500:]}"
             if time.time() > deadline:
                 return "failed: the flow run did not finish in 600 s"
             time.sleep(0.5)
@@ -188,10 +187,10 @@ def attempt(root: Path, entry: str, spec: str, prefect_env: dict, timeout: float
             out, _ = proc.communicate(timeout=float(spec[6:]) if spec.startswith("timed:") else timeout)
             outcome = "completed" if proc.returncode == 0 else f"failed: {out[-800:]}"
         except subprocess.TimeoutExpired:
-            if not spec.startswith("timed:"):
-                raise
             os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
+            if not spec.startswith("timed:"):
+                raise
             outcome = "killed"
     if len(check.fired(_lines(log))) > before:
         return "killed"
@@ -256,7 +255,7 @@ def run_chaos(workdir: Path, params: dict, *, seed: int, kills: int, prefect_env
         "every output git-ignored": not check.unignored(crash),
         "no finished work redone (files, parts, shards, checkpoints; steps only since the newest checkpoint)":
             not problems,
-        "detail": {"differ": differ, "leftovers": check.leftovers(crash), "not in data/.gitignore":
+        "detail": {"differ": differ, "leftovers": check.leftovers(crash), "not git-ignored":
                    check.unignored(crash), "redone": problems,
                    "retained (killed, unkilled)": [kept(crash), kept(ref)] if kept(crash) != kept(ref) else []},
         "data identical": check.tree(ref) == check.tree(crash),

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import subprocess
 from collections import Counter
 from pathlib import Path
 
@@ -31,7 +32,6 @@ VARYING = {"step_s", "data_wait_s", "compute_s", "tokens_per_s", "mfu", "gpu_uti
 CARD_VARYING = re.compile(r"tokens/s over|p95 step time|data wait|eval\(s\), .* s in all|training resumed \d+ time"
                           r"|slow steps: ")
 LEFTOVER = (".tmp-", ".part", ".next")  # names a finished line never leaves behind
-OUTPUTS = ("/raw", "/clean", "/tokenizer", "/tokens", "/shards", "/checkpoints", "/reports")
 
 
 def tree(root: Path, dirs=DATA) -> dict[str, str]:
@@ -74,10 +74,11 @@ def outputs(root: Path) -> dict[str, object]:
 
 
 def unignored(root: Path) -> list[str]:
-    """The dvc.yaml outputs under data/ that data/.gitignore (DVC writes it as it records each
-    output) does not list: git would offer to commit them."""
-    listed = set((root / "data/.gitignore").read_text().splitlines()) if (root / "data/.gitignore").exists() else set()
-    return [d for d in OUTPUTS if d not in listed]
+    """The files under data/ git would offer to commit: every one is a dvc.yaml output, which DVC
+    lists in a .gitignore beside it as it records it (the .gitignore files themselves aside)."""
+    r = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all", "--", "data"], cwd=root,
+                       capture_output=True, text=True, check=True)
+    return [ln[3:] for ln in r.stdout.splitlines() if not ln.endswith(".gitignore")]
 
 
 def leftovers(root: Path) -> list[str]:
@@ -125,8 +126,11 @@ def redone(ref: list[str], chaos: list[str], checkpoint_every: int) -> tuple[lis
             last_ckpt = int(ln.rsplit("-", 1)[1])
         elif ln.startswith("done train step "):
             step = int(ln.split()[3])
+            # a kill between a checkpoint's rename and its done line: it was durable, just not logged
+            unlogged = pending is not None and pending[1] < step - 1 <= pending[0] and \
+                f"done checkpoint step-{step - 1:09d}" in ref
             if pending is not None:
-                if step - 1 != pending[1]:
+                if step - 1 != pending[1] and not unlogged:
                     problems.append(f"after a kill at step {pending[0]} training went on from step {step - 1}, "
                                     f"not from the newest checkpoint, step {pending[1]}")
                 redo += max(pending[0] - (step - 1), 0)

@@ -41,7 +41,9 @@ def cmd_stage(args: argparse.Namespace) -> int:
     layout = Layout.at(args.root)
     params = config.load(Path(layout.root, args.params))
     t0 = time.perf_counter()
-    under_dvc = bool(os.environ.get("DVC_STAGE"))  # `dvc repro` runs this as a stage's command
+    # `dvc repro` runs this as a stage's command; torchrun's ranks (LOCAL_RANK) inherit DVC_STAGE
+    # from the process that launched them, which alone is dvc's command
+    under_dvc = bool(os.environ.get("DVC_STAGE")) and "LOCAL_RANK" not in os.environ
     if under_dvc:
         from flows import dvcrepo
 

@@ -17,14 +17,14 @@ job), train.eval (after each held-out batch of an evaluation), train.rollback (t
 written, nothing else done yet), checkpoint.files (+ @step), retention (+ @step). Points inside a
 write (`partway`: the k-th write call is cut in half, the first half flushed, then SIGKILL):
 download.body (an HTTP body into its .part), clean.write (a clean part's parquet),
-tokenize.write (a token part's ids), shard.write (a shard's bytes). Points the orchestrators place
-(flows/): dvc.record (a stage's command done, `dvc repro` not yet told: kills dvc and all),
-pipeline.commit (the outputs in DVC's cache, dvc.lock not yet written), pipeline.between (between
-two stage task runs: the flow run's process group, under `shardline serve` the runner's too).
+tokenize.write (a token part's ids), shard.write (a shard's bytes). The orchestrator adapters
+(flows/) place and document three more, with `group=True` where the process holding the work is
+the orchestrator itself: that kills the whole process group, so run the command in a session of
+its own (`setsid`, as the suite does) or the kill reaches the shell that started it.
 
 `done(stage, unit)` appends `done <stage> <unit>` for a finished unit of work (a file, a part, a
 step) to the file SHARDLINE_CHAOS_DONE_LOG names, so the suite can show a resume redid nothing
-already finished (it names the same file as SHARDLINE_CHAOS_LOG: one log, in time order).
+already finished (the suite points both variables at one file: one log, in time order).
 """
 
 from __future__ import annotations

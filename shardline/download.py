@@ -183,13 +183,13 @@ def download_source(source: Source, params: Params, layout: Layout, log: Log = p
         dest = files_dir / item.rel
         fresh = not dest.exists()
         digest = _materialise(item, dest, source, params, log)
-        if fresh:
-            chaos.done("download", f"{source.name}/{item.rel}")
-            chaos.point("download.file")
         if source.sha256 and digest != source.sha256:
             dest.unlink()
             raise ChecksumMismatch(f"{layout.rel(dest)}: sha256 mismatch for {item.origin}: expected "
                                    f"{source.sha256}, got {digest}; fix sources[{source.name}].sha256")
+        if fresh:
+            chaos.done("download", f"{source.name}/{item.rel}")
+            chaos.point("download.file")
         entries.append({"path": item.rel, "bytes": dest.stat().st_size, "sha256": digest, "origin": item.origin})
     fsio.prune(files_dir, {files_dir / e["path"] for e in entries} | set(files_dir.rglob("*.part")))
     manifest = {"source": source.name, "uri": source.uri, "format": source.format,

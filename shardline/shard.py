@@ -120,7 +120,7 @@ def shard_source(source: Source, params: Params, layout: Layout) -> tuple[dict, 
     (a task that may run on a cluster worker: it logs nothing itself); returns the training
     index, with the held-out one under "val", and how many shard files it wrote."""
     tok_dir, out_dir = layout.tokens / source.name, layout.shards / source.name
-    tok_index = _token_index(tok_dir, layout)
+    tok_index, val_index = _token_index(tok_dir, layout), _token_index(tok_dir / "val", layout)  # both before any write
     block = params.shard.seq_len + 1
     if tok_index["tokens"] < block:
         raise BadInput(f"shard: source {source.name!r} has {tok_index['tokens']} tokens, fewer than one block "
@@ -128,7 +128,7 @@ def shard_source(source: Source, params: Params, layout: Layout) -> tuple[dict, 
     out_dir.mkdir(parents=True, exist_ok=True)
     fsio.remove_temps(out_dir)
     index, written, keep = _pack(tok_index, tok_dir, out_dir, params)
-    val, val_written, val_keep = _pack(_token_index(tok_dir / "val", layout), tok_dir / "val", out_dir / "val", params)
+    val, val_written, val_keep = _pack(val_index, tok_dir / "val", out_dir / "val", params)
     fsio.prune(out_dir, keep | val_keep)
     return {**index, "val": val}, written + val_written
 

@@ -1,4 +1,5 @@
-"""The whole data line through the entry points users type: real dvc, real Prefect, SIGKILL."""
+"""The whole data line through the entry points users type: real dvc, real Prefect, real HTTP.
+Kills of it: tests/test_chaos.py."""
 
 from __future__ import annotations
 
