@@ -1,6 +1,6 @@
 """The end-to-end pipeline flow and the scheduled retrain flow, over the dvc.yaml DAG.
 
-Design (DESIGN §2, option "run in-process, then record with DVC's commit"): for each stage in
+Design ("run in-process, then record with DVC's commit"): for each stage in
 the order DVC's graph gives, one Prefect task run asks DVC whether the stage is up to date;
 if not, it runs the engine stage in-process and `dvc commit`s it, which writes the dvc.lock
 entry `dvc repro` would write. Both paths skip up-to-date stages and record the same deps,

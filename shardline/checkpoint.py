@@ -1,4 +1,4 @@
-"""Checkpoints: data/checkpoints/step-<N:09d>/, valid iff its manifest verifies (DESIGN §5).
+"""Checkpoints: data/checkpoints/step-<N:09d>/, valid iff its manifest verifies.
 
 Contract:
 - `save` writes every file into a temp dir `.step-N.tmp-<pid>` (each fsynced), then

@@ -1,4 +1,4 @@
-"""Training on many processes and nodes: torchrun's process group, DDP or FSDP (DESIGN §7).
+"""Training on many processes and nodes: torchrun's process group, DDP or FSDP.
 
 Contract:
 - `Dist` is this process's place in a torchrun job, read from torchrun's env (RANK, WORLD_SIZE,

@@ -1,4 +1,4 @@
-"""Where every stage reads and writes (DESIGN §1). These folder names are a public contract."""
+"""Where every stage reads and writes. These folder names are a public contract."""
 
 from __future__ import annotations
 

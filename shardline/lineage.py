@@ -1,4 +1,4 @@
-"""What a checkpoint was trained on, recorded in every manifest (DESIGN §5).
+"""What a checkpoint was trained on, recorded in every manifest.
 
 Contract: `collect` gathers, as values (never only hashes): the data version (the content
 hash of the shards the loader verified, the md5 DVC records for data/shards in dvc.lock when

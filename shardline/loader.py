@@ -1,4 +1,4 @@
-"""The streaming loader: exact, elastic, O(1) resume over per-source shards (DESIGN §4).
+"""The streaming loader: exact, elastic, O(1) resume over per-source shards.
 
 Contract:
 - The global sequence of blocks is a pure function of (seed, mix, data): position n goes to

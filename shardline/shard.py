@@ -1,6 +1,6 @@
 """shard stage: token parts -> data/shards/<source>/shard-NNNNN.bin + index.json.
 
-Shard format (DESIGN §3): a flat array of fixed-length blocks of `seq_len + 1` token ids, no
+Shard format: a flat array of fixed-length blocks of `seq_len + 1` token ids, no
 header; uint16 when the vocabulary fits (<= 65535 ids), else uint32, little-endian. Block i of a
 shard starts at byte `i * (seq_len + 1) * itemsize`, so a reader needs no index to seek.
 A source's token stream (parts in order, EOS after every document) is cut into consecutive

@@ -1,4 +1,4 @@
-"""train stage: a GPT on the shards, resumable bit-for-bit from any kill (DESIGN §5-6).
+"""train stage: a GPT on the shards, resumable bit-for-bit from any kill.
 
 Contract:
 - Everything a resume needs is in the newest valid checkpoint: model, optimizer, GradScaler,
