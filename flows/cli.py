@@ -28,9 +28,10 @@ import sys
 import time
 from pathlib import Path
 
-from shardline import chaos, config, stages
-from shardline.errors import ShardlineError, is_transient
-from shardline.layout import Layout
+from shardline import stages
+from shardline.core import chaos, config
+from shardline.core.errors import ShardlineError, is_transient
+from shardline.core.layout import Layout
 
 
 def _log(msg: str) -> None:
@@ -74,7 +75,7 @@ def _train_context(name: str, layout: Layout) -> dict:
 
 
 def _checkpoint(layout: Layout, name: str) -> Path:
-    from shardline import checkpoint
+    from shardline.training import checkpoint
 
     if name == "latest":
         path = checkpoint.latest_valid(layout.data / "checkpoints", _log)
@@ -87,7 +88,7 @@ def _checkpoint(layout: Layout, name: str) -> Path:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from shardline import judge
+    from shardline.results import judge
 
     layout = Layout.at(args.root)
     params = config.load(Path(layout.root, args.params))
@@ -97,7 +98,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from shardline import export
+    from shardline.results import export
 
     layout = Layout.at(args.root)
     path = _checkpoint(layout, args.checkpoint)
@@ -107,7 +108,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_sample(args: argparse.Namespace) -> int:
-    from shardline import sample
+    from shardline.results import sample
 
     layout = Layout.at(args.root)
     settings = sample.Settings(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
@@ -137,7 +138,7 @@ def cmd_params(args: argparse.Namespace) -> int:
 
 
 def cmd_checkpoints(args: argparse.Namespace) -> int:
-    from shardline import checkpoint
+    from shardline.training import checkpoint
 
     layout = Layout.at(args.root)
     rows = checkpoint.entries(layout.checkpoints)
@@ -153,7 +154,7 @@ def cmd_checkpoints(args: argparse.Namespace) -> int:
 
 
 def cmd_lineage(args: argparse.Namespace) -> int:
-    from shardline import checkpoint, lineage
+    from shardline.training import checkpoint, lineage
 
     path = _checkpoint(Layout.at(args.root), args.checkpoint)
     manifest = json.loads((path / checkpoint.MANIFEST).read_text())
@@ -162,7 +163,7 @@ def cmd_lineage(args: argparse.Namespace) -> int:
 
 
 def cmd_push_shards(args: argparse.Namespace) -> int:
-    from shardline import remote
+    from shardline.stream import remote
 
     layout = Layout.at(args.root)
     params = config.load(Path(layout.root, args.params))

@@ -25,7 +25,7 @@ from prefect.client.schemas.objects import StateType
 from prefect.states import Crashed
 
 from flows.pipeline import pipeline, retrain
-from shardline import config
+from shardline.core import config
 
 DEPLOYMENTS = ("line", "retrain")
 

@@ -12,7 +12,7 @@ import contextlib
 from pathlib import Path
 from typing import Iterator
 
-from shardline import chaos
+from shardline.core import chaos
 
 
 @contextlib.contextmanager
@@ -45,7 +45,7 @@ def locked(repo):
 
 def out_hash(root: str | Path, out: str) -> str | None:
     """The hash dvc.lock records for output `out` (None if never recorded)."""
-    from shardline.lineage import dvc_md5
+    from shardline.training.lineage import dvc_md5
 
     return dvc_md5(Path(root), out)
 

@@ -7,7 +7,7 @@ entry `dvc repro` would write. Both paths skip up-to-date stages and record the 
 params and data outputs. DVC's repo lock (a file lock, released if this process dies) is held
 across each stage, so a concurrent `dvc repro` waits instead of racing.
 
-Failures: a stage task retries only transient faults (shardline.errors.is_transient) with
+Failures: a stage task retries only transient faults (shardline.core.errors.is_transient) with
 exponential backoff and jitter; anything else fails the run at once with "stage <name>
 failed: <cause and remedy>" as the flow-run state message. A re-run resumes at the failed
 stage (DVC skips the finished ones) and inside it (parts, checkpoints on disk).
@@ -26,10 +26,11 @@ from prefect.runtime import flow_run
 
 from flows import dvcrepo
 from flows import stages as stage_flows
-from shardline import chaos, config, stages
-from shardline.errors import ShardlineError
-from shardline.layout import Layout
-from shardline.remote import aws_env
+from shardline import stages
+from shardline.core import chaos, config
+from shardline.core.errors import ShardlineError
+from shardline.core.layout import Layout
+from shardline.stream.remote import aws_env
 from tasks import options
 
 

@@ -15,8 +15,9 @@ from pathlib import Path
 from prefect import flow, get_run_logger
 from prefect.runtime import flow_run
 
-from shardline import config, stages
-from shardline.layout import Layout
+from shardline import stages
+from shardline.core import config
+from shardline.core.layout import Layout
 from tasks import part_mapper
 from tasks.runners import check_workers, task_runner
 

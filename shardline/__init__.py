@@ -15,6 +15,6 @@ def fingerprint() -> str:
     from pathlib import Path
 
     h = hashlib.sha256()
-    for p in sorted(Path(__file__).parent.glob("*.py")):
-        h.update(p.name.encode() + b"\0" + p.read_bytes() + b"\0")
+    for p in sorted(Path(__file__).parent.rglob("*.py")):
+        h.update(p.relative_to(Path(__file__).parent).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
     return h.hexdigest()[:16]

@@ -10,8 +10,8 @@ from __future__ import annotations
 import importlib
 from typing import Callable
 
-_MODULES = {"download": "download", "clean": "clean", "tokenize": "encode", "shard": "shard", "train": "train",
-            "report": "report"}
+_MODULES = {"download": "data.download", "clean": "data.clean", "tokenize": "data.tokenize", "shard": "data.shard",
+            "train": "training.train", "report": "results.report"}
 NAMES = tuple(_MODULES)
 PARTED = ("clean", "tokenize", "shard")  # per-part work that params.yaml's `engine` may spread
 

@@ -1,7 +1,7 @@
 """Prefect tasks: thin adapters over the engine (retries, timeouts, no result caching).
 
 Contract: a stage's per-part work becomes one Prefect task run per part (visible in the UI,
-retried on its own). Only transient faults are retried (`shardline.errors.is_transient`:
+retried on its own). Only transient faults are retried (`shardline.core.errors.is_transient`:
 network, 5xx, EIO, a busy lock), with exponential backoff and jitter; a deterministic error
 (bad params, corrupt input) fails at once with the engine's message. Resume never comes from
 Prefect state: the engine skips work already on disk.
@@ -16,8 +16,8 @@ from prefect.cache_policies import NO_CACHE
 from prefect.futures import wait
 from prefect.tasks import exponential_backoff
 
-from shardline.config import Params
-from shardline.errors import is_transient
+from shardline.core.config import Params
+from shardline.core.errors import is_transient
 
 
 def transient_only(task_: Any, task_run: Any, state: Any) -> bool:
@@ -37,7 +37,7 @@ def options(params: Params, name: str) -> dict:
 
 
 def part_mapper(params: Params, stage: str) -> Callable[[Callable, Sequence], list]:
-    """A `shardline.parallel.Mapper` that runs each item as a Prefect task run named after it."""
+    """A `shardline.core.parallel.Mapper` that runs each item as a Prefect task run named after it."""
 
     def mapper(fn: Callable, items: Sequence) -> list:
         items = list(items)

@@ -19,8 +19,8 @@ import os
 from prefect.task_runners import ProcessPoolTaskRunner, TaskRunner, ThreadPoolTaskRunner
 
 import shardline
-from shardline.config import Engine
-from shardline.errors import ShardlineError
+from shardline.core.config import Engine
+from shardline.core.errors import ShardlineError
 
 # Evaluated on each worker with the builtin eval (pickled by reference, so this check itself
 # never needs the project on the worker): every module a task run unpickles, plus the engine's

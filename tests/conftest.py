@@ -111,8 +111,8 @@ def prefect_server(tmp_path_factory):
 
 def make_project(root: Path, sources: list[dict], **sections):
     """Write params.yaml under `root`; return (Params, Layout) as the engine sees them."""
-    from shardline import config
-    from shardline.layout import Layout
+    from shardline.core import config
+    from shardline.core.layout import Layout
 
     root.mkdir(parents=True, exist_ok=True)
     write_params(root, small_params(sources, **sections))

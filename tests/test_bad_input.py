@@ -39,8 +39,10 @@ import random
 import pytest
 import torch
 
-from shardline import checkpoint, clean, download, encode, fsio, shard
-from shardline.errors import BadInput
+from shardline.core import fsio
+from shardline.data import clean, download, tokenize, shard
+from shardline.training import checkpoint
+from shardline.core.errors import BadInput
 from tests.conftest import make_project, stdlib_files
 from tests.test_shard import fake_tokens
 
@@ -152,11 +154,11 @@ def test_enospc_at_the_kth_fsync_of_the_clean_stage_never_mixes_old_and_new(tmp_
 def test_enospc_at_the_kth_fsync_of_the_tokenize_stage_never_mixes_old_and_new(tmp_path, monkeypatch, k, code_src):
     params, layout = _clean_project(tmp_path / "p", code_src)
     clean.run(params, layout, log=lambda _: None)
-    encode.run(params, layout, log=lambda _: None)
+    tokenize.run(params, layout, log=lambda _: None)
     params, layout = _clean_project(tmp_path / "p", code_src, vocab=600)  # a new tokenizer: every part changes
     monkeypatch.setattr(fsio.os, "fsync", _fsync_fails_at(k))
     with pytest.raises(OSError, match="No space left"):
-        encode.run(params, layout, log=lambda _: None)
+        tokenize.run(params, layout, log=lambda _: None)
     monkeypatch.undo()
     assert not [p for p in layout.data.rglob("*") if fsio.TMP_MARK in p.name]
     tok_sha = fsio.sha256_file(layout.tokenizer / "tokenizer.json")
@@ -168,10 +170,10 @@ def test_enospc_at_the_kth_fsync_of_the_tokenize_stage_never_mixes_old_and_new(t
         else:  # none: the shard stage refuses the source by name
             with pytest.raises(BadInput, match=r"index.json: missing.*re-run 'dvc repro tokenize'"):
                 shard.run(params, layout, log=lambda _: None)
-    encode.run(params, layout, log=lambda _: None)
+    tokenize.run(params, layout, log=lambda _: None)
     ref, ref_layout = _clean_project(tmp_path / "ref", code_src, vocab=600)
     clean.run(ref, ref_layout, log=lambda _: None)
-    encode.run(ref, ref_layout, log=lambda _: None)
+    tokenize.run(ref, ref_layout, log=lambda _: None)
     for d in ("tokens", "tokenizer"):
         assert _files(layout.data / d) == _files(ref_layout.data / d)
 

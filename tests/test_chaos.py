@@ -103,7 +103,7 @@ def test_a_write_kill_point_leaves_the_file_partway_written(tmp_path):
     import subprocess
     import sys
 
-    code = ("import sys; from shardline import fsio\n"
+    code = ("import sys; from shardline.core import fsio\n"
             "fsio.write_bytes(sys.argv[1], bytes(range(200)) * 5, point='shard.write')\n")
     final = tmp_path / "shard-00000.bin"
     env = {**os.environ, "SHARDLINE_CHAOS": "shard.write#1", "SHARDLINE_CHAOS_LOG": str(tmp_path / "log")}

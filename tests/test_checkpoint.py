@@ -9,10 +9,11 @@ import sys
 import pytest
 import torch
 
-from shardline import checkpoint, rng
-from shardline.config import Train
-from shardline.model import GPT, GPTConfig, configure_optimizer
-from shardline.schedule import lr_at
+from shardline.training import rng
+from shardline.training import checkpoint
+from shardline.core.config import Train
+from shardline.training.model import GPT, GPTConfig, configure_optimizer
+from shardline.training.schedule import lr_at
 from tests.conftest import env_for
 
 
@@ -39,8 +40,9 @@ def test_round_trip_in_a_fresh_process(tmp_path):
     expect_next = torch.rand(3)
     code = f"""
 import torch, json
-from shardline import checkpoint, rng
-from shardline.model import GPT, GPTConfig, configure_optimizer
+from shardline.training import rng
+from shardline.training import checkpoint
+from shardline.training.model import GPT, GPTConfig, configure_optimizer
 t, state, manifest = checkpoint.load({str(path)!r})
 model = GPT(GPTConfig(vocab_size=64, seq_len=8, n_layer=1, n_head=2, d_model=16))
 opt = configure_optimizer(model, lr=1e-2, weight_decay=0.1, betas=(0.9, 0.95), device_type="cpu")
@@ -96,7 +98,7 @@ def test_retention_killed_midway_leaves_only_invalid_or_whole_checkpoints(tmp_pa
     model, _ = trained_state(1)
     for step in (1, 2, 3):
         checkpoint.save(tmp_path, step, {"model.pt": model.state_dict()}, {"step": step}, {})
-    code = f"from shardline import checkpoint; checkpoint.retain({str(tmp_path)!r}, 1, 0, print)"
+    code = f"from shardline.training import checkpoint; checkpoint.retain({str(tmp_path)!r}, 1, 0, print)"
     r = subprocess.run([sys.executable, "-c", code], env=env_for(SHARDLINE_CHAOS="retention@2"))
     assert r.returncode == -9
     entries = {e.step: e.valid for e in checkpoint.entries(tmp_path)}

@@ -3,8 +3,8 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
-from shardline import clean, download
-from shardline.errors import BadInput
+from shardline.data import clean, download
+from shardline.core.errors import BadInput
 from tests.conftest import make_project
 
 QUIET = dict(log=lambda _: None)

@@ -45,16 +45,16 @@ def test_params_command_prints_resolved_settings(tmp_path):
 
 
 def test_given_tokenizer_json_is_used_as_is(tmp_path, code_dir):
-    from shardline import clean, download, encode, shard, tokenizer
+    from shardline.data import clean, download, tokenize, shard, tokenizer
 
     params, layout = make_project(tmp_path / "a", [{"name": "c", "uri": str(code_dir), "format": "txt"}])
-    for stage in (download, clean, encode, shard):
+    for stage in (download, clean, tokenize, shard):
         stage.run(params, layout, log=lambda _: None)
     given = tmp_path / "given.json"
     given.write_bytes((layout.tokenizer / "tokenizer.json").read_bytes())
     params2, layout2 = make_project(tmp_path / "b", [{"name": "c", "uri": str(code_dir), "format": "txt"}],
                                     tokenizer={"path": str(given)})
-    for stage in (download, clean, encode, shard):
+    for stage in (download, clean, tokenize, shard):
         stage.run(params2, layout2, log=lambda _: None)
     assert (layout2.tokenizer / "tokenizer.json").read_bytes() == given.read_bytes()
     assert json.loads((layout2.tokenizer / "meta.json").read_text())["source"] == str(given)

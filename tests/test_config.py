@@ -1,8 +1,8 @@
 import pytest
 import yaml
 
-from shardline import config
-from shardline.errors import ConfigError
+from shardline.core import config
+from shardline.core.errors import ConfigError
 from tests.conftest import REPO
 
 SRC = {"name": "a", "uri": "x", "format": "txt"}

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from shardline import checkpoint
+from shardline.training import checkpoint
 from tests.conftest import BIN, env_for, run
 from tests.test_train import assert_same_state, built, final_state, losses, project  # noqa: F401 (fixture)
 

@@ -4,8 +4,9 @@ import os
 
 import pytest
 
-from shardline import download, fsio
-from shardline.errors import BadInput, ChecksumMismatch
+from shardline.core import fsio
+from shardline.data import download
+from shardline.core.errors import BadInput, ChecksumMismatch
 from tests.conftest import make_project
 from tests.servers import FlakyServer
 

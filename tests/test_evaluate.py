@@ -11,7 +11,7 @@ import sys
 import pytest
 import yaml
 
-from shardline import report
+from shardline.results import report
 from tests.conftest import env_for, run, write_params
 from tests.test_train import SL, built, final_state, losses, project  # noqa: F401 (the fixture)
 
@@ -91,7 +91,7 @@ HAND = r"""
 import json, math, sys
 import numpy as np, torch, tokenizers
 from torch.nn import functional as F
-from shardline.model import GPT, GPTConfig
+from shardline.training.model import GPT, GPTConfig
 
 root, ckpt = sys.argv[1], sys.argv[2]
 sd = torch.load(f"{root}/data/checkpoints/{ckpt}/model.pt", weights_only=True)

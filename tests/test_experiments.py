@@ -137,7 +137,7 @@ def test_outside_an_experiment_a_changed_run_is_refused_and_workspace_checkpoint
     assert "is the only copy" in r.stdout + r.stderr
     kept = list((root / ".shardline/kept").glob("*/step-000000012"))
     assert len(kept) == 1 and (kept[0] / "manifest.json").read_bytes() == only_here
-    from shardline import checkpoint
+    from shardline.training import checkpoint
 
     assert checkpoint.verify(kept[0]) == (True, "ok")
     assert f"{kept[0].relative_to(root)}  valid    kept: the only copy" in run([str(BIN / "shardline"), "checkpoints"],

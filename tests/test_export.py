@@ -11,10 +11,12 @@ import numpy as np
 import pytest
 import torch
 
-from shardline import card, checkpoint, export, fsio, guard, sample
-from shardline import tokenizer as toks
-from shardline.model import GPT, GPTConfig
-from shardline.trained import load_model
+from shardline.core import fsio
+from shardline.results import card, export, sample
+from shardline.training import checkpoint, guard
+from shardline.data import tokenizer as toks
+from shardline.training.model import GPT, GPTConfig
+from shardline.results.trained import load_model
 from tests.conftest import env_for, run, stdlib_files
 from tests.test_train import SL, built, project  # noqa: F401 (the fixture)
 

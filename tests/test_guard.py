@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from shardline import fsio, guard
-from shardline.config import Train
+from shardline.core import fsio
+from shardline.training import guard
+from shardline.core.config import Train
 from tests.conftest import env_for, run
 from tests.test_train import SL, assert_same_state, built, final_state, project  # noqa: F401 (the fixture)
 

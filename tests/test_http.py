@@ -1,4 +1,4 @@
-"""shardline.http against a real loopback HTTP server that misbehaves on purpose."""
+"""shardline.data.http against a real loopback HTTP server that misbehaves on purpose."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from shardline.errors import ChecksumMismatch, DownloadError
-from shardline.http import RetryPolicy, fetch
+from shardline.core.errors import ChecksumMismatch, DownloadError
+from shardline.data.http import RetryPolicy, fetch
 from tests.servers import FlakyServer
 
 NOSLEEP = dict(sleep=lambda s: None, rng=random.Random(0))
@@ -154,7 +154,7 @@ def test_a_process_killed_while_the_part_grows_is_continued_by_the_next(tmp_path
     import sys
 
     dest = tmp_path / "out.bin"
-    code = "import sys; from pathlib import Path; from shardline.http import fetch; fetch(sys.argv[1], Path(sys.argv[2]))"
+    code = "import sys; from pathlib import Path; from shardline.data.http import fetch; fetch(sys.argv[1], Path(sys.argv[2]))"
     with FlakyServer({"/f": blob}) as srv:
         env = {**os.environ, "SHARDLINE_CHAOS": "download.body#3"}
         r = subprocess.run([sys.executable, "-c", code, srv.url("/f"), str(dest)], env=env)

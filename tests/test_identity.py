@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from shardline import config, identity
-from shardline.errors import BadInput
+from shardline.core import config
+from shardline.training import identity
+from shardline.core.errors import BadInput
 from tests.conftest import small_params
 
 

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shardline import fsio
-from shardline.errors import BadInput, ShardCorrupt
-from shardline.loader import Loader, StateMismatch
-from shardline.mixing import Schedule
+from shardline.core import fsio
+from shardline.core.errors import BadInput, ShardCorrupt
+from shardline.stream.loader import Loader, StateMismatch
+from shardline.stream.mixing import Schedule
 
 SEQ = 7  # blocks of 8 ids: (source, block hi, block lo, 5 x filler)
 FAST = settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from shardline.model import GPT, GPTConfig, configure_optimizer
+from shardline.training.model import GPT, GPTConfig, configure_optimizer
 
 CFG = GPTConfig(vocab_size=97, seq_len=16, n_layer=2, n_head=2, d_model=32, dropout=0.1)
 

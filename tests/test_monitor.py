@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from shardline.monitor import Monitor, guess_peak_flops
+from shardline.training.monitor import Monitor, guess_peak_flops
 
 FIELDS = {"step", "loss", "lr", "tokens", "step_s", "data_wait_s", "compute_s", "tokens_per_s", "mfu",
           "gpu_util", "slow"}

@@ -2,9 +2,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from shardline import readers
-from shardline.config import Source
-from shardline.errors import BadInput
+from shardline.data import readers
+from shardline.core.config import Source
+from shardline.core.errors import BadInput
 
 
 def read(path, **src):

@@ -1,5 +1,5 @@
-from shardline import rules
-from shardline.config import Clean
+from shardline.data import rules
+from shardline.core.config import Clean
 
 
 def run_rules(text, **cfg):

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 import yaml
 
-from shardline import config, fsio
-from shardline.errors import ShardCorrupt
-from shardline.layout import Layout
-from shardline.loader import Loader
-from shardline.remote import FetchError, Remote, aws_env, read_indexes
+from shardline.core import config, fsio
+from shardline.core.errors import ShardCorrupt
+from shardline.core.layout import Layout
+from shardline.stream.loader import Loader
+from shardline.stream.remote import FetchError, Remote, aws_env, read_indexes
 from tests.conftest import BIN, env_for, init_repo, run, small_params, stdlib_files, write_params
 from tests.s3 import BUCKET, CountingServer, aws, client, s3_env, upload_dir  # noqa: F401 (fixtures)
 from tests.test_loader import ids, make_shards
@@ -205,7 +205,7 @@ def test_file_uris_stream_too(tmp_path):
 
 
 def test_prefetch_is_exact_current_step_first_then_the_next_shards_in_first_need_order(tmp_path):
-    from shardline.shardcache import Fetcher
+    from shardline.stream.shardcache import Fetcher
 
     ix = {"shards": [{"file": f"s{i}", "blocks": 1, "bytes": 1, "sha256": f"{i}" * 64} for i in range(6)]}
     plan = {0: [3, 1], 1: [1, 4], 2: [0, 4], 3: [5, 2]}  # step -> shard keys read there, in read order

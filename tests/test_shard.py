@@ -1,8 +1,9 @@
 import numpy as np
 import pytest
 
-from shardline import fsio, shard
-from shardline.errors import BadInput, ShardCorrupt
+from shardline.core import fsio
+from shardline.data import shard
+from shardline.core.errors import BadInput, ShardCorrupt
 from tests.conftest import make_project
 
 

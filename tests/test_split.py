@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shardline import clean, config, download, encode, shard, split
+from shardline.core import config
+from shardline.data import clean, download, tokenize, shard, split
 from tests.conftest import CORPORA, make_project
 
 QUIET = dict(log=lambda _: None)
@@ -127,7 +128,7 @@ def _shard_tokens(shard_dir: Path) -> list[np.ndarray]:
 
 
 def _line(params, layout):
-    for stage in (download, clean, encode, shard):
+    for stage in (download, clean, tokenize, shard):
         stage.run(params, layout, **QUIET)
 
 
@@ -172,7 +173,7 @@ def test_no_held_out_text_in_training_shards_even_when_copied_there(tmp_path, wh
     train = [t for s in ("a", "b") for t in _shard_tokens(layout.shards / s)]
     assert val and sum(len(_ngrams(t, n) & val) for t in train) == 0
     # the check can fail: the planted copies, tokenized, share every n-gram with the held-out shards
-    from shardline.tokenizer import Encoder, load
+    from shardline.data.tokenizer import Encoder, load
 
     enc = Encoder.build(load(layout.tokenizer / "tokenizer.json"), backend="hf")
     planted = np.array([i for ids in enc.encode_batch(held) for i in ids])
@@ -229,7 +230,7 @@ def test_tokenizer_never_trains_on_held_out_text(tmp_path, code_dir):
         params, layout = make_project(tmp_path / f"p-{canary_side}", [{"name": "code", "uri": str(d), "format": "txt"}],
                                       eval={"fraction": 0.0, "min_docs": 1, "max_docs": 10, "every": 0},
                                       clean={"max_repeated_line_fraction": None}, tokenizer={"vocab_size": 2048})
-        for stage in (download, clean, encode):
+        for stage in (download, clean, tokenize):
             stage.run(params, layout, **QUIET)
         assert (f"{name}:1" in _sides(layout, "code")[1]) == (canary_side == "val")
         return set(json.loads((layout.tokenizer / "tokenizer.json").read_text())["model"]["vocab"])

@@ -1,4 +1,4 @@
-"""shardline.tokenizer: deterministic training, storage, and tiktoken == HF ids on real text.
+"""shardline.data.tokenizer: deterministic training, storage, and tiktoken == HF ids on real text.
 
 Real text is /work/shared/corpora when present (or $SHARDLINE_CORPORA), else Python's own
 stdlib sources, so these tests never need anything outside the interpreter.
@@ -21,9 +21,9 @@ import tiktoken
 import tokenizers
 from tokenizers import models, normalizers, pre_tokenizers
 
-from shardline import fsio
-from shardline import tokenizer as T
-from shardline.errors import BadInput
+from shardline.core import fsio
+from shardline.data import tokenizer as T
+from shardline.core.errors import BadInput
 
 REPO = Path(__file__).resolve().parents[1]
 CORPORA = Path(os.environ.get("SHARDLINE_CORPORA") or REPO.parent / "shared" / "corpora")
@@ -120,7 +120,7 @@ def test_training_is_deterministic_within_and_across_processes(tmp_path):
     assert [a.token_to_id(s) for s in SPECIALS] == [0, 1]
     # Rust hash maps are seeded per process: a fresh process must still give the same bytes.
     (tmp_path / "texts.json").write_text(json.dumps(texts))
-    code = ("import json,sys; from pathlib import Path; from shardline import tokenizer as T; "
+    code = ("import json,sys; from pathlib import Path; from shardline.data import tokenizer as T; "
             "t=json.loads(Path(sys.argv[1]).read_text()); "
             f"print(T.save(T.train_bpe(t, vocab_size=1200, special_tokens={SPECIALS!r}), Path(sys.argv[2])))")
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "texts.json"), str(tmp_path / "t.json")],
@@ -288,14 +288,15 @@ def test_workers_rebuild_the_drivers_encoder_from_a_recipe_and_refuse_another_to
     tokenizer.json, with the backend the driver proved, and never from a file that changed."""
     import shutil
 
-    from shardline import encode, fsio
-    from shardline.errors import BadInput
+    from shardline.core import fsio
+    from shardline.data import tokenize
+    from shardline.core.errors import BadInput
 
     path = tmp_path / "tokenizer.json"
     T.save(small, path)
-    recipe = encode.Recipe(str(path), fsio.sha256_file(path), "tiktoken")
-    enc = encode.encoder_for(recipe)
-    assert enc is encode.encoder_for(recipe) and enc.backend == "tiktoken"  # built once per process
+    recipe = tokenize.Recipe(str(path), fsio.sha256_file(path), "tiktoken")
+    enc = tokenize.encoder_for(recipe)
+    assert enc is tokenize.encoder_for(recipe) and enc.backend == "tiktoken"  # built once per process
     text = ["def f(x):\n    return x + 1  # ünïcode"]
     assert enc.encode_batch(text) == T.Encoder.build(small, backend="hf").encode_batch(text)
     other = tmp_path / "other.json"
@@ -303,4 +304,4 @@ def test_workers_rebuild_the_drivers_encoder_from_a_recipe_and_refuse_another_to
     with open(other, "a") as f:
         f.write(" ")
     with pytest.raises(BadInput, match="not the tokenizer this stage started with"):
-        encode.encoder_for(encode.Recipe(str(other), recipe.sha256, "tiktoken"))
+        tokenize.encoder_for(tokenize.Recipe(str(other), recipe.sha256, "tiktoken"))

@@ -15,7 +15,7 @@ import pytest
 import torch
 import yaml
 
-from shardline import checkpoint
+from shardline.training import checkpoint
 from tests.conftest import BIN, env_for, make_project, run, write_params
 
 pytestmark = pytest.mark.slow

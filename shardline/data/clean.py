@@ -1,0 +1,331 @@
+"""clean stage: raw files -> data/clean/<source>/part-NNNNN.parquet + .split.json (+ data/clean/stats.json).
+
+Contract:
+- A source's raw files (manifest order) are grouped into parts of about `clean.part_mb`; a
+  bigger file is cut into spans at record boundaries (`readers.spans`), a part each.
+- Phase 1 (parallel, per part): read records, run the rules (`shardline.data.rules`), write every
+  document they keep to the part: columns id, text, hash (of the text), bytes (UTF-8 length)
+  and u (the split hash, `shardline.data.split`). Its parquet metadata holds `key` = hash(input
+  files' sha256, reading options, the rules other than dedup, the source name, code version)
+  and the part's tallies; a re-run
+  skips a part whose key matches, so after a kill only unfinished parts are redone. A part
+  never changes once written: what other parts hold cannot invalidate it.
+- Phase 2 (sequential, cheap: reads only the hash, bytes and u columns): the held-out split
+  (a threshold per source from every part's u), then exact dedup in global order (sources in
+  params order, parts, rows) with the held-out documents first: a training document equal to a
+  held-out one is always dropped from training (split integrity, even with dedup off); with
+  `clean.dedup` the later copy of any other duplicate is dropped, on its side. Each part gets
+  `part-NNNNN.split.json` {key, ctx, heldout rows, dropped rows, tallies}: rows in neither list
+  are training documents. ctx = hash(every part key in order, the split settings, dedup): the
+  same in every selection of one run, and in data/clean/split.json (the thresholds), written
+  last; a selection is rewritten only when it changes.
+- `documents(part, side)` reads one side's texts; the tokenize stage reads nothing else. It
+  refuses a selection whose part key or ctx is not the finished stage's (a clean stage killed
+  halfway through its selections), naming the remedy.
+- stats.json (written last) sums the tallies: docs/bytes in and out, held out (and which clamp
+  decided the split), per rule docs and bytes dropped, dedup, training copies of held-out
+  documents, bad records with `file:line` samples, invalid UTF-8 count. The stage fails with
+  `BadInput` when a source's bad-record fraction exceeds max_bad_fraction.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from shardline.core import chaos, fsio
+from shardline.data import download, readers, rules, split
+from shardline.core.config import Clean, Params, Source
+from shardline.core.errors import BadInput
+from shardline.core.layout import Layout
+from shardline.core.parallel import Mapper, thread_map
+
+CODE_VERSION = 2  # bump when cleaning output changes for the same inputs and params
+SIDES = ("train", "val")
+SPLIT = "split.json"  # the held-out thresholds of the finished stage, and the ctx its selections carry
+_META = b"shardline"
+_SCHEMA = pa.schema([("id", pa.string()), ("text", pa.string()), ("hash", pa.binary(16)), ("bytes", pa.int64()),
+                     ("u", pa.uint64())])
+
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Part:
+    source: Source
+    index: int
+    files: tuple[tuple[str, str, readers.Span], ...]  # (relpath under files/, sha256, span)
+    raw_dir: str
+    out: str
+    key: str
+    cfg: Clean  # the clean section (picklable: parts may run on process/Dask workers)
+
+    @property
+    def name(self) -> str:
+        return f"{self.source.name}/part-{self.index:05d}"
+
+    @property
+    def selection(self) -> Path:
+        return selection_path(self.out)
+
+
+def selection_path(part: str | Path) -> Path:
+    return Path(part).with_suffix(".split.json")
+
+
+def _group(source: Source, raw_dir: Path, files: list[dict], part_bytes: float) -> list[list[tuple]]:
+    """Small files share a part; a big file is cut into spans of its own parts."""
+    groups: list[list[tuple]] = [[]]
+    size = 0
+    for f in files:
+        for span in readers.spans(raw_dir / f["path"], source, f["bytes"], part_bytes):
+            if groups[-1] and size >= part_bytes:
+                groups.append([])
+                size = 0
+            groups[-1].append((f["path"], f["sha256"], span))
+            size += f["bytes"] if span.end < 0 else part_bytes
+    return [g for g in groups if g]
+
+
+def plan(params: Params, layout: Layout) -> list[Part]:
+    """Every part of every source, in global (dedup) order, with its key."""
+    rule_keys = {k: v for k, v in params.section("clean").items() if k not in ("max_bad_fraction", "dedup")}
+    parts = []
+    for source in params.sources:
+        manifest = download.read_manifest(layout, source.name)
+        reading = {k: getattr(source, k) for k in ("format", "text_field", "txt_unit")}
+        raw_dir = download.source_dir(layout, source.name) / "files"
+        for i, files in enumerate(_group(source, raw_dir, manifest["files"], params.clean.part_mb * 2**20)):
+            key = fsio.stable_hash({"files": files, "reading": reading, "rules": rule_keys, "v": CODE_VERSION,
+                                    "source": source.name})  # the split hash is keyed by the source name
+            parts.append(Part(source, i, tuple(files), str(raw_dir),
+                              str(layout.clean / source.name / f"part-{i:05d}.parquet"), key, params.clean))
+    return parts
+
+
+def part_meta(path: str | Path) -> dict | None:
+    """A clean part's metadata (key and tallies), or None when it is missing or unreadable."""
+    try:
+        md = pq.read_schema(path).metadata or {}
+        return json.loads(md[_META])
+    except (OSError, KeyError, ValueError, pa.ArrowInvalid):
+        return None
+
+
+def _fresh(part: Part) -> dict | None:
+    meta = part_meta(part.out) if Path(part.out).exists() else None
+    return meta if meta and meta["key"] == part.key else None
+
+
+def clean_part(part: Part) -> dict:
+    """Phase 1 for one part; returns its tallies. Skips work that is already on disk."""
+    meta = _fresh(part)
+    if meta:
+        return {**meta["stats"], "skipped": True}
+    chain = rules.build(part.cfg)
+    rstats = readers.ReadStats()
+    counts: dict[str, list[int]] = {}
+    cols: dict[str, list] = {"id": [], "text": [], "hash": [], "bytes": [], "u": []}
+    docs_in = bytes_in = 0
+    for rel, _sha, span in part.files:
+        for doc_id, text in readers.read(Path(part.raw_dir, rel), rel, part.source, rstats, readers.Span(*span)):
+            docs_in += 1
+            bytes_in += len(text.encode())
+            out = rules.apply(chain, text, counts)
+            if out is not None:
+                data = out.encode()
+                cols["id"].append(doc_id)
+                cols["text"].append(out)
+                cols["hash"].append(hashlib.blake2b(data, digest_size=16).digest())
+                cols["bytes"].append(len(data))
+                cols["u"].append(split.hash_id(part.source.name, doc_id))
+    stats = {"docs_in": docs_in, "bytes_in": bytes_in, "records": rstats.records, "bad": rstats.bad,
+             "invalid_utf8": rstats.invalid_utf8, "samples": rstats.samples, "docs_kept": len(cols["id"]),
+             "bytes_kept": sum(cols["bytes"]), "rules": {k: {"docs": v[0], "bytes": v[1]} for k, v in counts.items()}}
+    table = pa.table(cols, schema=_SCHEMA)
+    table = table.replace_schema_metadata({_META: json.dumps({"key": part.key, "stats": stats}, sort_keys=True)})
+    with fsio.atomic_writer(part.out, point="clean.write") as f:
+        pq.write_table(table, f, compression="zstd")
+    chaos.done("clean", part.name)
+    chaos.point("clean.part")
+    return {**stats, "skipped": False}
+
+
+def _columns(part: Part, *names: str) -> dict[str, np.ndarray | list]:
+    t = pq.read_table(part.out, columns=list(names))
+    return {n: t.column(n).to_pylist() if n == "hash" else t.column(n).to_numpy() for n in names}
+
+
+def select(parts: list[Part], params: Params, log: Log) -> dict[str, split.Threshold]:
+    """Phase 2: the held-out split, then dedup (held-out documents first); one selection per part."""
+    thresholds = {s.name: split.threshold((_columns(p, "u")["u"] for p in parts if p.source.name == s.name),
+                                          params.eval) for s in params.sources}
+    dedup = params.clean.dedup
+    ctx = context(parts, params)
+    held: dict[str, tuple[list[int], list[int]]] = {}
+    seen_held: set[bytes] = set()
+    for part in parts:  # held-out documents, in global order: the first copy wins (with dedup)
+        c = _columns(part, "hash", "u")
+        keep, drop = [], []
+        for r in np.flatnonzero(thresholds[part.source.name].mask(c["u"])).tolist():
+            (drop if dedup and c["hash"][r] in seen_held else keep).append(r)
+            seen_held.add(c["hash"][r])
+        held[part.name] = (keep, drop)
+    seen: set[bytes] = set()
+    changed = 0
+    for part in parts:  # training documents: a copy of a held-out one always goes; a later copy with dedup
+        c = _columns(part, "hash", "bytes")
+        keep, vdrop = held[part.name]
+        skip = set(keep) | set(vdrop)
+        copies, dups = [], list(vdrop)
+        for r, h in enumerate(c["hash"]):
+            if r in skip:
+                continue
+            if h in seen_held:
+                copies.append(r)
+            elif dedup and h in seen:
+                dups.append(r)
+            seen.add(h)
+        size = lambda rows: int(c["bytes"][rows].sum()) if rows else 0  # noqa: E731
+        sel = {"key": part.key, "ctx": ctx, "heldout": keep, "dropped": sorted(copies + dups),
+               "tally": {"heldout": {"docs": len(keep), "bytes": size(keep)},
+                         "dedup": {"docs": len(dups), "bytes": size(dups)},
+                         "heldout_copies": {"docs": len(copies), "bytes": size(copies)}}}
+        if _write_selection(part, sel):
+            changed += 1
+            chaos.done("clean", f"{part.name} selection")
+            chaos.point("clean.dedup")
+    for name, t in thresholds.items():
+        log(f"clean: {name}: {t.held} document(s) held out ({split.DECIDED_BY[t.clamp]})")
+    if changed:
+        log(f"clean: {changed} part selection(s) updated")
+    return thresholds
+
+
+def context(parts: list[Part], params: Params) -> str:
+    """What every selection of this run depends on: all parts (in order), the split settings, dedup."""
+    return fsio.stable_hash([[p.key for p in parts], params.eval.split(), params.clean.dedup])
+
+
+def _write_selection(part: Part, sel: dict) -> bool:
+    """Write the selection unless the same bytes are there; True when written."""
+    data = (json.dumps(sel, sort_keys=True) + "\n").encode()
+    path = part.selection
+    if path.exists() and path.read_bytes() == data:
+        return False
+    fsio.write_bytes(path, data)
+    return True
+
+
+def read_selection(part: str | Path) -> dict:
+    path = selection_path(part)
+    try:
+        sel = fsio.read_json(path)
+    except FileNotFoundError:
+        raise BadInput(f"{path}: missing (the clean stage did not finish); re-run 'dvc repro clean'") from None
+    meta = part_meta(part)
+    marker = Path(part).parents[1] / SPLIT
+    done = fsio.read_json(marker)["ctx"] if marker.exists() else None
+    if meta is None or sel["key"] != meta["key"] or sel.get("ctx") != done:
+        raise BadInput(f"{path}: does not belong to {Path(part).name} and the finished clean stage (it was "
+                       "interrupted); re-run 'dvc repro clean'")
+    return sel
+
+
+def side_key(part: str | Path, side: str) -> str:
+    """What one side of a clean part holds, as a hash: the part key and the rows selected."""
+    sel = read_selection(part)
+    return fsio.stable_hash([sel["key"], side, sel["heldout"], sel["dropped"]])
+
+
+def documents(part: str | Path, side: str = "train", batch_size: int = 1024, column: str = "text") -> Iterator[list]:
+    """Stream one side ("train" or "val") of a clean part, in batches, in row order: its texts, or
+    another column (`id`)."""
+    sel = read_selection(part)
+    pf = pq.ParquetFile(part)
+    mask = np.zeros(pf.metadata.num_rows, dtype=bool)
+    mask[sel["heldout"]] = True
+    if side == "train":
+        mask = ~mask
+        mask[sel["dropped"]] = False
+    start = 0
+    for batch in pf.iter_batches(columns=[column], batch_size=batch_size):
+        texts = batch.column(0).to_pylist()
+        keep = mask[start:start + len(texts)]
+        start += len(texts)
+        if keep.all():
+            yield texts
+        elif keep.any():
+            yield [t for t, k in zip(texts, keep) if k]
+
+
+def _summarise(parts: list[Part], params: Params, thresholds: dict | None = None) -> dict:
+    out: dict = {"rules_order": rules.names(params.clean), "split": params.eval.split(), "sources": {}}
+    for part in parts:
+        st = part_meta(part.out)["stats"]
+        tally = fsio.read_json(part.selection)["tally"] if thresholds else {}
+        s = out["sources"].setdefault(part.source.name, {
+            "parts": 0, "docs_in": 0, "bytes_in": 0, "records": 0, "bad": 0, "invalid_utf8": 0,
+            "docs_out": 0, "bytes_out": 0, "samples": [], "rules": {},
+            **{k: {"docs": 0, "bytes": 0} for k in ("heldout", "dedup", "heldout_copies")}})
+        s["parts"] += 1
+        for k in ("docs_in", "bytes_in", "records", "bad", "invalid_utf8"):
+            s[k] += st[k]
+        s["samples"] = (s["samples"] + st["samples"])[:20]
+        for name, c in st["rules"].items():
+            r = s["rules"].setdefault(name, {"docs": 0, "bytes": 0})
+            r["docs"] += c["docs"]
+            r["bytes"] += c["bytes"]
+        s["docs_out"] += st["docs_kept"]
+        s["bytes_out"] += st["bytes_kept"]
+        for k, c in tally.items():
+            for unit in ("docs", "bytes"):
+                s[k][unit] += c[unit]
+                s[f"{unit}_out"] -= c[unit]  # docs_out/bytes_out: what trains
+    for name, t in (thresholds or {}).items():
+        out["sources"][name]["heldout"]["clamp"] = t.clamp
+    totals = {k: sum(s[k] for s in out["sources"].values()) for k in ("docs_in", "docs_out", "bytes_in", "bytes_out", "bad")}
+    totals["heldout_docs"] = sum(s["heldout"]["docs"] for s in out["sources"].values())
+    out["totals"] = totals
+    return out
+
+
+def check_bad_fraction(summary: dict, params: Params, layout: Layout) -> None:
+    limit = params.clean.max_bad_fraction
+    for name, s in summary["sources"].items():
+        if s["records"] and s["bad"] / s["records"] > limit:
+            samples = "\n  ".join(s["samples"])
+            raise BadInput(f"clean: source {name!r}: {s['bad']} of {s['records']} records unreadable "
+                           f"({s['bad'] / s['records']:.1%} > clean.max_bad_fraction {limit:.1%}) in "
+                           f"{layout.rel(layout.raw / name / 'files')}; first ones:\n  {samples}\n"
+                           "Fix the input (or sources[].text_field / format), or raise clean.max_bad_fraction.")
+
+
+def run(params: Params, layout: Layout, log: Log = print, mapper: Mapper = thread_map) -> dict:
+    layout.clean.mkdir(parents=True, exist_ok=True)
+    fsio.remove_temps(layout.clean)
+    parts = plan(params, layout)
+    results = mapper(clean_part, parts)
+    skipped = sum(r["skipped"] for r in results)
+    log(f"clean: {len(parts)} part(s), {skipped} already done, {len(parts) - skipped} cleaned")
+    check_bad_fraction(_summarise(parts, params), params, layout)  # judged on input, before the split
+    thresholds = select(parts, params, log)
+    fsio.prune(layout.clean, {Path(p.out) for p in parts} | {p.selection for p in parts}
+               | {layout.clean / "stats.json", layout.clean / SPLIT})
+    summary = _summarise(parts, params, thresholds)
+    fsio.write_json(layout.clean / "stats.json", summary)
+    fsio.write_json(layout.clean / SPLIT, {  # last: every selection on disk is this run's
+        "ctx": context(parts, params), "settings": params.eval.split(),
+        "thresholds": {n: {"below": t.value, "held": t.held, "decided_by": split.DECIDED_BY[t.clamp]}
+                       for n, t in thresholds.items()}})
+    t = summary["totals"]
+    log(f"clean: kept {t['docs_out']}/{t['docs_in']} docs for training ({t['bytes_out'] / 1e6:.1f}/"
+        f"{t['bytes_in'] / 1e6:.1f} MB), {t['heldout_docs']} held out")
+    return summary

@@ -1,0 +1,204 @@
+"""download stage: materialise every source under data/raw/<source>/files/ plus a manifest.
+
+Contract:
+- Each source's files land under `data/raw/<name>/files/<relpath>` (atomic writes), then
+  `data/raw/<name>/manifest.json` is written LAST: {source, uri, format, files: [{path, bytes,
+  sha256, origin}], bytes}. A source without a manifest is unfinished.
+- Resume: a file already present with the right content is not fetched again (HTTP: the
+  `.part` file continues with a Range request, see `shardline.data.http`).
+- Files and source folders no longer named by params.yaml are removed, so data/raw is exactly
+  what the params describe.
+- uri forms: local path / glob / directory / file://; http(s)://; hf://<dataset>[/<config>]
+  (org/name/config; a local directory is taken whole); builtin://python-stdlib (the
+  interpreter's standard-library .py files, tests excluded) and builtin://pydoc-topics (the
+  reference-manual prose shipped in pydoc_data), both located at run time.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import sysconfig
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+from urllib.parse import unquote, urlparse
+
+from shardline.core import chaos, fsio
+from shardline.data import http
+from shardline.core.config import Params, Source
+from shardline.core.errors import BadInput, ChecksumMismatch
+from shardline.core.layout import Layout
+from shardline.core.parallel import Mapper, per_source, thread_map
+
+Log = Callable[[str], None]
+_GLOB_CHARS = set("*?[")
+
+
+@dataclass(frozen=True)
+class Item:
+    """One file to materialise: `rel` under files/, fetched from `origin` by `kind`."""
+
+    rel: str
+    kind: str  # local | http | hf | builtin-topics
+    origin: str
+
+
+def source_dir(layout: Layout, name: str) -> Path:
+    return layout.raw / name
+
+
+def manifest_path(layout: Layout, name: str) -> Path:
+    return source_dir(layout, name) / "manifest.json"
+
+
+def read_manifest(layout: Layout, name: str) -> dict:
+    p = manifest_path(layout, name)
+    if not p.exists():
+        raise BadInput(f"{layout.rel(p)}: missing; run the download stage first ('dvc repro download')")
+    return fsio.read_json(p)
+
+
+def _stdlib_items() -> list[Item]:
+    root = Path(sysconfig.get_paths()["stdlib"])
+    skip_dirs = {"site-packages", "dist-packages", "__pycache__", "idle_test"}
+    items = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in skip_dirs and not d.startswith("test"))
+        for f in sorted(filenames):
+            if f.endswith(".py") and not f.startswith("test_"):
+                p = Path(dirpath, f)
+                items.append(Item(str(p.relative_to(root)), "local", str(p)))
+    return items
+
+
+def _local_items(source: Source, root: Path) -> list[Item]:
+    spec = source.uri
+    if spec.startswith("file://"):
+        spec = unquote(urlparse(spec).path)
+    path = Path(spec) if os.path.isabs(spec) else root / spec
+    if any(c in spec for c in _GLOB_CHARS):
+        parts = path.parts
+        base = Path(*parts[: next(i for i, p in enumerate(parts) if set(p) & _GLOB_CHARS)])
+        files = sorted(Path(p) for p in glob.glob(str(path), recursive=True) if os.path.isfile(p))
+    elif path.is_dir():
+        base = path
+        files = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
+    else:
+        base = path.parent
+        files = [path] if path.is_file() else []
+    if not files:
+        raise BadInput(f"sources[{source.name}].uri: {source.uri!r} matched no files "
+                       f"(looked in {path}); fix the path or glob in params.yaml")
+    return [Item(str(f.relative_to(base)), "local", str(f)) for f in files]
+
+
+def resolve(source: Source, root: Path) -> list[Item]:
+    """The files a source consists of, in a stable order."""
+    uri = source.uri
+    if uri.startswith("builtin://"):
+        which = uri[len("builtin://"):]
+        expected = {"python-stdlib": "txt", "pydoc-topics": "jsonl"}
+        if which not in expected:
+            raise BadInput(f"sources[{source.name}].uri: unknown builtin {which!r}; "
+                           f"use builtin://python-stdlib or builtin://pydoc-topics")
+        if source.format != expected[which]:
+            raise BadInput(f"sources[{source.name}].format: {uri} is {expected[which]}, not {source.format}")
+        if which == "python-stdlib":
+            return _stdlib_items()
+        return [Item("topics.jsonl", "builtin-topics", "pydoc_data.topics")]
+    if uri.startswith(("http://", "https://")):
+        name = Path(unquote(urlparse(uri).path)).name or "download"
+        return [Item(name, "http", uri)]
+    if uri.startswith("hf://"):
+        return [Item(f"{source.split}.parquet", "hf", uri[len("hf://"):])]
+    return _local_items(source, root)
+
+
+def _write_topics(dest: Path) -> None:
+    from pydoc_data import topics  # ships with CPython: the language reference as prose
+
+    lines = [json.dumps({"id": k, "text": v}, ensure_ascii=False) for k, v in sorted(topics.topics.items())]
+    fsio.write_bytes(dest, ("\n".join(lines) + "\n").encode())
+
+
+def _write_hf(spec: str, split: str, dest: Path) -> None:
+    try:
+        import datasets
+    except ImportError:  # pragma: no cover - datasets is a hard dependency
+        raise BadInput("hf:// sources need the 'datasets' package: pip install datasets") from None
+    if os.path.exists(spec):
+        name, config = spec, None
+    else:
+        segs = spec.strip("/").split("/")
+        name, config = ("/".join(segs[:2]), "/".join(segs[2:]) or None) if len(segs) > 2 else (spec, None)
+    try:
+        ds = datasets.load_dataset(name, config, split=split)
+    except (ConnectionError, OSError) as e:
+        raise BadInput(f"hf://{spec}: cannot load ({e}); without network, put the dataset in the local "
+                       "HF cache or a local directory and set HF_DATASETS_OFFLINE=1") from None
+    tmp = fsio.temp_name(dest)
+    ds.to_parquet(str(tmp))
+    with open(tmp, "rb+") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, dest)
+    fsio.fsync_dir(dest.parent)
+
+
+def _policy(params: Params) -> http.RetryPolicy:
+    d = params.download
+    return http.RetryPolicy(attempts=d.attempts, backoff_s=d.backoff_s,
+                            max_backoff_s=d.max_backoff_s, timeout_s=d.timeout_s)
+
+
+def _materialise(item: Item, dest: Path, source: Source, params: Params, log: Log) -> str:
+    """Put `item` at `dest` unless it is already there; return its sha256."""
+    if item.kind == "http":
+        return http.fetch(item.origin, dest, sha256=source.sha256, policy=_policy(params), log=log).sha256
+    if item.kind == "local":
+        if dest.exists() and dest.stat().st_size == os.path.getsize(item.origin):
+            have = fsio.sha256_file(dest)
+            if have == fsio.sha256_file(item.origin):
+                return have
+        return fsio.copy_file(item.origin, dest)
+    if item.kind == "hf":
+        _write_hf(item.origin, source.split, dest)
+    else:
+        _write_topics(dest)
+    return fsio.sha256_file(dest)
+
+
+def download_source(source: Source, params: Params, layout: Layout, log: Log = print) -> dict:
+    """Materialise one source and write its manifest; returns the manifest."""
+    sdir = source_dir(layout, source.name)
+    files_dir = sdir / "files"
+    if sdir.exists():
+        fsio.remove_temps(sdir)
+    items = resolve(source, layout.root)
+    if source.sha256 and len(items) != 1:
+        raise BadInput(f"sources[{source.name}].sha256: given, but the uri names {len(items)} files; "
+                       "a sha256 pins exactly one file")
+    entries = []
+    for item in items:
+        dest = files_dir / item.rel
+        fresh = not dest.exists()
+        digest = _materialise(item, dest, source, params, log)
+        if source.sha256 and digest != source.sha256:
+            dest.unlink()
+            raise ChecksumMismatch(f"{layout.rel(dest)}: sha256 mismatch for {item.origin}: expected "
+                                   f"{source.sha256}, got {digest}; fix sources[{source.name}].sha256")
+        if fresh:
+            chaos.done("download", f"{source.name}/{item.rel}")
+            chaos.point("download.file")
+        entries.append({"path": item.rel, "bytes": dest.stat().st_size, "sha256": digest, "origin": item.origin})
+    fsio.prune(files_dir, {files_dir / e["path"] for e in entries} | set(files_dir.rglob("*.part")))
+    manifest = {"source": source.name, "uri": source.uri, "format": source.format,
+                "files": entries, "bytes": sum(e["bytes"] for e in entries)}
+    fsio.write_json(manifest_path(layout, source.name), manifest)
+    log(f"download: {source.name}: {len(entries)} file(s), {manifest['bytes'] / 1e6:.1f} MB")
+    return manifest
+
+
+def run(params: Params, layout: Layout, log: Log = print, mapper: Mapper = thread_map) -> dict[str, dict]:
+    return per_source(layout.raw, params.sources, lambda s: download_source(s, params, layout, log), mapper)

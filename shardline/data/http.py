@@ -1,0 +1,196 @@
+"""HTTP download with resume, retry and checksum.
+
+Contract: `fetch(url, dest)` either leaves a complete, fsynced `dest` (sha256-checked when a hash
+is given) or raises; `dest` never holds a partial body. Bytes in flight live in `<dest>.part`,
+which outlives failed tries and killed processes, so the next try (or run) continues it with a
+`Range` request instead of starting over. Errors follow shardline.core.errors: DownloadError with
+transient=True when a later retry may help (network, timeouts, 5xx, 429), transient=False when it
+cannot (other 4xx, bad URL), ChecksumMismatch when the body is not the one params.yaml names.
+
+Budget: `RetryPolicy.attempts` bounds the tries *in a row* that add no new bytes to the part
+file. A try that extends the part resets that count and the backoff, so a large file on a link
+that drops every few hundred MB still finishes, while a dead server fails after `attempts`
+requests. Sleep and randomness are injectable so tests never wait.
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import random
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import requests
+import urllib3
+
+from shardline.core import chaos, fsio
+from shardline.core.errors import ChecksumMismatch, DownloadError
+
+_CHUNK = 1 << 16
+_CONTENT_RANGE = re.compile(r"bytes\s+(\d+)-(\d+)/(\d+|\*)")
+_UNSATISFIED = re.compile(r"bytes\s+\*/(\d+)")
+# urllib3/http.client errors are listed because a few slip through requests unwrapped.
+_NET_ERRORS = (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError,
+               urllib3.exceptions.HTTPError, http.client.HTTPException)
+_REMEDY = "check the uri in params.yaml sources"
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    attempts: int = 8          # tries in a row without progress before giving up
+    backoff_s: float = 0.5     # first delay; doubles each fruitless try
+    max_backoff_s: float = 30.0
+    timeout_s: float = 30.0    # connect and read (per socket read) timeout per request
+    jitter: float = 0.5        # +/- fraction of the delay, drawn from the rng given to fetch
+
+
+@dataclass(frozen=True)
+class FetchResult:
+    path: Path        # the final file
+    bytes: int        # size of the final file
+    sha256: str
+    fetched: int      # bytes received over the network this call (resumes included)
+    attempts: int     # requests made this call (0 when dest was already there)
+    resumed: int      # how many times a Range request continued a partial file
+
+
+class _Retry(Exception):
+    """A try failed in a way another try may cure; `retry_after` is the server's hint, if any."""
+
+    def __init__(self, cause: str, retry_after: str | None = None):
+        super().__init__(cause)
+        self.retry_after = retry_after
+
+
+@dataclass
+class _Counters:
+    fetched: int = 0
+    resumed: int = 0
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _truncate(path: Path) -> None:
+    open(path, "wb").close()
+
+
+def _try_once(session: requests.Session, url: str, part: Path, timeout: float,
+              n: _Counters, say: Callable[[str], None]) -> None:
+    """One GET continuing `part`; returns only when the part holds the whole body."""
+    offset = _size(part)
+    # Range offsets count raw bytes, so the body must arrive exactly as stored on the server.
+    headers = {"Accept-Encoding": "identity"}
+    if offset:
+        headers["Range"] = f"bytes={offset}-"
+    with session.get(url, headers=headers, stream=True, timeout=timeout) as r:
+        code = r.status_code
+        if code == 416 and offset:
+            m = _UNSATISFIED.fullmatch(r.headers.get("Content-Range", "").strip())
+            if m is None or int(m[1]) == offset:
+                return  # nothing lies past what we hold; the sha256 check still judges the part
+            _truncate(part)
+            raise _Retry(f"HTTP 416: {part.name} holds {offset} bytes, the file has {m[1]}")
+        if code == 429 or code >= 500:
+            raise _Retry(f"HTTP {code} {r.reason}", r.headers.get("Retry-After"))
+        if code == 206:
+            cr = r.headers.get("Content-Range", "").strip()
+            m = _CONTENT_RANGE.fullmatch(cr)
+            if m is None or int(m[1]) != offset:
+                _truncate(part)  # bytes from an unknown position would corrupt the file
+                raise _Retry(f"HTTP 206 with Content-Range {cr!r} for Range bytes={offset}-")
+            mode, end, total = "ab", int(m[2]) + 1, None if m[3] == "*" else int(m[3])
+            if offset:
+                n.resumed += 1
+                say(f"{url}: resuming at byte {offset}")
+        elif code == 200:
+            if offset:
+                say(f"{url}: server ignored Range; starting over")
+            cl = r.headers.get("Content-Length", "")
+            mode, end = "wb", int(cl) if cl.isdigit() else None
+            total = end
+        else:
+            raise DownloadError(f"{url}: HTTP {code} {r.reason}; {_REMEDY}")
+        with open(part, mode) as raw:
+            f = chaos.partway(raw, "download.body")  # a kill while the .part grows
+            for chunk in r.iter_content(_CHUNK):
+                f.write(chunk)
+                n.fetched += len(chunk)
+    size = _size(part)
+    if end is not None and size < end:
+        raise _Retry(f"connection closed early: {size} of {end} bytes")
+    if total is not None and size > total:
+        _truncate(part)
+        raise _Retry(f"{part.name} grew to {size} bytes, past the file size {total}")
+    if total is not None and size < total:
+        raise _Retry(f"server sent a partial range: {size} of {total} bytes")
+
+
+def _delay(policy: RetryPolicy, streak: int, exc: BaseException, rng: random.Random) -> float:
+    hint = (getattr(exc, "retry_after", None) or "").strip()
+    if hint.isdigit():  # the HTTP-date form falls back to our own backoff
+        return min(float(hint), policy.max_backoff_s)
+    base = min(policy.backoff_s * 2 ** min(max(streak - 1, 0), 60), policy.max_backoff_s)
+    return max(0.0, base * (1 + rng.uniform(-policy.jitter, policy.jitter)))
+
+
+def fetch(url: str, dest: Path, *, sha256: str | None = None, policy: RetryPolicy = RetryPolicy(),
+          rng: random.Random | None = None, sleep: Callable[[float], None] = time.sleep,
+          log: Callable[[str], None] | None = None) -> FetchResult:
+    """Download `url` to `dest` (see module docstring); skip when `dest` already matches."""
+    dest = Path(dest)
+    say = log or (lambda msg: None)
+    want = sha256.lower() if sha256 else None
+    if dest.exists():
+        have = fsio.sha256_file(dest)
+        if want is None or have == want:
+            return FetchResult(dest, dest.stat().st_size, have, 0, 0, 0)
+        say(f"{dest}: sha256 {have} is not {want}; fetching again")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    part = dest.with_name(dest.name + ".part")
+    rng = rng or random.Random()
+    n = _Counters()
+    high, streak, tries = _size(part), 0, 0
+    with requests.Session() as session:
+        while True:
+            tries += 1
+            try:
+                _try_once(session, url, part, policy.timeout_s, n, say)
+                break
+            except (_Retry, *_NET_ERRORS) as exc:
+                cause = exc
+            except requests.RequestException as exc:
+                # Malformed URL, unknown scheme, redirect loop: no retry will fix those.
+                raise DownloadError(f"{url}: {exc}; {_REMEDY}") from exc
+            size = _size(part)
+            if size > high:
+                high, streak = size, 0
+            else:
+                streak += 1
+            if streak >= policy.attempts:
+                raise DownloadError(
+                    f"{url}: giving up after {tries} attempts ({streak} in a row without progress); "
+                    f"last cause: {type(cause).__name__}: {cause}; {part} is kept and resumes next run",
+                    transient=True) from cause
+            wait = _delay(policy, streak, cause, rng)
+            say(f"{url}: attempt {tries} failed ({type(cause).__name__}: {cause}); retry in {wait:.2f}s")
+            sleep(wait)
+    have = fsio.sha256_file(part)
+    if want is not None and have != want:
+        part.unlink()  # a wrong body must not be resumed by the next run
+        raise ChecksumMismatch(
+            f"{dest}: sha256 mismatch for {url}: expected {want}, got {have}; "
+            f"fix this source's sha256 in params.yaml (sources[].sha256) or the server's file")
+    with open(part, "rb") as f:  # the part may come from a killed run whose writes never hit disk
+        os.fsync(f.fileno())
+    os.replace(part, dest)
+    fsio.fsync_dir(dest.parent)
+    return FetchResult(dest, dest.stat().st_size, have, n.fetched, tries, n.resumed)

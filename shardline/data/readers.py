@@ -1,0 +1,212 @@
+"""Read raw files into (doc_id, text) records without ever crashing on a bad record.
+
+Contract: a reader yields documents and counts what it could not use in `ReadStats`:
+- invalid UTF-8 (and lone surrogates from JSON escapes) becomes U+FFFD; the document is kept
+  and counted;
+- a malformed record (bad JSON, not an object, missing or non-string field, null cell) is
+  skipped, counted, and sampled as `file:line: why` for stats.json;
+- a file that cannot be read at all (truncated parquet, missing column) raises `BadInput`
+  naming the file and the remedy: that is not a record-level problem.
+Document ids are `<relpath>:<n>`: the 1-based line of the record (jsonl; txt blocks: the line
+the block starts on) or the row (parquet); a whole-file txt document is `<relpath>:1`.
+The same input therefore always gives the same ids.
+
+Big files are read in `Span`s so one huge file still gives many parallel, resumable parts:
+jsonl at line boundaries, blank-line txt at blank lines, parquet by row groups; a span knows
+the line (row) it starts on, so ids do not depend on how a file was split. A whole-file txt
+document cannot be split.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, NamedTuple
+
+from shardline.core.config import Source
+from shardline.core.errors import BadInput
+
+MAX_SAMPLES = 5
+_SURROGATE = re.compile("[\ud800-\udfff]")
+WHOLE = (0, -1, 1)  # a span covering a whole file
+
+
+class Span(NamedTuple):
+    """Part of a file: bytes [start, end) (parquet: row groups) beginning at line (row) `first`."""
+
+    start: int
+    end: int  # -1: to the end
+    first: int
+
+
+@dataclass
+class ReadStats:
+    records: int = 0
+    bad: int = 0
+    invalid_utf8: int = 0
+    samples: list[str] = field(default_factory=list)
+
+    def reject(self, where: str, why: str) -> None:
+        self.bad += 1
+        if len(self.samples) < MAX_SAMPLES:
+            self.samples.append(f"{where}: {why}")
+
+
+def _decode(raw: bytes, stats: ReadStats) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        stats.invalid_utf8 += 1
+        return raw.decode("utf-8", errors="replace")
+
+
+def _no_surrogates(text: str, stats: ReadStats) -> str:
+    """JSON escapes can encode lone surrogates ("\\ud800"), which are not text: replace them."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        stats.invalid_utf8 += 1
+        return _SURROGATE.sub("\ufffd", text)
+
+
+def _read_span(path: Path, span: Span) -> bytes:
+    with open(path, "rb") as f:
+        f.seek(span.start)
+        return f.read(span.end - span.start if span.end >= 0 else -1)
+
+
+def _txt(path: Path, rel: str, source: Source, stats: ReadStats, span: Span) -> Iterator[tuple[str, str]]:
+    text = _decode(_read_span(path, span), stats)
+    if source.txt_unit == "file":
+        stats.records += 1
+        yield f"{rel}:1", text
+        return
+    block: list[str] = []
+    start = 0
+    for lineno, line in enumerate([*text.split("\n"), ""], span.first):
+        if line.strip():
+            start = start if block else lineno
+            block.append(line)
+        elif block:
+            stats.records += 1
+            yield f"{rel}:{start}", "\n".join(block)
+            block = []
+
+
+def _jsonl(path: Path, rel: str, source: Source, stats: ReadStats, span: Span) -> Iterator[tuple[str, str]]:
+    key = source.text_field
+    with open(path, "rb") as f:
+        f.seek(span.start)
+        pos = span.start
+        for lineno, raw in enumerate(f, span.first):
+            if 0 <= span.end <= pos:
+                break
+            pos += len(raw)
+            if not raw.strip():
+                continue
+            stats.records += 1
+            where = f"{rel}:{lineno}"
+            try:
+                obj = json.loads(_decode(raw, stats))
+            except json.JSONDecodeError as e:
+                stats.reject(where, f"invalid JSON ({e.msg} at column {e.colno})")
+                continue
+            text = obj.get(key) if isinstance(obj, dict) else None
+            if not isinstance(text, str):
+                why = "not a JSON object" if not isinstance(obj, dict) else (
+                    f"no field {key!r}" if key not in obj else f"field {key!r} is {type(text).__name__}, not a string")
+                stats.reject(where, why)
+                continue
+            yield where, _no_surrogates(text, stats)
+
+
+def _parquet(path: Path, rel: str, source: Source, stats: ReadStats, span: Span) -> Iterator[tuple[str, str]]:
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(path)
+    except Exception as e:  # pyarrow raises several types for a damaged footer
+        raise BadInput(f"{rel}: not a readable parquet file ({e}); re-download it "
+                       f"('dvc repro download') or remove it from the source") from None
+    names = pf.schema_arrow.names
+    if source.text_field not in names:
+        raise BadInput(f"{rel}: no column {source.text_field!r} (columns: {names}); "
+                       f"set sources[{source.name}].text_field")
+    row = span.first - 1
+    groups = range(span.start, span.end if span.end >= 0 else pf.num_row_groups)
+    try:
+        for batch in pf.iter_batches(columns=[source.text_field], batch_size=4096, row_groups=groups):
+            for value in batch.column(0).to_pylist():
+                row += 1
+                stats.records += 1
+                if isinstance(value, str):
+                    yield f"{rel}:{row}", value
+                else:
+                    stats.reject(f"{rel}:{row}", f"column {source.text_field!r} is {type(value).__name__}")
+    except OSError as e:
+        raise BadInput(f"{rel}: parquet data is damaged after row {row} ({e}); re-download it") from None
+
+
+READERS = {"txt": _txt, "jsonl": _jsonl, "parquet": _parquet}
+
+
+def read(path: Path, rel: str, source: Source, stats: ReadStats, span: Span = Span(*WHOLE)) -> Iterator[tuple[str, str]]:
+    return READERS[source.format](path, rel, source, stats, span)
+
+
+def spans(path: Path, source: Source, size: int, part_bytes: float) -> list[Span]:
+    """Cut a file into spans of about `part_bytes`, at record boundaries (one read of the file)."""
+    if size <= part_bytes or (source.format == "txt" and source.txt_unit == "file"):
+        return [Span(*WHOLE)]
+    if source.format == "parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            md = pq.ParquetFile(path).metadata
+        except Exception:  # unreadable: let the reader raise its clear error on the whole file
+            return [Span(*WHOLE)]
+        out, start, rows, acc, first = [], 0, 0, 0, 1
+        for g in range(md.num_row_groups):
+            acc += md.row_group(g).total_byte_size
+            rows += md.row_group(g).num_rows
+            if acc >= part_bytes or g == md.num_row_groups - 1:
+                out.append(Span(start, g + 1, first))
+                start, acc, first = g + 1, 0, rows + 1
+        return out
+    sep = b"\n" if source.format == "jsonl" else b"\n\n"
+    out, start, line = [], 0, 1
+    with open(path, "rb") as f:
+        while start < size:
+            end = _boundary(f, int(start + part_bytes), sep, size)
+            out.append(Span(start, end, line))
+            line += _count_newlines(f, start, end)
+            start = end
+    return out
+
+
+def _boundary(f, target: int, sep: bytes, size: int) -> int:
+    """The first offset >= target just after `sep` (or the file's end)."""
+    if target >= size:
+        return size
+    pos = max(target - len(sep) + 1, 0)  # a separator may straddle the target
+    while True:
+        f.seek(pos)
+        chunk = f.read(1 << 16)
+        i = chunk.find(sep)
+        if i >= 0:
+            return pos + i + len(sep)
+        if len(chunk) < 1 << 16:
+            return size
+        pos += len(chunk) - len(sep) + 1
+
+
+def _count_newlines(f, start: int, end: int) -> int:
+    f.seek(start)
+    n, left = 0, end - start
+    while left > 0 and (chunk := f.read(min(left, 1 << 20))):
+        n += chunk.count(b"\n")
+        left -= len(chunk)
+    return n

@@ -1,0 +1,147 @@
+"""Cleaning rules: each a small callable `text -> text | None` (None drops the document).
+
+Contract: `build(clean_cfg)` returns the enabled rules in the one documented order
+(normalize, strip_control, whitespace, min_chars, max_chars, max_line_chars,
+max_repeated_line_fraction, min_alpha_fraction, max_replacement_fraction). Transforms come
+first so that filters judge the text that will be kept. Rules hold no state; `apply` counts,
+per rule, documents dropped and UTF-8 bytes removed (by a drop or by a transform). Exact dedup
+is not here: it needs every earlier document, so the clean stage owns it.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+from typing import Callable
+
+from shardline.core.config import Clean
+
+Rule = Callable[[str], "str | None"]
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+_TRAILING_WS = re.compile(r"[ \t]+(?=\n)")
+_MANY_BLANK = re.compile(r"\n{4,}")
+_LETTER = re.compile(r"[^\W\d_]")
+_SPACE = re.compile(r"\s")
+
+
+@dataclass(frozen=True)
+class Normalize:
+    form: str
+    name = "normalize"
+
+    def __call__(self, text: str) -> str:
+        return text if unicodedata.is_normalized(self.form, text) else unicodedata.normalize(self.form, text)
+
+
+def strip_control(text: str) -> str:
+    """Control characters other than \\t \\n \\r (CR is handled by the whitespace rule)."""
+    return _CONTROL.sub("", text)
+
+
+def whitespace(text: str) -> str:
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    text = _TRAILING_WS.sub("", text)
+    return _MANY_BLANK.sub("\n\n\n", text).rstrip().lstrip("\n")
+
+
+@dataclass(frozen=True)
+class MinChars:
+    n: int
+    name = "min_chars"
+
+    def __call__(self, text: str) -> str | None:
+        return text if len(text) >= self.n else None
+
+
+@dataclass(frozen=True)
+class MaxChars:
+    n: int
+    name = "max_chars"
+
+    def __call__(self, text: str) -> str | None:
+        return text if len(text) <= self.n else None
+
+
+@dataclass(frozen=True)
+class MaxLineChars:
+    n: int
+    name = "max_line_chars"
+
+    def __call__(self, text: str) -> str | None:
+        return text if max(map(len, text.split("\n"))) <= self.n else None
+
+
+@dataclass(frozen=True)
+class RepeatedLines:
+    """Fraction of non-blank lines that repeat an earlier line (boilerplate, logs, spam)."""
+
+    limit: float
+    name = "max_repeated_line_fraction"
+
+    def __call__(self, text: str) -> str | None:
+        lines = [ln.strip() for ln in text.split("\n") if ln.strip()]
+        if not lines:
+            return text
+        return text if 1 - len(set(lines)) / len(lines) <= self.limit else None
+
+
+@dataclass(frozen=True)
+class AlphaFraction:
+    limit: float
+    name = "min_alpha_fraction"
+
+    def __call__(self, text: str) -> str | None:
+        visible = len(text) - len(_SPACE.findall(text))
+        return text if visible == 0 or len(_LETTER.findall(text)) / visible >= self.limit else None
+
+
+@dataclass(frozen=True)
+class ReplacementFraction:
+    limit: float
+    name = "max_replacement_fraction"
+
+    def __call__(self, text: str) -> str | None:
+        return text if not text or text.count("\ufffd") / len(text) <= self.limit else None
+
+
+strip_control.name = "strip_control"  # type: ignore[attr-defined]
+whitespace.name = "whitespace"  # type: ignore[attr-defined]
+
+
+def build(cfg: Clean) -> list[Rule]:
+    """The enabled rules, in the documented order."""
+    steps: list[Rule | None] = [
+        Normalize(cfg.normalize) if cfg.normalize != "none" else None,
+        strip_control if cfg.strip_control else None,
+        whitespace if cfg.whitespace else None,
+        MinChars(cfg.min_chars) if cfg.min_chars is not None else None,
+        MaxChars(cfg.max_chars) if cfg.max_chars is not None else None,
+        MaxLineChars(cfg.max_line_chars) if cfg.max_line_chars is not None else None,
+        RepeatedLines(cfg.max_repeated_line_fraction) if cfg.max_repeated_line_fraction is not None else None,
+        AlphaFraction(cfg.min_alpha_fraction) if cfg.min_alpha_fraction is not None else None,
+        ReplacementFraction(cfg.max_replacement_fraction) if cfg.max_replacement_fraction is not None else None,
+    ]
+    return [r for r in steps if r is not None]
+
+
+def names(cfg: Clean) -> list[str]:
+    return [r.name for r in build(cfg)]  # type: ignore[attr-defined]
+
+
+def apply(rules: list[Rule], text: str, counts: dict[str, list[int]]) -> str | None:
+    """Run `text` through `rules`; tally [docs_dropped, bytes_removed] per rule name in `counts`."""
+    size = len(text.encode())
+    for rule in rules:
+        out = rule(text)
+        c = counts.setdefault(rule.name, [0, 0])  # type: ignore[attr-defined]
+        if out is None:
+            c[0] += 1
+            c[1] += size
+            return None
+        if out is not text:
+            new = len(out.encode())
+            c[1] += size - new
+            text, size = out, new
+    return text

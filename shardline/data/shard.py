@@ -1,0 +1,173 @@
+"""shard stage: token parts -> data/shards/<source>/shard-NNNNN.bin + index.json.
+
+Shard format: a flat array of fixed-length blocks of `seq_len + 1` token ids, no
+header; uint16 when the vocabulary fits (<= 65535 ids), else uint32, little-endian. Block i of a
+shard starts at byte `i * (seq_len + 1) * itemsize`, so a reader needs no index to seek.
+A source's token stream (parts in order, EOS after every document) is cut into consecutive
+blocks; the tail shorter than one block is dropped (and counted). Blocks are spread over
+`round(bytes / target_mb)` shards of equal count, the first `N % S` shards holding one more.
+
+index.json (written last) lists, per shard, file, blocks, bytes and sha256, plus dtype,
+seq_len, tokenizer hash and totals: it is what the loader verifies shards against.
+The held-out documents (tokens/<source>/val/) become shards of the same format in
+shards/<source>/val/ with their own index.json; they may hold no block at all.
+Resume: a shard already on disk with the exact bytes it must hold is not rewritten. A shard
+whose bytes change is first written whole as `shard-N.bin.next` (fsynced; a killed run's is
+reused when its bytes are right); only when every one is durable is the old index.json removed,
+the staged shards renamed over the old ones and the new index written. So a full disk or a kill
+at any point leaves either the old shards with their index, verified, or no index (the loader
+refuses, naming the fix): never an index over a mix of old and new. The output is a pure
+function of the token parts and params.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from shardline.core import chaos, fsio
+from shardline.core.config import Params, Source
+from shardline.core.errors import BadInput, ShardCorrupt
+from shardline.core.layout import Layout
+from shardline.core.parallel import Mapper, per_source, thread_map
+
+Log = Callable[[str], None]
+DTYPES = {"uint16": np.dtype("<u2"), "uint32": np.dtype("<u4")}
+STAGED = ".next"  # a new shard's bytes, durable, waiting for the switch
+
+
+def dtype_for(vocab_size: int) -> str:
+    return "uint16" if vocab_size <= 65535 else "uint32"
+
+
+class TokenStream:
+    """The concatenation of token part files, read by global token offset without loading it."""
+
+    def __init__(self, paths: list[Path], dtype: np.dtype):
+        self.maps = [np.memmap(p, dtype=dtype, mode="r") if p.stat().st_size else np.zeros(0, dtype)
+                     for p in paths]
+        self.starts = np.cumsum([0] + [len(m) for m in self.maps])
+        self.dtype = dtype
+
+    def __len__(self) -> int:
+        return int(self.starts[-1])
+
+    def read(self, start: int, count: int) -> np.ndarray:
+        out = np.empty(count, dtype=self.dtype)
+        i = int(np.searchsorted(self.starts, start, side="right")) - 1
+        filled = 0
+        while filled < count:
+            off = start + filled - int(self.starts[i])
+            take = min(count - filled, len(self.maps[i]) - off)
+            out[filled:filled + take] = self.maps[i][off:off + take]
+            filled += take
+            i += 1
+        return out
+
+
+def shard_counts(blocks: int, block_bytes: int, target_mb: float) -> list[int]:
+    n = max(1, round(blocks * block_bytes / (target_mb * 2**20)))
+    n = min(n, blocks)
+    return [blocks // n + (i < blocks % n) for i in range(n)]
+
+
+def _holds(path: Path, data: bytes, digest: str) -> bool:
+    return path.exists() and path.stat().st_size == len(data) and fsio.sha256_file(path) == digest
+
+
+def _pack(tok_index: dict, tok_dir: Path, out_dir: Path, params: Params) -> tuple[dict, int, set[Path]]:
+    """One token stream into shards under `out_dir`: (index, shard files written, files kept)."""
+    dtype = DTYPES[tok_index["dtype"]]
+    stream = TokenStream([tok_dir / p["file"] for p in tok_index["parts"]], dtype)
+    block = params.shard.seq_len + 1
+    blocks = len(stream) // block
+    out_dir.mkdir(parents=True, exist_ok=True)
+    shards, first, written, staged = [], 0, 0, []
+    for i, count in enumerate(shard_counts(blocks, block * dtype.itemsize, params.shard.target_mb)):
+        data = stream.read(first * block, count * block).tobytes()
+        digest = fsio.sha256_bytes(data)
+        path = out_dir / f"shard-{i:05d}.bin"
+        if not _holds(path, data, digest):
+            nxt = path.with_name(path.name + STAGED)
+            if not _holds(nxt, data, digest):  # a killed run's staged shard with these bytes is kept
+                fsio.write_bytes(nxt, data, point="shard.write")
+                written += 1
+                chaos.done("shard", f"{out_dir.parent.name}/{out_dir.name}/{path.name}")
+                chaos.point("shard.file")
+            staged.append((nxt, path))
+        shards.append({"file": path.name, "blocks": count, "bytes": len(data), "sha256": digest})
+        first += count
+    if staged:  # every new byte is durable: only renames are left, which need no space
+        (out_dir / "index.json").unlink(missing_ok=True)  # from here no index vouches for old and new mixed
+        fsio.fsync_dir(out_dir)
+        for nxt, path in staged:
+            os.replace(nxt, path)
+        fsio.fsync_dir(out_dir)
+    index = {"source": tok_index["source"], "side": tok_index["side"], "dtype": tok_index["dtype"],
+             "seq_len": params.shard.seq_len, "block_tokens": block, "tokenizer_sha256": tok_index["tokenizer_sha256"],
+             "eos_id": tok_index["eos_id"], "docs": tok_index["docs"], "shards": shards, "total_blocks": blocks,
+             "total_tokens": blocks * block, "tail_tokens_dropped": len(stream) - blocks * block}
+    fsio.write_json(out_dir / "index.json", index)
+    return index, written, {out_dir / s["file"] for s in shards} | {out_dir / "index.json"}
+
+
+def shard_source(source: Source, params: Params, layout: Layout) -> tuple[dict, int]:
+    """One source's shards, training side in data/shards/<source>/, held-out side in its val/
+    (a task that may run on a cluster worker: it logs nothing itself); returns the training
+    index, with the held-out one under "val", and how many shard files it wrote."""
+    tok_dir, out_dir = layout.tokens / source.name, layout.shards / source.name
+    tok_index, val_index = _token_index(tok_dir, layout), _token_index(tok_dir / "val", layout)  # both before any write
+    block = params.shard.seq_len + 1
+    if tok_index["tokens"] < block:
+        raise BadInput(f"shard: source {source.name!r} has {tok_index['tokens']} tokens, fewer than one block "
+                       f"(shard.seq_len + 1 = {block}); add data, lower shard.seq_len, or drop the source")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fsio.remove_temps(out_dir)
+    index, written, keep = _pack(tok_index, tok_dir, out_dir, params)
+    val, val_written, val_keep = _pack(val_index, tok_dir / "val", out_dir / "val", params)
+    fsio.prune(out_dir, keep | val_keep)
+    return {**index, "val": val}, written + val_written
+
+
+def _token_index(tok_dir: Path, layout: Layout) -> dict:
+    try:
+        return fsio.read_json(tok_dir / "index.json")
+    except FileNotFoundError:
+        raise BadInput(f"{layout.rel(tok_dir / 'index.json')}: missing: the tokenize stage did not finish (it was "
+                       "killed or the disk filled while it rewrote the parts); re-run 'dvc repro tokenize'") from None
+
+
+def run(params: Params, layout: Layout, log: Log = print, mapper: Mapper = thread_map) -> dict[str, dict]:
+    done = per_source(layout.shards, params.sources, functools.partial(shard_source, params=params, layout=layout),
+                      mapper)
+    for name, (ix, written) in done.items():
+        n = len(ix["shards"]) + len(ix["val"]["shards"])
+        log(f"shard: {name}: {ix['total_blocks']} blocks of {ix['block_tokens']} tokens in {len(ix['shards'])} "
+            f"shard(s), {ix['val']['total_blocks']} held-out block(s) in val/ ({written} written, "
+            f"{n - written} already in place)")
+    return {name: ix for name, (ix, _) in done.items()}
+
+
+def verify_shard(shard_dir: Path, entry: dict, mode: str = "full") -> None:
+    """Check one shard against its index.json entry; raise ShardCorrupt naming file and remedy."""
+    path = Path(shard_dir) / entry["file"]
+    remedy = "re-run 'dvc repro shard' or restore it with 'dvc checkout data/shards'"
+    size = path.stat().st_size if path.exists() else -1
+    if size != entry["bytes"]:
+        raise ShardCorrupt(f"{path}: size {size} != {entry['bytes']} in index.json (truncated or missing); {remedy}")
+    if mode == "full":
+        got = fsio.sha256_file(path)
+        if got != entry["sha256"]:
+            raise ShardCorrupt(f"{path}: sha256 mismatch (expected {entry['sha256'][:12]}…, got {got[:12]}…); {remedy}")
+
+
+def verify(shard_dir: Path, mode: str = "full") -> dict:
+    """Check every shard of a source against its index.json; raise ShardCorrupt on the first bad one."""
+    index = fsio.read_json(Path(shard_dir) / "index.json")
+    for entry in index["shards"]:
+        verify_shard(shard_dir, entry, mode)
+    return index

@@ -1,0 +1,129 @@
+"""The model card (README.md) of an exported checkpoint: what it was trained on, how, and how it scored.
+
+Contract: `render(name, manifest, state, model, eos_id)` is a pure function of the checkpoint's manifest
+(lineage, eval, versions), its train state and the rebuilt model; it reads no file. It states the
+data version, sources, mix, cleaning rules, tokens seen, the held-out eval the manifest holds
+(per source loss and bits per byte, mix-weighted total), how it was trained (steps, precision,
+world size and strategy, schedule and optimiser settings from the lineage's params["train"]),
+the training guards' rollbacks (older lineages have none), and the special-token caveat of the
+exported tokenizer. Keys a lineage lacks (older runs) are left out, never guessed.
+"""
+
+from __future__ import annotations
+
+import json
+
+from shardline.training import guard
+from shardline.training.model import GPT
+
+CAVEAT = ("The tokenizer's ids equal the line's encoder's for text that holds no special-token string. Where the "
+          "text holds one (e.g. `{eos}`), `transformers` turns it into the special token's id (its default, "
+          "`split_special_tokens=False`), while the line's encoder, which tokenized the training data, spells it as "
+          "ordinary text; `AutoTokenizer.from_pretrained(DIR, split_special_tokens=True)` gives the line's ids. "
+          "EOS (`{eos}`, id {eos_id}) was appended after every training document; generation stops at it.")
+
+
+def _cell(v) -> str:
+    s = v if isinstance(v, str) else json.dumps(v, sort_keys=True)
+    return s.replace("|", "\\|").replace("\n", " ")
+
+
+def _data(lin: dict) -> list[str]:
+    dv, out = lin["data_version"], ["## Data", ""]
+    dvc = f"`{dv['dvc_md5']}`" if dv.get("dvc_md5") else "none (no dvc.lock when it trained)"
+    out.append(f"- data version: shards sha256 `{dv.get('shards_sha256')}`, DVC md5 of data/shards {dvc}, "
+               f"tokenizer sha256 `{dv.get('tokenizer_sha256')}`")
+    mix = ", ".join(f"{n} {w:g}" for n, w in (lin.get("mix") or {}).items())
+    out.append(f"- mix (sampling weights at load time): {mix}")
+    if lin.get("parent"):
+        out.append(f"- continued from checkpoint `{lin['parent']}`")
+    if lin.get("data_change"):
+        out.append("- allowed data change at a resume: " + "; ".join(lin["data_change"]))
+    if lin.get("continued_from"):
+        o = lin["continued_from"]
+        out.append(f"- its training continued from `{o.get('checkpoint')}` of another data version or mix "
+                   f"({'; '.join(o.get('changes') or [])})")
+    out += ["", "| source | uri | raw files |", "|---|---|---|"]
+    for s in lin.get("sources") or []:
+        files = s.get("files")
+        out.append(f"| {_cell(s['name'])} | `{_cell(s.get('uri'))}` | {len(files) if files else '?'} |")
+    out += ["", "Cleaning rules (values, as recorded in the lineage):", ""]
+    out += [f"- `{k}`: `{_cell(v)}`" for k, v in sorted((lin.get("clean_rules") or {}).items())]
+    tok = lin["params"].get("tokenizer") or {}
+    specials = _cell(list(tok.get("special_tokens") or []))
+    out.append("")
+    out.append(f"Tokenizer: byte-level BPE, vocab_size {tok.get('vocab_size')}, special tokens {specials}, EOS "
+               f"`{tok.get('eos_token')}`.")
+    return out
+
+
+def _training(lin: dict, state: dict) -> list[str]:
+    p = lin["params"]
+    t, loader = p.get("train") or {}, p.get("loader") or {}
+    sched = t.get("schedule", "cosine")  # lineages older than train.schedule were all cosine
+    if sched == "wsd" and "decay_fraction" in t:
+        decay = f"held, then a linear decay to min_lr over the last {t['decay_fraction']:g} of train.steps"
+    else:
+        decay = "cosine decay to min_lr at the last step"
+    out = ["## Training", ""]
+    out.append(f"- steps: {state['step']} optimizer steps (train.steps {t.get('steps')}), "
+               f"{state.get('tokens_seen', 0):,} tokens seen")
+    out.append(f"- batch: {loader.get('global_batch')} blocks of {(p.get('shard') or {}).get('seq_len')} tokens "
+               f"per loader step, grad_accum {t.get('grad_accum', 1)}")
+    out.append(f"- precision {t.get('precision')}, world size {state.get('world_size', 1)}, strategy "
+               f"{state.get('strategy', t.get('strategy'))}, resumes {state.get('resumes', 0)}")
+    out.append(f"- schedule: {sched}: linear warmup over {t.get('warmup_steps')} steps to lr {t.get('lr')}, "
+               f"then {decay} (min_lr {t.get('min_lr')})")
+    out.append(f"- AdamW betas ({t.get('beta1')}, {t.get('beta2')}), weight decay {t.get('weight_decay')}, "
+               f"grad clip {t.get('grad_clip')}; seed {t.get('seed')}, loader seed {loader.get('seed')}")
+    code = lin.get("code") or {}
+    if code.get("commit"):
+        out.append(f"- code: git {code['commit']}{' (dirty)' if code.get('dirty') else ''}")
+    else:
+        out.append("- code: not a git checkout (no commit recorded)")
+    if "rollbacks" in lin:
+        out.append(f"- rollbacks by the training guards: {len(lin['rollbacks']) or 'none'}")
+        out += [f"  - {_cell(guard.describe(e))}" for e in lin["rollbacks"]]
+    return out
+
+
+def _eval(manifest: dict) -> list[str]:
+    ev = manifest.get("eval")
+    out = ["## Evaluation (held-out)", ""]
+    if not ev:
+        return out + ["No held-out evaluation is recorded for this checkpoint (eval was off)."]
+    out.append(f"At step {manifest['step']}, on a fixed set of held-out blocks per source (documents the "
+               "tokenizer and the model never trained on). Loss in nats per token; bits per byte = summed "
+               "loss / ln 2 / the UTF-8 bytes the targets spell.")
+    out += ["", "| source | loss | bits/byte | tokens |", "|---|---|---|---|"]
+    for n, v in ev["sources"].items():
+        out.append(f"| {_cell(n)} | {v['loss']:.4f} | {v['bpb']:.4f} | {v.get('tokens', '')} |")
+    out.append(f"| total (mix-weighted) | {ev['total']['loss']:.4f} | {ev['total']['bpb']:.4f} | |")
+    return out
+
+
+USE = """```python
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+tok = AutoTokenizer.from_pretrained("path/to/this/dir")
+model = AutoModelForCausalLM.from_pretrained("path/to/this/dir")
+ids = tok("def main(", return_tensors="pt").input_ids
+print(tok.decode(model.generate(ids, max_new_tokens=32, do_sample=False)[0]))
+```"""
+
+
+def render(name: str, manifest: dict, state: dict, model: GPT, eos_id: int) -> str:
+    c, lin = model.cfg, manifest["lineage"]
+    eos = lin["params"]["tokenizer"]["eos_token"]
+    out = ["---", "library_name: transformers", "pipeline_tag: text-generation", "tags: [shardline, gpt2]", "---", "",
+           f"# {name} (step {manifest['step']})", ""]
+    out.append(f"A GPT-2-architecture causal language model (n_layer {c.n_layer}, n_head {c.n_head}, n_embd "
+               f"{c.d_model}, a {c.seq_len}-token context, vocab {c.vocab_size}, {model.num_params(False):,} "
+               f"parameters, tied embeddings), exported from Shardline checkpoint `{name}` by `shardline export`. "
+               "`lineage.json` holds its full lineage (what `shardline lineage --json` prints).")
+    out += ["", "## Use", "", USE, "", CAVEAT.format(eos=eos, eos_id=eos_id), ""]
+    out.append(f"Inputs longer than {c.seq_len} tokens (n_positions) are refused by `transformers`; "
+               "`shardline sample` crops its context to the last seq_len tokens instead.")
+    out += ["", *_data(lin), "", *_training(lin, state), "", *_eval(manifest)]
+    versions = ", ".join(f"{k} {v}" for k, v in sorted((manifest.get("versions") or {}).items()))
+    return "\n".join([*out, "", "## Versions", "", versions, ""])

@@ -1,0 +1,79 @@
+"""Judge a saved checkpoint: its loss and bits per byte on the current held-out shards.
+
+Contract: `judge(path, params, layout)` loads the model of a verified checkpoint
+(`trained.load_model`: its shape from the tensors and the lineage), evaluates it as training does
+(`shardline.training.evaluate`, eval.blocks per source, the precision and per-rank batch it was trained
+with; on CPU, one process: a run trained on more ranks may differ in the last bits) on the
+held-out shards of the sources params.yaml names now, and says what it was trained on beside
+what it is judged on. A checkpoint trained on another data version or mix is judged (that is
+how two runs are compared on one held-out set) and flagged; one whose tokenizer differs from the
+held-out shards' is refused, since its ids would mean other text.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from shardline.core.config import Params, Train
+from shardline.core.errors import BadInput
+from shardline.training.evaluate import HeldOut, evaluate
+from shardline.core.layout import Layout
+from shardline.stream.loader import data_version, open_sources
+from shardline.training.train import autocast_for
+from shardline.results.trained import load_model
+
+
+def judge(path: Path, params: Params, layout: Layout, device: torch.device | None = None) -> dict:
+    model, state, manifest = load_model(path)
+    gcfg, lin = model.cfg, manifest["lineage"]
+    names = [s.name for s in params.sources]
+    held = HeldOut.open(layout.shards, names, params.eval.blocks, layout.tokenizer / "tokenizer.json")
+    if not any(len(b.ids) for b in held.blocks):
+        raise BadInput(f"{layout.rel(layout.shards)}: no source has a held-out block (val/ holds fewer tokens than "
+                       "one block): nothing to judge on; raise eval.fraction or eval.min_docs and re-run 'dvc repro'")
+    trained_tok = lin["data_version"]["tokenizer_sha256"]
+    if trained_tok != held.tokenizer_sha256:
+        raise BadInput(f"{path.name} was trained with tokenizer {(trained_tok or '?')[:12]}…, but the held-out shards "
+                       f"in {layout.rel(layout.shards)} are encoded with {held.tokenizer_sha256[:12]}…: its ids would "
+                       "mean other text. Judge it on its own data version ('git checkout <its commit>' + "
+                       "'dvc checkout'), or compare runs that share a tokenizer")
+    if held.seq_len > gcfg.seq_len:
+        raise BadInput(f"{path.name} has {gcfg.seq_len} positions; the held-out blocks are {held.seq_len} tokens "
+                       "long (shard.seq_len): re-shard with its seq_len to judge it")
+    now = data_version(open_sources(layout.shards, names))
+    trained = lin["data_version"]["shards_sha256"]
+    device = device or torch.device("cpu")
+    model.to(device)
+    cfg = Train(**{k: v for k, v in lin["params"]["train"].items() if k in Train.model_fields})
+    # the batches training scored with (one rank's share of a global batch), so a judged
+    # checkpoint of this data version gives back the eval its manifest holds
+    batch = state["loader"]["global_batch"] // state.get("world_size", 1)
+    ev = evaluate(model, held, params.mix or {n: 1.0 for n in names}, batch=batch,
+                  device=device, autocast=autocast_for(cfg, device) if cfg.precision != "fp16" or device.type == "cuda"
+                  else None)
+    return {"checkpoint": path.name, "step": manifest["step"],
+            "trained_on": {"data_version": trained, "mix": lin["mix"]},
+            "judged_on": {"data_version": now, "mix": params.mix,
+                          "blocks": {b.name: [len(b.ids), b.available] for b in held.blocks}},
+            "same_data": trained == now, "same_mix": lin["mix"] == params.mix,
+            "recorded": manifest.get("eval"), **ev}
+
+
+def describe(result: dict) -> str:
+    r = result
+    lines = [f"{r['checkpoint']} (step {r['step']}) judged on the held-out shards of data version "
+             f"{r['judged_on']['data_version'][:12]}… ("
+             + ", ".join(f"{n}: {a} of {b} blocks" for n, (a, b) in r["judged_on"]["blocks"].items()) + ")"]
+    if not r["same_data"] or not r["same_mix"]:
+        what = [f"data version {r['trained_on']['data_version'][:12]}…"] if not r["same_data"] else []
+        what += [f"mix {r['trained_on']['mix']}"] if not r["same_mix"] else []
+        lines.append(f"NOTE: trained on {' and '.join(what)}, not on what params.yaml and data/ hold now: these are "
+                     "today's held-out documents, not the ones it was validated on while training")
+    lines.append(f"{'source':12} {'loss':>8} {'bits/byte':>10} {'tokens':>10}")
+    for n, v in r["sources"].items():
+        lines.append(f"{n:12} {v['loss']:8.4f} {v['bpb']:10.4f} {v['tokens']:10,}")
+    w = ", ".join(f"{n} {x:.2f}" for n, x in r["total"]["weights"].items())
+    lines.append(f"{'total':12} {r['total']['loss']:8.4f} {r['total']['bpb']:10.4f}   (mix-weighted: {w})")
+    return "\n".join(lines)

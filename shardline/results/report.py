@@ -1,0 +1,247 @@
+"""report stage: data/reports/evidence.md + train.png, the evidence card of the line.
+
+Contract: a pure function of the line's artifacts (shard indexes, clean stats, training
+metrics, checkpoints and their manifests): same inputs, same card. It states the data version
+and lineage; the held-out split (documents, bytes, tokens and blocks per source); shards (count
+per source, balance, the resume point); held-out evaluation (val loss and bits per byte per
+source over steps, in a table and the plot) and, when the run continued from a checkpoint of
+another data version or mix, a before/after table per source on the same held-out set;
+throughput (median tokens/s, p95 step time, data-wait share, MFU); checkpoints (saved, valid,
+resumed from); failure modes seen (resumes, torn checkpoints skipped, quarantined records, steps
+the training guards skipped and their rollbacks, slow steps and their cause, metric drift: a source's val loss rising more than
+eval.drift_tolerance between two evals); ops notes. Orchestrators add what only they know
+(retries) around it.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+from typing import Callable
+
+from shardline.core import fsio
+from shardline.data import split
+from shardline.training import checkpoint, guard
+from shardline.core.config import Params
+from shardline.core.layout import Layout
+from shardline.stream.mixing import Schedule
+from shardline.training.monitor import eval_rows, eval_sources, read_records, summarize
+
+Log = Callable[[str], None]
+
+
+def _plot(rows: list[dict], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display: write the PNG only
+    import matplotlib.pyplot as plt
+
+    evals = eval_rows(rows)
+    fig, axes = plt.subplots(1, 2 if evals else 1, figsize=(12 if evals else 8, 4), dpi=100, squeeze=False)
+    ax = axes[0][0]
+    steps = [r["step"] for r in rows]
+    ax.plot(steps, [_nan(r["loss"]) for r in rows], color="0.25", lw=1, label="train loss")
+    for n in eval_sources(evals):
+        pts = [(r["step"], r["eval"]["sources"][n]["loss"]) for r in evals if n in r["eval"]["sources"]]
+        ax.plot(*zip(*pts), marker="o", label=f"val loss {n}")
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss (nats/token)")
+    ax.legend(loc="upper right", fontsize="small")
+    ax2 = ax.twinx()
+    ax2.plot(steps, [r["tokens_per_s"] for r in rows], color="tab:orange", alpha=0.3, label="tokens/s")
+    ax2.set_ylabel("tokens/s", color="tab:orange")
+    ax.set_title("training: loss and throughput")
+    if evals:
+        bx = axes[0][1]
+        for n in eval_sources(evals):
+            pts = [(r["step"], r["eval"]["sources"][n]["bpb"]) for r in evals if n in r["eval"]["sources"]]
+            bx.plot(*zip(*pts), marker="o", label=n)
+        bx.set_xlabel("step")
+        bx.set_ylabel("bits per byte")
+        bx.set_title("held-out bits per byte, per source")
+        bx.legend(fontsize="small")
+    fig.tight_layout()
+    with fsio.atomic_writer(out) as f:
+        fig.savefig(f, format="png", metadata={"Software": None})  # no version stamp: same inputs, same bytes
+    plt.close(fig)
+
+
+def _heldout(params: Params, layout: Layout, stats: dict) -> list[str]:
+    lines = ["## Held-out split", "", "| source | held-out docs | bytes | tokens | blocks | decided by | training docs |",
+             "|---|---|---|---|---|---|---|"]
+    for s in params.sources:
+        st = stats["sources"][s.name]
+        h = st["heldout"]
+        ix = fsio.read_json(layout.shards / s.name / "val" / "index.json")
+        lines.append(f"| {s.name} | {h['docs']:,} | {h['bytes']:,} | {ix['total_tokens']:,} | {ix['total_blocks']:,} | "
+                     f"{split.DECIDED_BY[h.get('clamp')]} | {st['docs_out']:,} |")
+    cut = stats.get("split", {})
+    lines += ["", f"Split: keyed hash of each document's id, fraction {cut.get('fraction')}, "
+                  f"min {cut.get('min_docs')} / max {cut.get('max_docs')} documents per source; training copies of "
+                  "held-out documents dropped: " + ", ".join(f"{n} {s['heldout_copies']['docs']}"
+                                                            for n, s in stats["sources"].items()) + ".", ""]
+    return lines
+
+
+def _evaluation(rows: list[dict], manifest: dict | None) -> list[str]:
+    evals = eval_rows(rows)
+    lines = ["## Held-out evaluation", ""]
+    if not evals:
+        return lines + ["No evaluation recorded (eval.every: 0, or no held-out blocks).", ""]
+    names = eval_sources(evals)
+    lines += ["| step | train loss | val loss (mix) | bits/byte (mix) | " + " | ".join(
+        f"{n} loss | {n} bpb" for n in names) + " |", "|---" * (4 + 2 * len(names)) + "|"]
+    for r in evals:
+        e = r["eval"]
+        per = " | ".join(f"{e['sources'][n]['loss']:.4f} | {e['sources'][n]['bpb']:.4f}" if n in e["sources"]
+                         else "- | -" for n in names)
+        lines.append(f"| {r['step']} | {_nan(r['loss']):.4f} | {e['total']['loss']:.4f} | {e['total']['bpb']:.4f} | {per} |")
+    cost = sum(r["eval"]["eval_s"] for r in evals)
+    train_s = sum(r["step_s"] for r in rows)
+    lines += ["", f"{len(evals)} eval(s), {cost:.1f} s in all = {100 * cost / max(train_s, 1e-9):.1f}% of the "
+                  f"{train_s:.1f} s of training steps.", ""]
+    origin = (manifest or {}).get("lineage", {}).get("continued_from")
+    if origin:
+        before, now = origin.get("eval_now"), manifest.get("eval") or evals[-1]["eval"]
+        lines += [f"### Before and after: continued from `{origin['checkpoint']}` (step {origin['step']})", "",
+                  f"What changed: {'; '.join(origin['changes'])}. Both columns are judged on this run's held-out set.",
+                  ""]
+        if before:
+            lines += ["| source | before loss | after loss | change | before bpb | after bpb | change |",
+                      "|---|---|---|---|---|---|---|"]
+            for n in list(before["sources"]) + ["(mix)"]:
+                b = before["total"] if n == "(mix)" else before["sources"][n]
+                a = now["total"] if n == "(mix)" else now["sources"].get(n)
+                if a:
+                    lines.append(f"| {n} | {b['loss']:.4f} | {a['loss']:.4f} | {a['loss'] - b['loss']:+.4f} | "
+                                 f"{b['bpb']:.4f} | {a['bpb']:.4f} | {a['bpb'] - b['bpb']:+.4f} |")
+        else:
+            lines.append("(the parent was not evaluated on this held-out set: eval was off at the resume)")
+        lines.append("")
+    return lines
+
+
+def _drift(rows: list[dict], tolerance: float) -> list[str]:
+    evals = eval_rows(rows)
+    out = []
+    for prev, cur in zip(evals, evals[1:]):
+        for n, v in cur["eval"]["sources"].items():
+            p = prev["eval"]["sources"].get(n)
+            if p and v["loss"] > p["loss"] * (1 + tolerance):
+                out.append(f"- metric drift: {n} val loss rose {p['loss']:.4f} -> {v['loss']:.4f} "
+                           f"({100 * (v['loss'] / p['loss'] - 1):+.1f}%) from step {prev['step']} to {cur['step']} "
+                           f"(> eval.drift_tolerance {tolerance:.0%})")
+    return out
+
+
+def build(params: Params, layout: Layout) -> str:
+    lines = ["# Shardline evidence card", ""]
+    ck_root = layout.data / "checkpoints"
+    entries = checkpoint.entries(ck_root)
+    latest = next((e for e in reversed(entries) if e.valid), None)
+    manifest = json.loads((latest.path / checkpoint.MANIFEST).read_text()) if latest else None
+    state = json.loads((latest.path / checkpoint.STATE).read_text()) if latest else None
+
+    lines += ["## Data version and lineage", ""]
+    if manifest:
+        lin = manifest["lineage"]
+        dv = lin["data_version"]
+        lines += [f"- shards content hash `{dv['shards_sha256'][:16]}`, DVC md5 `{dv['dvc_md5']}`, "
+                  f"tokenizer `{(dv['tokenizer_sha256'] or '')[:16]}`",
+                  f"- mix {json.dumps(lin['mix'])}; code `{lin['code']['commit']}`"
+                  f"{' (dirty)' if lin['code']['dirty'] else ''}; parent {lin['parent'] or '(fresh start)'}",
+                  "- sources: " + ", ".join(f"{s['name']} ({s['uri']}, {len(s['files'] or [])} files)"
+                                            for s in lin["sources"]),
+                  f"- cleaning rules: `{json.dumps(lin['clean_rules'], sort_keys=True)}`", ""]
+    else:
+        lines += ["No valid checkpoint yet.", ""]
+    stats = fsio.read_json(layout.clean / "stats.json")
+    lines += _heldout(params, layout, stats)
+
+    lines += ["## Shards", "", "| source | shards | blocks | blocks/shard min-max | tokens | tail dropped |",
+              "|---|---|---|---|---|---|"]
+    sizes = {}
+    for s in params.sources:
+        ix = fsio.read_json(layout.shards / s.name / "index.json")
+        counts = [x["blocks"] for x in ix["shards"]]
+        sizes[s.name] = ix["total_blocks"]
+        lines.append(f"| {s.name} | {len(counts)} | {ix['total_blocks']:,} | {min(counts)}-{max(counts)} | "
+                     f"{ix['total_tokens']:,} | {ix['tail_tokens_dropped']} |")
+    if state and params.mix:
+        pos = state["loader"]["blocks_consumed"]
+        per = Schedule(params.mix, list(sizes)).counts_before(pos)
+        epochs = ", ".join(f"{n}: {c / sizes[n]:.2f} epochs" for n, c in zip(sizes, per.tolist()))
+        lines += ["", f"Resume point: {pos:,} blocks consumed ({state['loader']['global_batches_consumed']:,} "
+                      f"global batches) at step {state['step']}; {epochs}."]
+
+    rows = read_records(layout.data / "metrics" / "train.jsonl")
+    lines += [""] + _evaluation(rows, manifest)
+    lines += ["## Throughput", ""]
+    if rows:  # the figures of data/metrics/train.json (monitor.summarize), so the two never disagree
+        sm = summarize(rows, params.loader.global_batch * params.shard.seq_len)
+        wait = (sm["data_wait_pct"] or 0) / 100
+        lines += [f"- median {sm['median_tokens_per_s']:,.0f} tokens/s over {sm['steps']} steps",
+                  f"- p95 step time {sm['p95_step_s']:.3f} s (median {statistics.median(r['step_s'] for r in rows):.3f} s)",
+                  f"- data wait {wait:.2%} of step time" + (f"; mean MFU (estimate) {sm['mean_mfu']:.1%}"
+                                                             if sm["mean_mfu"] is not None else ""),
+                  f"- loss {_nan(rows[0]['loss']):.3f} at step {rows[0]['step']} -> {_nan(rows[-1]['loss']):.3f} at "
+                  f"step {rows[-1]['step']}", "", "![train and val loss, tokens/s, val bits per byte](train.png)"]
+    else:
+        lines.append("No training steps recorded.")
+
+    lines += ["", "## Checkpoints", ""]
+    for e in entries:
+        lines.append(f"- `{e.path.name}`: {'valid' if e.valid else 'INVALID: ' + e.why}")
+    if state:
+        lines.append(f"- latest valid: `{latest.path.name}` (step {state['step']}, {state['tokens_seen']:,} tokens); "
+                     f"this data version started at step {state.get('version_start_step', 0)}")
+
+    lines += ["", "## Failure modes seen", ""]
+    if state:
+        lines.append(f"- training resumed {state.get('resumes', 0)} time(s) from a checkpoint")
+    for name, s in stats["sources"].items():
+        lines.append(f"- {name}: {s['bad']} unreadable record(s) quarantined, {s['invalid_utf8']} with invalid "
+                     f"UTF-8 repaired" + (f" (e.g. {s['samples'][0]})" if s["samples"] else ""))
+    skipped = [r["step"] for r in rows if r.get("guard") == "skip"]
+    lines.append(f"- skipped steps (non-finite loss or gradient: no update): {len(skipped)}"
+                 + (f" (step {', '.join(map(str, skipped))})" if skipped else ""))
+    rollbacks = [e for r in rows for e in r.get("rollbacks", [])]
+    lines.append(f"- rollbacks (loss spikes, runs of skipped steps): {len(rollbacks)}")
+    lines += [f"  - {guard.describe(e)}" for e in rollbacks]
+    slow = [r for r in rows if r.get("slow")]
+    causes = {c: sum(r["slow"] == c for r in slow) for c in ("input-bound", "compute-bound")}
+    lines.append(f"- slow steps: {len(slow)} ({causes['input-bound']} input-bound, "
+                 f"{causes['compute-bound']} compute-bound)")
+    drift = _drift(rows, params.eval.drift_tolerance)
+    lines += drift or [f"- metric drift: none (no source's val loss rose more than {params.eval.drift_tolerance:.0%} "
+                       "between two evals)"]
+    invalid = [e for e in entries if not e.valid]
+    lines.append(f"- invalid checkpoints on disk: {len(invalid)}")
+
+    lines += ["", "## Ops notes", ""]
+    enc = {s.name: fsio.read_json(layout.tokens / s.name / "index.json").get("encoder") for s in params.sources}
+    lines.append(f"- encoder backend: {', '.join(f'{k}: {v}' for k, v in enc.items())}")
+    if rows and wait < 0.01:
+        lines.append("- input is not the bottleneck (data wait < 1%)")
+    elif rows:
+        lines.append("- data wait >= 1%: consider loader.num_workers or faster storage")
+    lines.append("- MFU is an estimate against a guessed peak (monitor.guess_peak_flops)")
+    return "\n".join(lines) + "\n"
+
+
+def _nan(v: float | None) -> float:
+    """A loss on record, NaN where it was not finite (JSON null: a skipped step)."""
+    return float("nan") if v is None else v
+
+
+def run(params: Params, layout: Layout, log: Log = print, mapper=None) -> dict:
+    out = layout.data / "reports"
+    out.mkdir(parents=True, exist_ok=True)
+    rows = read_records(layout.data / "metrics" / "train.jsonl")
+    if rows:
+        _plot(rows, out / "train.png")
+    card = build(params, layout)
+    fsio.write_bytes(out / "evidence.md", card.encode())
+    log(f"report: wrote {layout.rel(out / 'evidence.md')}")
+    return {"evidence": str(out / "evidence.md"), "card": card}

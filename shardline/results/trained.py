@@ -1,0 +1,74 @@
+"""A trained model opened for use: the one place that rebuilds our GPT from a checkpoint.
+
+Contract:
+- `load_model(path)` refuses (BadInput, naming why) a checkpoint whose manifest does not verify,
+  reads only its weights (`torch.load(weights_only=True)`; never the optimizer, scaler or RNG
+  files), its train state and its manifest, and rebuilds the GPT: vocab_size and seq_len from
+  the tensors, every other hyperparameter from the lineage's params["model"]. It returns
+  (model on CPU in eval mode, train state, manifest) and leaves the global RNG as it was.
+  `judge`, `export` and `sample` all open checkpoints through it, so none can rebuild a model
+  the others would not.
+- `tokenizer_file(manifest, layout, what)` is data/tokenizer/tokenizer.json when its sha256 equals the
+  lineage's data_version.tokenizer_sha256; otherwise BadInput naming both hashes, since the
+  checkpoint's ids would mean other text.
+- `eos_token(manifest)` is the lineage's params tokenizer.eos_token (what ends every training
+  document).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from shardline.core import fsio
+from shardline.training import checkpoint
+from shardline.core.errors import BadInput
+from shardline.core.layout import Layout
+from shardline.training.model import GPT, GPTConfig
+
+WEIGHTS = "model.pt"
+
+
+def load_model(path: Path) -> tuple[GPT, dict, dict]:
+    path = Path(path)
+    ok, why = checkpoint.verify(path)
+    if not ok:
+        raise BadInput(f"{path}: not a valid checkpoint ({why}); 'shardline checkpoints' lists them")
+    files = fsio.read_json(path / checkpoint.MANIFEST)["files"]
+    if WEIGHTS not in files:
+        raise BadInput(f"{path}: the manifest lists no {WEIGHTS} (files: {sorted(files)}); not a checkpoint "
+                       "of 'shardline stage train'")
+    tensors, state, manifest = checkpoint.load(path, skip=tuple(n for n in files if n != WEIGHTS))
+    weights = tensors[WEIGHTS]
+    cfg = GPTConfig(vocab_size=weights["lm_head.weight"].shape[0], seq_len=weights["transformer.wpe.weight"].shape[0],
+                    **manifest["lineage"]["params"]["model"])
+    with torch.random.fork_rng(devices=[]):  # GPT() draws its (discarded) init: keep the caller's RNG as it was
+        model = GPT(cfg)
+    model.load_state_dict(weights)
+    return model.eval(), state, manifest
+
+
+def tokenizer_file(manifest: dict, layout: Layout, what: str) -> Path:
+    """The tokenizer.json this checkpoint was trained with (checked by hash, never assumed);
+    `what` names the use in messages ("export", "sample")."""
+    path = layout.tokenizer / "tokenizer.json"
+    want = manifest["lineage"]["data_version"].get("tokenizer_sha256")
+    if not path.exists():
+        raise BadInput(f"{layout.rel(path)} is missing: {what} needs the tokenizer step {manifest['step']} was "
+                       "trained with; 'dvc checkout data/tokenizer' (or 'dvc repro tokenize') restores it")
+    got = fsio.sha256_file(path)
+    if want is None:
+        raise BadInput(f"{what}: step {manifest['step']}'s lineage records no tokenizer hash "
+                       "(data_version.tokenizer_sha256 is null), so the ids of "
+                       f"{layout.rel(path)} ({got[:12]}…) cannot be shown to be the ones it was trained on")
+    if got != want:
+        raise BadInput(f"{what}: step {manifest['step']} was trained with tokenizer sha256 {want} (its lineage's "
+                       f"data_version.tokenizer_sha256), but {layout.rel(path)} has sha256 {got}: its ids would "
+                       "mean other text. Check out the checkpoint's data version ('git checkout <its commit>' + "
+                       "'dvc checkout data/tokenizer') first")
+    return path
+
+
+def eos_token(manifest: dict) -> str:
+    return manifest["lineage"]["params"]["tokenizer"]["eos_token"]

@@ -1,0 +1,303 @@
+"""Checkpoints: data/checkpoints/step-<N:09d>/, valid iff its manifest verifies.
+
+Contract:
+- `save` writes every file into a temp dir `.step-N.tmp-<pid>` (each fsynced), then
+  manifest.json LAST (each file's bytes + sha256, plus lineage, the held-out eval at this step
+  and library versions), fsyncs
+  the dir, renames it to `step-N` and fsyncs the parent. A killed save leaves only a temp dir,
+  which the next run sweeps.
+- `verify` is the only judge of validity: manifest present and parseable, every file present
+  with its size and sha256. `latest_valid` returns the newest valid checkpoint and says, for
+  every newer one it skips, why.
+- `retain` keeps the newest `keep_last` valid checkpoints plus every step divisible by
+  `keep_every` (and, when asked, the newest one before a given step); it removes a checkpoint's manifest first (fsynced), so one half-deleted is
+  already invalid, and never removes the newest valid one.
+- `load` uses `torch.load(weights_only=True)`: a checkpoint is data, never code.
+- `keep` hard-links a saved checkpoint outside data/ (the trainer keeps those nothing records
+  yet under .shardline/kept/), so no checkout that replaces data/checkpoints loses one.
+- `AsyncSaver` blocks training only for a copy of the state; the write (and retention) runs
+  on a background thread. A kill before it finishes loses only that checkpoint: the previous
+  one is still the newest valid.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import shutil
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from shardline.core import chaos, fsio
+
+MANIFEST = "manifest.json"
+STATE = "train_state.json"
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Entry:
+    step: int
+    path: Path
+    valid: bool
+    why: str  # "ok" or the reason it is not valid
+
+
+def step_dir(root: Path, step: int) -> Path:
+    return Path(root) / f"step-{step:09d}"
+
+
+def versions() -> dict:
+    import numpy
+
+    from shardline import __version__
+
+    return {"python": platform.python_version(), "torch": torch.__version__, "numpy": numpy.__version__,
+            "shardline": __version__}
+
+
+class _Hashing:
+    """A write-only stream that hashes what passes through: one pass over the bytes, no copy."""
+
+    def __init__(self, f):
+        self.f, self.h, self.n = f, hashlib.sha256(), 0
+
+    def write(self, b) -> int:
+        self.h.update(b)
+        self.n += len(b)
+        return self.f.write(b)
+
+    def flush(self) -> None:
+        self.f.flush()
+
+
+def _write(path: Path, fill: Callable[[Any], None]) -> dict:
+    with open(path, "wb") as f:
+        out = _Hashing(f)
+        fill(out)
+        f.flush()
+        os.fsync(f.fileno())
+    return {"bytes": out.n, "sha256": out.h.hexdigest()}
+
+
+def save(root: Path, step: int, tensors: dict[str, Any], state: dict, lineage: dict, eval: dict | None = None) -> Path:
+    """Write checkpoint `step`: `tensors` (name -> torch-saveable) and `state` (JSON); the manifest
+    also holds the lineage and `eval`, the held-out evaluation at this step (None: eval off)."""
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    final = step_dir(root, step)
+    tmp = fsio.temp_name(final)
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        files = {}
+        for name, obj in tensors.items():
+            files[name] = _write(tmp / name, lambda out, obj=obj: torch.save(obj, out))
+        files[STATE] = _write(tmp / STATE, lambda out: out.write(json.dumps(state, indent=2, sort_keys=True).encode()))
+        chaos.point("checkpoint.files", str(step))
+        manifest = {"step": step, "files": files, "lineage": lineage, "eval": eval, "versions": versions(),
+                    "created": time.time()}
+        # compact: the C encoder (indent= forces the pure-Python one, ~5x slower on a big lineage)
+        _write(tmp / MANIFEST, lambda out: out.write(json.dumps(manifest, sort_keys=True).encode()))
+        fsio.fsync_dir(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # e.g. ENOSPC: the previous checkpoint stays the newest valid
+        raise
+    if final.exists():  # the same step again after a resume: retire the old copy, manifest first
+        remove(final)
+    os.rename(tmp, final)
+    fsio.fsync_dir(root)
+    chaos.done("checkpoint", final.name)
+    _verified[(str(final), (final / MANIFEST).stat().st_mtime_ns)] = (True, "ok")  # just hashed while writing
+    return final
+
+
+_verified: dict[tuple[str, int], tuple[bool, str]] = {}
+
+
+def verify(path: Path, cached: bool = False) -> tuple[bool, str]:
+    """Full check (sha256 of every file). `cached`: trust a result this process already got for
+    the same manifest (retention runs after every save; re-hashing every kept checkpoint each
+    time would cost more than the save)."""
+    path = Path(path)
+    try:
+        key = (str(path), (path / MANIFEST).stat().st_mtime_ns)
+    except OSError:
+        key = None
+    if cached and key in _verified:
+        return _verified[key]
+    result = _verify(path)
+    if key is not None and result[0]:
+        _verified[key] = result
+    return result
+
+
+def _verify(path: Path) -> tuple[bool, str]:
+    try:
+        manifest = json.loads((path / MANIFEST).read_text())
+    except FileNotFoundError:
+        return False, "no manifest.json (torn or interrupted write)"
+    except (OSError, ValueError) as e:
+        return False, f"manifest.json unreadable ({e})"
+    for name, meta in manifest.get("files", {}).items():
+        p = path / name
+        if not p.exists():
+            return False, f"{name} missing"
+        if p.stat().st_size != meta["bytes"]:
+            return False, f"{name} is {p.stat().st_size} bytes, manifest says {meta['bytes']} (truncated)"
+        if fsio.sha256_file(p) != meta["sha256"]:
+            return False, f"{name} sha256 differs from the manifest (corrupt)"
+    return True, "ok"
+
+
+def entries(root: Path, cached: bool = False) -> list[Entry]:
+    """Every step-* directory, oldest first, with its validity."""
+    out = []
+    for p in sorted(Path(root).glob("step-*")) if Path(root).exists() else []:
+        if p.is_dir() and p.name[5:].isdigit():
+            ok, why = verify(p, cached)
+            out.append(Entry(int(p.name[5:]), p, ok, why))
+    return out
+
+
+def latest_valid(root: Path, log: Log = print) -> Path | None:
+    """The newest checkpoint that verifies; older ones are not hashed (resume reads only it)."""
+    dirs = [p for p in Path(root).glob("step-*") if p.is_dir() and p.name[5:].isdigit()] if Path(root).exists() else []
+    for p in sorted(dirs, reverse=True):
+        ok, why = verify(p)
+        if ok:
+            return p
+        log(f"checkpoint: skipping {p.name}: {why}")
+    return None
+
+
+def load(path: Path, skip: tuple[str, ...] = ()) -> tuple[dict[str, Any], dict, dict]:
+    """(tensors by file name, train state, manifest) of a verified checkpoint; `skip`: tensor
+    files not to read (e.g. what another rank will broadcast)."""
+    path = Path(path)
+    manifest = json.loads((path / MANIFEST).read_text())
+    tensors = {name: torch.load(path / name, map_location="cpu", weights_only=True)
+               for name in manifest["files"] if name != STATE and name not in skip}
+    return tensors, json.loads((path / STATE).read_text()), manifest
+
+
+def remove(path: Path) -> None:
+    manifest = path / MANIFEST
+    if manifest.exists():
+        manifest.unlink()
+        fsio.fsync_dir(path)  # invalid from here on, whatever happens next
+    shutil.rmtree(path)
+
+
+def retain(root: Path, keep_last: int, keep_every: int, log: Log = print, before: int | None = None) -> list[int]:
+    """Apply retention; returns the steps removed. `before`: also keep the newest valid checkpoint
+    older than this step (the one a rollback of trouble starting there returns to)."""
+    all_ = entries(root, cached=True)
+    valid = [e for e in all_ if e.valid]
+    keep = {e.step for e in valid[-max(keep_last, 1):]}
+    keep |= {e.step for e in valid if keep_every and e.step % keep_every == 0}
+    keep |= {max((e.step for e in valid if before is not None and e.step < before), default=-1)}
+    removed = []
+    for e in all_:
+        if e.step not in keep:
+            chaos.point("retention", str(e.step))
+            remove(e.path)
+            removed.append(e.step)
+    if removed:
+        log(f"checkpoint: retention removed step(s) {removed}")
+    return removed
+
+
+def keep(path: Path, kept: Path) -> Path:
+    """Hard-link a saved checkpoint to `kept`/<its name> (manifest last, so the copy is valid iff
+    complete, like the original): a tool that later replaces data/checkpoints (a checkout of
+    another version) then cannot take the only copy. Costs no space while the original lives."""
+    dest = Path(kept) / path.name
+    tmp = fsio.temp_name(dest)
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    names = sorted(p.name for p in path.iterdir())
+    for name in [n for n in names if n != MANIFEST] + [MANIFEST]:
+        try:
+            os.link(path / name, tmp / name)
+        except OSError:  # another filesystem, or no hard links: a copy (fsynced)
+            fsio.copy_file(path / name, tmp / name)
+    fsio.fsync_dir(tmp)
+    if dest.exists():
+        remove(dest)
+    os.rename(tmp, dest)
+    fsio.fsync_dir(dest.parent)
+    return dest
+
+
+def tidy_kept(kept: Path, root: Path, recoverable: Callable[[Path], bool] | None, log: Log = print) -> list[Path]:
+    """Drop kept copies that something now records (`recoverable`); name the ones that are the
+    only copy left (their data/checkpoints twin is gone: a checkout replaced it). Returns those."""
+    alone = []
+    for path in sorted(Path(kept).glob("*/step-*")):
+        if recoverable is not None and recoverable(path):
+            remove(path)
+            continue
+        mine = (path / MANIFEST).read_bytes() if (path / MANIFEST).exists() else None
+        twins = [step_dir(root, int(path.name[5:]))] + sorted(Path(root).glob(f"archive/*/{path.name}*"))
+        if not any((t / MANIFEST).exists() and (t / MANIFEST).read_bytes() == mine for t in twins):
+            alone.append(path)
+            log(f"checkpoint: {path} is the only copy (data/checkpoints lost it, a checkout?, and nothing records "
+                f"it); 'cp -al {path} {root}/' restores it")
+    for d in Path(kept).glob("*"):
+        if d.is_dir() and not any(d.iterdir()):
+            d.rmdir()
+    return alone
+
+
+def snapshot(obj: Any) -> Any:
+    """A deep copy of every tensor in a nested state (on CPU), so training can go on mutating
+    the originals while the copy is written."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().to("cpu", copy=True)
+    if isinstance(obj, dict):
+        return {k: snapshot(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(snapshot(v) for v in obj)
+    return obj
+
+
+class AsyncSaver:
+    """One checkpoint write at a time on a background thread; errors surface at the next call."""
+
+    def __init__(self) -> None:
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    def submit(self, root: Path, step: int, tensors: dict, state: dict, lineage: dict,
+               then: Callable[[Path], None] | None = None, eval: dict | None = None) -> Path:
+        self.wait()
+        snap = snapshot(tensors)
+        state, lineage, eval = (json.loads(json.dumps(x)) for x in (state, lineage, eval))
+
+        def work() -> None:
+            try:
+                path = save(root, step, snap, state, lineage, eval)
+                if then:
+                    then(path)
+            except BaseException as e:  # re-raised in the training thread by wait()
+                self._error = e
+
+        self._thread = threading.Thread(target=work, name=f"checkpoint-{step}")
+        self._thread.start()
+        return step_dir(root, step)
+
+    def wait(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._error is not None:
+            err, self._error = self._error, None
+            raise err

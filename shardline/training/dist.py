@@ -1,0 +1,188 @@
+"""Training on many processes and nodes: torchrun's process group, DDP or FSDP.
+
+Contract:
+- `Dist` is this process's place in a torchrun job, read from torchrun's env (RANK, WORLD_SIZE,
+  LOCAL_RANK); without torchrun it is one process and every collective is a no-op. RANK is the
+  global rank: only rank 0 writes checkpoints and metrics, so nodes must share data/.
+- The process group gets train.dist_timeout_s: a collective that a hung rank never joins fails
+  after that, not after torch's 30 minutes. A rank that dies is seen sooner: its torchrun agent
+  stops at once (no restarts) and the survivors' collectives fail on the closed connection.
+  The agent of a node whose rank hangs does not notice the others fail: under SLURM,
+  `srun --kill-on-bad-exit=1` ends it.
+- `relaunch_under_torchrun` is the one-node convenience behind train.nproc_per_node. A multi-node
+  job runs one torchrun per node itself (c10d rendezvous; tests/test_distributed.py `nodes` has
+  the command); LOCAL_RANK is then set and nothing is relaunched.
+- `wrap` applies train.strategy before the optimizer is built: ddp replicates the model and
+  all-reduces gradients; fsdp (FSDP2 `fully_shard`, each block and the root) shards parameters,
+  gradients and optimizer state. With one process both are plain single-process training.
+- Checkpoints hold what a single process writes, whatever the strategy: the full
+  `model.state_dict()` and `optimizer.state_dict()` keyed by parameter index. `full_state` and
+  `load_full_state` convert from and to the live, possibly sharded, state (collectives under
+  fsdp: every rank calls them), so a checkpoint resumes at any world size and strategy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import gc
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Callable, Iterable
+
+import torch
+
+from shardline.core.config import Params, Train
+from shardline.core.errors import ShardlineError
+from shardline.core.layout import Layout
+
+Log = Callable[[str], None]
+
+
+class Dist:
+    """This process's place in a torchrun job (a single process when not under torchrun)."""
+
+    def __init__(self, cfg: Train, device: torch.device, log: Log = print):
+        self.world = int(os.environ.get("WORLD_SIZE", "1"))
+        self.rank = int(os.environ.get("RANK", "0"))
+        self.strategy = cfg.strategy if self.world > 1 else "single"
+        if cfg.strategy == "fsdp" and self.world == 1 and self.rank == 0:
+            log("train: train.strategy is fsdp but this is one process (train.nproc_per_node 1, no torchrun): "
+                "training single-process, nothing to shard")
+        if self.world > 1 and not torch.distributed.is_initialized():
+            if device.type == "cuda":
+                torch.cuda.set_device(device)  # NCCL and FSDP's default mesh use the current device
+            torch.distributed.init_process_group("nccl" if device.type == "cuda" else "gloo",
+                                                 timeout=datetime.timedelta(seconds=cfg.dist_timeout_s))
+
+    @property
+    def holds_full_state(self) -> bool:
+        """Whether this rank reads the checkpoint's model and optimizer (fsdp: rank 0 broadcasts them)."""
+        return self.strategy != "fsdp" or self.rank == 0
+
+    def wrap(self, model: torch.nn.Module, blocks: Iterable[torch.nn.Module]) -> torch.nn.Module:
+        """The module to run forward/backward through. Build the optimizer on `model` after this:
+        fully_shard swaps its parameters for sharded ones. Hold the result no longer than the
+        process group (see `close`)."""
+        if self.strategy == "fsdp":
+            from torch.distributed.fsdp import fully_shard
+
+            for block in blocks:  # one all-gather per block, so only one block is ever unsharded
+                fully_shard(block)
+            return fully_shard(model)
+        if self.strategy == "ddp":
+            return torch.nn.parallel.DistributedDataParallel(model)
+        return model
+
+    def grad_sync(self, net: torch.nn.Module, last: bool):
+        """Context for one micro-batch's backward through `net` (from `wrap`): gradients cross
+        ranks only on the last micro-batch of a step."""
+        if self.strategy == "ddp" and not last:
+            return net.no_sync()
+        if self.strategy == "fsdp":
+            net.set_requires_gradient_sync(last)
+        return contextlib.nullcontext()
+
+    def full_state(self, model: torch.nn.Module, opt: torch.optim.Optimizer) -> tuple[dict, dict] | None:
+        """(model, optimizer) state as a single process would save it; on rank 0 only, None elsewhere."""
+        if self.strategy != "fsdp":
+            return (model.state_dict(), opt.state_dict()) if self.rank == 0 else None
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+
+        msd, osd = get_state_dict(model, opt, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        return (msd, _by_index(osd)) if self.rank == 0 else None
+
+    def load_full_state(self, model: torch.nn.Module, opt: torch.optim.Optimizer, model_sd: dict | None,
+                        opt_sd: dict | None) -> None:
+        """Load a checkpoint's full state; under fsdp only rank 0 passes it and it is broadcast."""
+        if self.strategy != "fsdp":
+            model.load_state_dict(model_sd)
+            opt.load_state_dict(opt_sd)
+            return
+        from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,
+                                                             set_optimizer_state_dict)
+
+        options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+        # separate calls: set_state_dict treats an empty model dict (ranks > 0) as "optimizer only"
+        set_model_state_dict(model, model_sd if self.rank == 0 else {}, options=options)
+        set_optimizer_state_dict(model, opt, _by_name(opt_sd, model, opt) if self.rank == 0 else {},
+                                 options=options)
+
+    def barrier(self) -> None:
+        if self.world > 1:
+            torch.distributed.barrier()
+
+    def mean(self, value: torch.Tensor) -> float:
+        if self.world > 1:
+            value = value.clone()
+            torch.distributed.all_reduce(value)
+            value /= self.world
+        return float(value)
+
+    def share(self, obj):
+        """Rank 0's `obj` on every rank (a small picklable value), so no rank acts on its own read of a file."""
+        if self.world > 1:
+            box = [obj]
+            torch.distributed.broadcast_object_list(box, src=0)
+            return box[0]
+        return obj
+
+    def all_sum(self, value: torch.Tensor) -> torch.Tensor:
+        """The elementwise sum of `value` over the ranks (itself in one process)."""
+        if self.world > 1:
+            value = value.clone()
+            torch.distributed.all_reduce(value)
+        return value
+
+    def close(self) -> None:
+        """Destroy the process group; call it only once the wrapped model is gone. DDP's reducer
+        and FSDP's mesh hold the group: were one of them its last holder, its destructor would
+        join gloo's threads holding the GIL, which a finishing gloo op waits for (a deadlock seen
+        at the end of runs). After a failure, let the group die with the process instead: the
+        traceback keeps the model alive."""
+        if self.world > 1 and torch.distributed.is_initialized():
+            gc.collect()  # a wrapper kept alive only by a reference cycle goes now, not after
+            torch.distributed.destroy_process_group()
+
+
+def _by_index(osd: dict) -> dict:
+    """An optimizer state dict keyed by parameter name (torch.distributed.checkpoint's form) in
+    the form `Optimizer.state_dict` has: parameters numbered in param_groups order."""
+    index = {name: i for i, name in enumerate(n for g in osd["param_groups"] for n in g["params"])}
+    return {"state": {index[n]: s for n, s in osd["state"].items()},
+            "param_groups": [{**g, "params": [index[n] for n in g["params"]]} for g in osd["param_groups"]]}
+
+
+def _by_name(osd: dict, model: torch.nn.Module, opt: torch.optim.Optimizer) -> dict:
+    """The inverse of `_by_index`, naming each index after the live optimizer's parameter."""
+    name_of = {id(p): n for n, p in model.named_parameters()}
+    names = [name_of[id(p)] for g in opt.param_groups for p in g["params"]]
+    saved = sum(len(g["params"]) for g in osd["param_groups"])
+    if saved != len(names):
+        raise ShardlineError(f"train: the checkpoint's optimizer holds {saved} parameters, this model's {len(names)}")
+    return {"state": {names[i]: s for i, s in osd["state"].items()},
+            "param_groups": [{**g, "params": [names[i] for i in g["params"]]} for g in osd["param_groups"]]}
+
+
+def relaunch_under_torchrun(params: Params, layout: Layout, log: Log) -> dict:
+    """Run the train stage as train.nproc_per_node processes on this machine and wait for them."""
+    n = params.train.nproc_per_node
+    # --max-restarts 0: a failed rank fails the job at once (the agent polls every 0.1 s); re-running
+    # the stage resumes from the last checkpoint, which is all a restart would do.
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}",
+           "--max-restarts=0", "--no-python", str(Path(sys.executable).with_name("shardline")),
+           "--root", str(layout.root), "stage", "train"]
+    log(f"train: launching {n} processes: {' '.join(cmd)}")
+    if subprocess.run(cmd).returncode:
+        raise ShardlineError(f"train: torchrun with {n} processes failed (see the rank logs above)")
+    return {"nproc": n}
+
+
+def grad_norm(model: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the global gradient norm as a plain tensor, and as torch computed it: a DTensor under
+    fsdp, which is what clipping wants back). DDP's gradients are already averaged, so every
+    rank computes the same norm."""
+    raw = torch.nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None])
+    return (raw.full_tensor() if hasattr(raw, "full_tensor") else raw), raw

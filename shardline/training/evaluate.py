@@ -1,0 +1,216 @@
+"""Held-out evaluation: loss and bits per byte per source, on a fixed set of held-out blocks.
+
+Contract:
+- `HeldOut.open` reads each source's held-out shards (data/shards/<source>/val/, or
+  `<shards_uri>/<source>/val/` when the loader streams) and takes `eval.blocks` of their blocks,
+  spread evenly over them (all of them when there are fewer): the same blocks on every call,
+  verified against val/index.json before use (ShardCorrupt otherwise) and then kept in memory.
+- Loss is the mean next-token cross-entropy (nats) over every target of those blocks. Bits per
+  byte = sum of the targets' losses / ln 2 / the UTF-8 bytes those targets spell (from the
+  tokenizer's vocabulary; special tokens spell none, their loss counts): a figure that compares
+  across tokenizers. The total weighs the sources by the normalised mix, over the sources that
+  have held-out blocks.
+- `evaluate` runs in eval mode without gradients, inside torch.random.fork_rng, and restores the
+  mode it found: training's RNG streams are never touched, so a run with eval on trains
+  bit-identically to the same run with eval off. Under torchrun each rank scores every world-th
+  batch and the sums are all-reduced (under fsdp a rank short of batches scores a padding batch
+  weighted 0, so every rank joins the same all-gathers).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+
+from shardline.core import chaos, fsio
+from shardline.core.errors import BadInput, ShardCorrupt
+from shardline.stream.remote import Remote, _failed, filesystem, read_indexes
+from shardline.data.shard import DTYPES, verify_shard
+
+
+@dataclass
+class Blocks:
+    """One source's evaluated held-out blocks."""
+
+    name: str
+    ids: np.ndarray  # int64 [n, seq_len + 1]
+    available: int   # held-out blocks the source has (the budget takes `len(ids)` of them)
+    docs: int
+    tokens: int
+
+
+def token_bytes(tokenizer_json: str | Path) -> np.ndarray:
+    """UTF-8 bytes each token id spells (0 for special tokens)."""
+    from shardline.data.tokenizer import _U2B, load
+
+    tok = load(Path(tokenizer_json))
+    special = {t.content for t in tok.get_added_tokens_decoder().values() if t.special}
+    out = np.zeros(tok.get_vocab_size(), dtype=np.int64)
+    for text, i in tok.get_vocab().items():
+        if text in special:
+            continue
+        # byte-level BPE spells each byte as one character; other models: decode the token
+        out[i] = len(text) if all(c in _U2B for c in text) else len(tok.decode([i]).encode())
+    return out
+
+
+def spread(available: int, budget: int) -> np.ndarray:
+    """`budget` block positions spread evenly over `available` (all when fewer)."""
+    n = min(available, budget)
+    return (np.arange(n, dtype=np.int64) * available) // max(n, 1)
+
+
+class HeldOut:
+    """The fixed held-out blocks of every source, with what a bits-per-byte figure needs."""
+
+    def __init__(self, blocks: list[Blocks], token_bytes: np.ndarray, seq_len: int, tokenizer_sha256: str):
+        self.blocks, self.token_bytes = blocks, torch.from_numpy(token_bytes)
+        self.seq_len, self.tokenizer_sha256 = seq_len, tokenizer_sha256
+
+    @classmethod
+    def open(cls, shards_dir: str | Path, names: Sequence[str], budget: int, tokenizer_json: str | Path,
+             remote: Remote | None = None) -> "HeldOut":
+        val = [f"{n}/val" for n in names]
+        if remote is not None:
+            indexes = read_indexes(remote, val)
+        else:
+            paths = [Path(shards_dir) / v / "index.json" for v in val]
+            for p in paths:
+                if not p.exists():
+                    raise BadInput(f"{p}: missing: no held-out shards; re-run 'dvc repro' (the clean, tokenize "
+                                   "and shard stages write them), or set eval.every: 0")
+            indexes = [fsio.read_json(p) for p in paths]
+        geometry = {(ix["seq_len"], ix["dtype"], ix["tokenizer_sha256"]) for ix in indexes}
+        if len(geometry) != 1:
+            raise BadInput(f"{shards_dir}: held-out shards disagree on seq_len/dtype/tokenizer ({geometry}); "
+                           "re-run 'dvc repro shard'")
+        seq_len, dtype, tok_sha = geometry.pop()
+        blocks = [Blocks(name, _read(Path(shards_dir) / f"{name}/val", ix, spread(ix["total_blocks"], budget),
+                                     DTYPES[dtype], seq_len + 1, remote and (remote, f"{name}/val")),
+                         ix["total_blocks"], ix["docs"], ix["total_tokens"])
+                  for name, ix in zip(names, indexes)]
+        return cls(blocks, token_bytes(tokenizer_json), seq_len, tok_sha)
+
+    @classmethod
+    def for_training(cls, params, layout, remote: Remote | None, seq_len: int, tokenizer_sha256: str,
+                     log: Callable[[str], None]) -> "HeldOut | None":
+        """The held-out set of a training run (None, said so, when no source has a block)."""
+        held = cls.open(layout.shards, [s.name for s in params.sources], params.eval.blocks,
+                        layout.tokenizer / "tokenizer.json", remote)
+        if held.seq_len != seq_len or held.tokenizer_sha256 != tokenizer_sha256:
+            raise BadInput(f"{layout.rel(layout.shards)}: the held-out shards (val/) were made with another seq_len or "
+                           "tokenizer than the training shards; re-run 'dvc repro shard'")
+        empty = [b.name for b in held.blocks if not len(b.ids)]
+        if len(empty) == len(held.blocks):
+            log("train: no source has a held-out block (too few held-out tokens); evaluation is off for this run. "
+                "Raise eval.fraction or eval.min_docs")
+            return None
+        if empty:
+            log(f"train: no held-out block for {', '.join(empty)}: not evaluated (raise eval.min_docs or eval.fraction)")
+        log(f"train: eval every {params.eval.every} steps on {held.describe()}")
+        return held
+
+    def describe(self) -> str:
+        return ", ".join(f"{b.name}: {len(b.ids)} of {b.available} held-out blocks" for b in self.blocks)
+
+
+def _read(shard_dir: Path, index: dict, positions: np.ndarray, dtype: np.dtype, width: int,
+          remote: tuple[Remote, str] | None) -> np.ndarray:
+    counts = np.array([s["blocks"] for s in index["shards"]], dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(counts)])
+    shard_of = np.searchsorted(starts, positions, side="right") - 1
+    out = np.empty((len(positions), width), dtype=np.int64)
+    for s in np.unique(shard_of).tolist():
+        entry = index["shards"][s]
+        rows = shard_of == s
+        out[rows] = _shard(shard_dir, entry, dtype, remote).reshape(-1, width)[positions[rows] - starts[s]]
+    return out
+
+
+def _shard(shard_dir: Path, entry: dict, dtype: np.dtype, remote: tuple[Remote, str] | None) -> np.ndarray:
+    if remote is None:
+        verify_shard(shard_dir, entry)
+        return np.fromfile(shard_dir / entry["file"], dtype=dtype)
+    store, name = remote
+    fs, root = filesystem(store.uri)
+    url = f"{root}/{name}/{entry['file']}"
+    try:
+        data = fs.cat_file(url)
+    except Exception as e:
+        raise _failed(url, e) from e
+    got = fsio.sha256_bytes(data)
+    if len(data) != entry["bytes"] or got != entry["sha256"]:
+        raise ShardCorrupt(f"{url}: {len(data)} bytes, sha256 {got[:12]}…; val/index.json says {entry['bytes']} "
+                           f"bytes, {entry['sha256'][:12]}…; re-publish it ('shardline push-shards')")
+    return np.frombuffer(data, dtype=dtype)
+
+
+def evaluate(model: torch.nn.Module, held: HeldOut, mix: Mapping[str, float], *, batch: int,
+             device: torch.device, autocast=None, rank: int = 0, world: int = 1,
+             all_sum: Callable[[torch.Tensor], torch.Tensor] | None = None, pad: bool = False) -> dict:
+    """Loss and bits per byte per source and mix-weighted, on `held` (see the module contract)."""
+    import contextlib
+
+    t0 = time.perf_counter()
+    work = [(s, b.ids[i:i + batch]) for s, b in enumerate(held.blocks) for i in range(0, len(b.ids), batch)]
+    mine = work[rank::world]
+    rounds = -(-len(work) // world) if pad else len(mine)
+    sums = torch.zeros((len(held.blocks), 3), dtype=torch.float64)  # nll (nats), targets, bytes
+    was_training = model.training
+    devices = [device] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices), torch.no_grad():
+        model.eval()
+        try:
+            for i in range(rounds):
+                s, ids = mine[i] if i < len(mine) else work[0]  # a padding batch, weighted 0
+                x = torch.from_numpy(ids[:, :-1]).to(device)
+                y = torch.from_numpy(ids[:, 1:]).to(device)
+                with autocast or contextlib.nullcontext():
+                    logits, _ = model(x)
+                nll = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), y.reshape(-1), reduction="none")
+                if i < len(mine):
+                    sums[s, 0] += nll.double().sum().cpu()
+                    sums[s, 1] += y.numel()
+                    sums[s, 2] += held.token_bytes[y.reshape(-1).cpu()].sum()
+                chaos.point("train.eval")
+        finally:
+            model.train(was_training)
+    if all_sum is not None and world > 1:
+        sums = all_sum(sums.to(device)).cpu()
+    return summarize(sums, held, mix, time.perf_counter() - t0)
+
+
+def summarize(sums: torch.Tensor, held: HeldOut, mix: Mapping[str, float], seconds: float) -> dict:
+    sources, weights = {}, {}
+    for (nll, targets, nbytes), b in zip(sums.tolist(), held.blocks):
+        if targets == 0:
+            continue  # no held-out block: nothing to score
+        sources[b.name] = {"loss": nll / targets, "bpb": nll / math.log(2) / max(nbytes, 1),
+                           "blocks": len(b.ids), "tokens": int(targets), "bytes": int(nbytes)}
+        weights[b.name] = float(mix.get(b.name, 0.0))
+    norm = sum(weights.values()) or 1.0
+    total = {k: sum(weights[n] / norm * sources[n][k] for n in sources) for k in ("loss", "bpb")}
+    tokens = sum(s["tokens"] for s in sources.values())
+    return {"sources": sources, "total": {**total, "weights": {n: w / norm for n, w in weights.items()}},
+            "seconds": seconds, "tokens_per_s": tokens / seconds if seconds > 0 else None}
+
+
+def due(step: int, target: int, params) -> bool:
+    """Whether training evaluates after `step`: every eval.every steps, at every checkpoint and at
+    the last step (never with eval.every 0)."""
+    every, ck = params.eval.every, params.train.checkpoint_every
+    return bool(every) and (step % every == 0 or step % ck == 0 or step == target)
+
+
+def compact(ev: dict) -> dict:
+    """What a train.jsonl row and a manifest keep of an evaluation."""
+    return {"total": {k: ev["total"][k] for k in ("loss", "bpb")},
+            "sources": {n: {k: v[k] for k in ("loss", "bpb", "tokens")} for n, v in ev["sources"].items()},
+            "eval_s": ev["seconds"], "tokens_per_s": ev["tokens_per_s"]}

@@ -1,0 +1,206 @@
+"""Training guards: a non-finite step never reaches the weights; spikes and runs of them roll back.
+
+Contract:
+- `Guard.judge(step, loss, finite, batches)` is called once per optimizer step, before the
+  update, with values every rank shares (the all-reduced loss; `finite` all-reduced over the
+  ranks' loss and gradient norm), so every rank takes the same decision. It returns "ok"
+  (apply the update), "skip" (non-finite: no update, counted) or "spike" (finite and applied,
+  but flagged); it raises `Trouble` when the run of flagged steps ending here holds
+  train.spike_patience spikes or train.max_skipped skipped steps.
+- A spike is a loss above train.spike_factor x the median of the last train.spike_window good
+  (unflagged) steps, judged once that window is full. One good step ends a run.
+- The ledger, data/checkpoints/rollbacks.json, lists every rollback of this run in order:
+  its number `n`, `reason`, the flagged `steps` [first, last], the global `batches` consumed in
+  them, the step rolled back `to` (the newest valid checkpoint before the first flagged step,
+  or 0: the start), and the losses seen. It is written (atomically) before anything else
+  happens, so a kill at any point after the decision resumes as the rollback would have.
+- Replaying, the trainer skips each entry's batches (the loader moves past them) when it is
+  about to run the entry's first step: `skips_before(step)`. Every checkpoint's lineage holds
+  the ledger it was saved with; one saved with fewer entries than the ledger at a step inside
+  or past a later entry's window is from the abandoned timeline (`tainted`) and is removed.
+- `state_dict()` holds what a resume needs and cannot derive: the rolling window of good losses,
+  the run of flagged steps in progress, and the count of skipped steps.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+from pathlib import Path
+
+from shardline.core import chaos, fsio
+from shardline.training import checkpoint
+from shardline.core.config import Train
+from shardline.core.errors import ShardlineError
+
+LEDGER = "rollbacks.json"
+
+
+class Trouble(Exception):
+    """The run of flagged steps ending at this step calls for a rollback."""
+
+    def __init__(self, reason: str, run: list[dict]):
+        super().__init__(reason)
+        self.reason, self.run = reason, run
+
+
+class RolledBack(Exception):
+    """The ledger has a new entry: train again from the newest checkpoint it leaves valid."""
+
+
+class Diverged(ShardlineError):
+    """Trouble again after train.max_rollbacks rollbacks: the message names steps and batches."""
+
+
+def read_ledger(ckpts: Path) -> list[dict]:
+    """The ledger: rollbacks.json, or the longer list a checkpoint's lineage holds (the file lost,
+    or checkpoints restored from elsewhere): entries only ever append, so the longest is the truth."""
+    path = Path(ckpts) / LEDGER
+    found = [fsio.read_json(path)["rollbacks"] if path.exists() else []]
+    found += [_recorded(p) or [] for p in sorted(Path(ckpts).glob("step-*"))]
+    return max(found, key=len)
+
+
+def write_ledger(ckpts: Path, ledger: list[dict]) -> None:
+    fsio.write_json(Path(ckpts) / LEDGER, {"rollbacks": ledger})
+
+
+def tainted(step: int, known: int, ledger: list[dict]) -> bool:
+    """Whether a checkpoint at `step`, saved when the ledger held `known` entries, is from a
+    timeline a later rollback abandoned."""
+    return any(e["n"] > known and step >= e["steps"][0] for e in ledger)
+
+
+def _recorded(path: Path) -> list[dict] | None:
+    """The ledger the checkpoint at `path` was saved with (None: no readable manifest)."""
+    try:
+        return fsio.read_json(path / checkpoint.MANIFEST)["lineage"].get("rollbacks") or []
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _known(path: Path) -> int | None:
+    """How many ledger entries the checkpoint at `path` was saved with (None: no readable manifest)."""
+    got = _recorded(path)
+    return None if got is None else len(got)
+
+
+def drop_tainted(ckpts: Path, ledger: list[dict], kept: Path, log, first: int | None = None) -> None:
+    """Remove the checkpoints (and their kept links) a rollback abandoned; with `first`, also
+    every one from that step on (the trouble training stops at: none of it is kept)."""
+    if not ledger and first is None:
+        return
+    # manifests only (no hashing at every start); the kept links apart, so a kill between the two
+    # removals leaves nothing behind
+    for path in sorted(Path(ckpts).glob("step-*")) + sorted(Path(kept).glob("step-*")):
+        known = _known(path)
+        if not path.name[5:].isdigit() or known is None:
+            continue
+        step = int(path.name[5:])
+        if tainted(step, known, ledger) or (first is not None and step >= first):
+            checkpoint.remove(path)
+            if path.parent == Path(ckpts):
+                log(f"train: removed {path.name}: saved {'after' if first is None else 'in'} the trouble "
+                    f"{'a rollback undid' if first is None else 'training stops at'}")
+
+
+def base_step(ckpts: Path, first: int, ledger: list[dict]) -> int:
+    """The step a rollback of trouble starting at `first` returns to: the newest valid checkpoint
+    before it that no earlier rollback abandoned, or 0 (the start)."""
+    older = [p for p in Path(ckpts).glob("step-*") if p.name[5:].isdigit() and int(p.name[5:]) < first]
+    for path in sorted(older, reverse=True):  # newest first: hash only until one verifies
+        step = int(path.name[5:])
+        if not tainted(step, _known(path) or 0, ledger) and checkpoint.verify(path, cached=True)[0]:
+            return step
+    return 0
+
+
+def skips_before(step: int, ledger: list[dict]) -> list[dict]:
+    """The entries whose batches are skipped before step `step + 1` runs, in ledger order."""
+    return [e for e in ledger if e["steps"][0] == step + 1]
+
+
+def entry(n: int, trouble: Trouble, to_step: int) -> dict:
+    run = trouble.run
+    return {"n": n, "reason": trouble.reason, "steps": [run[0]["step"], run[-1]["step"]], "to": to_step,
+            "batches": [b for r in run for b in r["batches"]], "losses": [r["loss"] for r in run]}
+
+
+def describe(e: dict) -> str:
+    first, last = e["steps"]
+    return (f"rollback {e['n']}: {e['reason']} at step(s) {first}-{last}; rolled back from step {last} to "
+            f"{'the start' if not e['to'] else 'step ' + str(e['to'])}, skipping {len(e['batches'])} batch(es) "
+            f"({', '.join(e['batches'])})")
+
+
+def diverged(trouble: Trouble, ledger: list[dict], cfg: Train, ckpts: Path, counted: int) -> Diverged:
+    run = trouble.run
+    past = "".join(f"\n  {describe(e)}" for e in ledger)
+    newest = checkpoint.latest_valid(ckpts, lambda _: None)
+    return Diverged(
+        f"train: {trouble.reason} at step(s) {run[0]['step']}-{run[-1]['step']} (batches "
+        f"{', '.join(b for r in run for b in r['batches'])}), after {counted} rollback(s) on this data version "
+        f"(train.max_rollbacks {cfg.max_rollbacks}):{past or ' none allowed'}\nThe newest checkpoint is "
+        f"{newest.name if newest else 'none'}, from before the trouble. Look at those batches "
+        "(data/metrics/train.jsonl has every step's loss, gradient norm and batches), lower train.lr or raise "
+        "train.warmup_steps, or raise train.max_rollbacks to let it skip more data")
+
+
+class Guard:
+    def __init__(self, cfg: Train):
+        self.cfg = cfg
+        self.good: deque[float] = deque(maxlen=cfg.spike_window)
+        self.run: list[dict] = []  # the flagged steps in a row so far: step, kind, loss, batches
+        self.skipped = 0
+
+    def judge(self, step: int, loss: float, finite: bool, batches: list[str]) -> str:
+        cfg = self.cfg
+        if not finite:
+            verdict = "skip"
+            self.skipped += 1
+        elif len(self.good) == cfg.spike_window and loss > cfg.spike_factor * statistics.median(self.good):
+            verdict = "spike"
+        else:
+            self.good.append(loss)
+            self.run = []
+            return "ok"
+        self.run.append({"step": step, "kind": verdict, "loss": loss if finite else None, "batches": batches})
+        spikes = sum(r["kind"] == "spike" for r in self.run)
+        skips = len(self.run) - spikes
+        if spikes >= cfg.spike_patience:
+            raise Trouble(f"loss spike ({spikes} steps above train.spike_factor {cfg.spike_factor} x the rolling "
+                          f"median {statistics.median(self.good):.4f})", self.run)
+        if skips >= cfg.max_skipped:
+            raise Trouble(f"{skips} non-finite steps in a row (train.max_skipped {cfg.max_skipped})", self.run)
+        return verdict
+
+    def median(self) -> float | None:
+        return statistics.median(self.good) if self.good else None
+
+    def state_dict(self) -> dict:
+        return {"good": list(self.good), "run": list(self.run), "skipped": self.skipped}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.good.clear()
+        self.good.extend(state["good"][-self.cfg.spike_window:])
+        self.run, self.skipped = list(state["run"]), state["skipped"]
+
+
+def roll_back(t: Trouble, ckpts: Path, kept: Path, ledger: list[dict], cfg: Train, *, since: int, rank: int,
+              barrier, log) -> None:
+    """Record the rollback in the ledger and raise RolledBack; past train.max_rollbacks (counted
+    since step `since`, this data version's start), raise Diverged instead. Every rank calls it
+    at the same step (the decision is shared); rank 0 writes."""
+    first, counted = t.run[0]["step"], sum(e["steps"][0] > since for e in ledger)
+    if counted >= cfg.max_rollbacks:
+        if rank == 0:  # a re-run replays to the same stop, from before the trouble
+            drop_tainted(ckpts, ledger, kept, log, first=first)
+        barrier()
+        raise diverged(t, ledger, cfg, ckpts, counted)
+    if rank == 0:
+        e = entry(len(ledger) + 1, t, base_step(ckpts, first, ledger))
+        write_ledger(ckpts, ledger + [e])
+        log(f"train: {describe(e)}")
+    chaos.point("train.rollback")
+    barrier()  # the ledger is durable before any rank reads it again
+    raise RolledBack

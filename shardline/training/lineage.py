@@ -1,0 +1,118 @@
+"""What a checkpoint was trained on, recorded in every manifest.
+
+Contract: `collect` gathers, as values (never only hashes): the data version (the content
+hash of the shards the loader verified, the md5 DVC records for data/shards in dvc.lock when
+there is one, and the tokenizer hash), the cleaning rules, the mix, the sources (uri + sha256
+of every raw file, from the download manifests when present), the model/train/loader/shard
+params, the git commit and dirty flag, the orchestrator's run id (Prefect flow-run id), the
+parent checkpoint, the training guards' rollbacks so far (shardline.training.guard's ledger), and
+`continued_from`: when this identity's training continued from a
+checkpoint of another data version or mix, that checkpoint, what changed, its own eval and its
+eval on this run's held-out set (the "before" of a before/after). `describe` renders it, with
+the manifest's eval, for `shardline lineage`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import yaml
+
+from shardline.core import fsio
+from shardline.training import guard
+from shardline.core.config import Params
+from shardline.core.layout import Layout
+
+
+def git_state(root: Path) -> dict:
+    def git(*args: str) -> str | None:
+        try:
+            r = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return r.stdout.strip() if r.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"commit": commit, "dirty": bool(status) if status is not None else None}
+
+
+def dvc_md5(root: Path, out: str = "data/shards") -> str | None:
+    """The hash DVC recorded for an output in dvc.lock (None before the first `dvc repro`)."""
+    lock = Path(root) / "dvc.lock"
+    if not lock.exists():
+        return None
+    for stage in (yaml.safe_load(lock.read_text()) or {}).get("stages", {}).values():
+        for o in stage.get("outs", []):
+            if o.get("path") == out:
+                return o.get("md5")
+    return None
+
+
+def sources(params: Params, layout: Layout) -> list[dict]:
+    out = []
+    for s in params.sources:
+        m = layout.raw / s.name / "manifest.json"
+        files = fsio.read_json(m)["files"] if m.exists() else None
+        out.append({"name": s.name, "uri": s.uri,
+                    "files": [{"path": f["path"], "sha256": f["sha256"]} for f in files] if files else None})
+    return out
+
+
+def collect(params: Params, layout: Layout, shards_version: str, *, parent: str | None = None,
+            run_id: str | None = None, data_change: list[str] | None = None,
+            continued_from: dict | None = None, rollbacks: list[dict] | None = None) -> dict:
+    tok_meta = layout.tokenizer / "meta.json"
+    return {
+        "data_version": {"shards_sha256": shards_version, "dvc_md5": dvc_md5(layout.root),
+                         "tokenizer_sha256": fsio.read_json(tok_meta)["sha256"] if tok_meta.exists() else None},
+        "clean_rules": params.section("clean"),
+        "mix": params.mix,
+        "sources": sources(params, layout),
+        "params": {k: params.section(k) for k in ("model", "train", "loader", "shard", "tokenizer")},
+        "code": git_state(layout.root),
+        "run": {"prefect_flow_run_id": run_id or os.environ.get("PREFECT__FLOW_RUN_ID")},
+        "parent": parent,
+        "data_change": data_change or [],
+        "continued_from": continued_from,
+        "rollbacks": rollbacks or [],
+    }
+
+
+def _eval_line(ev: dict | None) -> str:
+    if not ev:
+        return "none"
+    per = ", ".join(f"{n} {v['loss']:.4f} ({v['bpb']:.4f} bpb)" for n, v in ev["sources"].items())
+    return f"loss {ev['total']['loss']:.4f}, {ev['total']['bpb']:.4f} bits/byte (mix-weighted); {per}"
+
+
+def describe(manifest: dict) -> str:
+    lin = manifest["lineage"]
+    dv = lin["data_version"]
+    lines = [f"checkpoint step {manifest['step']}",
+             f"  data version: shards {dv['shards_sha256'][:16]}  dvc md5 {dv['dvc_md5']}  tokenizer "
+             f"{(dv['tokenizer_sha256'] or '')[:16]}",
+             f"  mix: {json.dumps(lin['mix'])}",
+             f"  parent: {lin['parent'] or '(fresh start)'}",
+             f"  code: git {lin['code']['commit']}{' (dirty)' if lin['code']['dirty'] else ''}",
+             f"  prefect flow run: {lin['run']['prefect_flow_run_id']}"]
+    if lin["data_change"]:
+        lines.append("  ALLOWED DATA CHANGE at this resume: " + "; ".join(lin["data_change"]))
+    lines.append(f"  eval (held-out) at step {manifest['step']}: {_eval_line(manifest.get('eval'))}")
+    origin = lin.get("continued_from")
+    if origin:
+        lines.append(f"  continued from {origin['checkpoint']} of another data version/mix "
+                     f"({'; '.join(origin['changes'])})")
+        lines.append(f"    it, on today's held-out set: {_eval_line(origin['eval_now'])}")
+    for e in lin.get("rollbacks") or []:
+        lines.append(f"  {guard.describe(e)}")
+    for s in lin["sources"]:
+        n = len(s["files"]) if s["files"] else "?"
+        lines.append(f"  source {s['name']}: {s['uri']} ({n} files)")
+    lines.append("  clean rules: " + json.dumps(lin["clean_rules"], sort_keys=True))
+    lines.append("  params: " + json.dumps(lin["params"], sort_keys=True))
+    lines.append("  versions: " + json.dumps(manifest["versions"], sort_keys=True))
+    return "\n".join(lines)

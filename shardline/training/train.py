@@ -1,0 +1,309 @@
+"""train stage: a GPT on the shards, resumable bit-for-bit from any kill.
+
+Contract:
+- Everything a resume needs is in the newest valid checkpoint: model, optimizer, GradScaler,
+  RNG states, loader position, step, tokens seen, the guards' state; plus, for a rollback decided
+  after it, the ledger beside it. What can be derived is derived: the LR is a function of the
+  step (shardline.training.schedule); the data order of (seed, mix, position); dropout is re-seeded every
+  step from (train.seed, step, rank), so a resumed run draws exactly what the killed one would.
+  On CPU with train.deterministic, a run killed any number of times ends bit-identical to one
+  never killed (tests/test_train.py).
+- Resume compares the run's identity (shardline.training.identity: data version, mix, model, loader seed
+  and batch geometry, the optimisation settings) with the newest checkpoint's: a change is
+  refused, continued (train.allow_data_change, recorded in the lineage, with the parent judged
+  on this run's held-out set as the "before") or starts a fresh model (train.fresh_on_data_change,
+  or `new_run` from the orchestrator: an experiment), setting the old checkpoints aside first.
+- Guards (shardline.training.guard), on values all-reduced over the ranks before each update: a
+  non-finite loss or gradient norm skips the update; a spike or a run of skips rolls back (the
+  ledger first, then a start like a resume's, which skips the trouble's batches), and past
+  train.max_rollbacks training stops (Diverged). The gradient norm before clipping is recorded
+  every step.
+- Held-out eval (shardline.training.evaluate) every eval.every steps, at every checkpoint and the last
+  step, after the update and before the step's record: it goes into that record, eval.json and
+  the checkpoint's manifest. It touches no RNG stream: eval on or off, training is identical.
+- Every saved checkpoint is hard-linked under .shardline/kept/<identity>/, so a checkout that
+  replaces data/checkpoints never takes the only copy. The links go when the run ends under an
+  orchestrator that records data/checkpoints right after (`recorded`: DVC commits it), when
+  retention removes the checkpoint, or when a later start finds it `recoverable`.
+- Under torchrun (RANK/WORLD_SIZE set, one node or many) ranks share each global batch (the
+  loader's elastic slices); gradients are averaged by DDP or FSDP (train.strategy, see
+  shardline.training.dist); global rank 0 writes checkpoints (always the full, single-process state)
+  and metrics, everyone waits at a barrier. `train.nproc_per_node > 1` makes `run` relaunch
+  itself under torchrun on this machine.
+- Per step, data/metrics/train.jsonl gets tokens, step/data-wait/compute time, tokens/s, MFU
+  (shardline.training.monitor); a resumed run first drops lines past its checkpoint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import math
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from shardline.core import chaos, fsio
+from shardline.training import rng
+from shardline.training import checkpoint, guard, identity, lineage
+from shardline.core.config import Params, Train
+from shardline.training.dist import Dist, grad_norm, relaunch_under_torchrun
+from shardline.core.errors import BadInput
+from shardline.training.evaluate import HeldOut, compact, due, evaluate
+from shardline.training.guard import Guard, RolledBack, Trouble
+from shardline.core.layout import Layout
+from shardline.stream.loader import Loader
+from shardline.training.model import GPT, GPTConfig, configure_optimizer
+from shardline.training.monitor import Monitor, guess_peak_flops, read_records, summarize, truncate_records, write_derived
+from shardline.training.resume import Position, resume
+from shardline.training.schedule import lr_at
+
+Log = Callable[[str], None]
+
+
+def step_seed(seed: int, step: int, rank: int) -> int:
+    return int.from_bytes(hashlib.blake2b(f"{seed}:{step}:{rank}".encode(), digest_size=8).digest(), "little")
+
+
+def device_for(cfg: Train) -> torch.device:
+    if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available()):
+        if not torch.cuda.is_available():
+            raise BadInput("train.device: cuda requested but no CUDA device is available")
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return torch.device("cpu")
+
+
+def autocast_for(cfg: Train, device: torch.device):
+    if cfg.precision == "fp32":
+        return contextlib.nullcontext()
+    if cfg.precision == "fp16" and device.type != "cuda":
+        raise BadInput("train.precision: fp16 needs CUDA; use bf16 on CPU")
+    return torch.autocast(device.type, dtype=torch.bfloat16 if cfg.precision == "bf16" else torch.float16)
+
+
+def run(params: Params, layout: Layout, log: Log = print, mapper=None, run_id: str | None = None,
+        on_step: Callable[[int, int], None] | None = None, new_run: bool = False,
+        recoverable: Callable[[Path], bool] | None = None, recorded: bool = False) -> dict:
+    """Train to this data version's start + train.steps. `on_step(step, target)` reports progress.
+    `new_run`: the orchestrator starts a new experiment, so a changed identity trains a fresh model
+    (as train.fresh_on_data_change does) instead of being refused; `recoverable(checkpoint_dir)`
+    says whether a checkpoint is kept elsewhere (then it is removed, not archived, to make room).
+    Every checkpoint saved is also hard-linked under .shardline/kept/ until something records
+    it: `recorded` says the orchestrator records data/checkpoints as this run ends (DVC's commit),
+    so the links are dropped at a successful end; `recoverable` prunes them at the next start."""
+    cfg = params.train
+    if cfg.nproc_per_node > 1 and "LOCAL_RANK" not in os.environ:
+        return relaunch_under_torchrun(params, layout, log)
+    if cfg.deterministic:
+        torch.use_deterministic_algorithms(True)
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    device = device_for(cfg)
+    dist = Dist(cfg, device, log)
+    rolled_back = False
+    while True:
+        try:
+            summary = _train(params, layout, log if dist.rank == 0 else (lambda _: None), device, dist, run_id,
+                             on_step if dist.rank == 0 else None, new_run, recoverable, recorded, rolled_back)
+            break
+        except RolledBack:  # the ledger holds it: start again exactly as a resume after a kill would
+            rolled_back, new_run = True, False
+    dist.close()  # not on an exception: see Dist.close
+    return summary
+
+
+def _train(params: Params, layout: Layout, log: Log, device: torch.device, dist: Dist, run_id: str | None,
+           on_step: Callable[[int, int], None] | None, new_run: bool, recoverable, recorded: bool,
+           rolled_back: bool) -> dict:
+    cfg = params.train
+    ckpts, metrics = layout.checkpoints, layout.data / "metrics" / "train.jsonl"
+    loader = Loader.from_params(params, layout.shards, rank=dist.rank, world=dist.world, log=log)
+    vocab = fsio.read_json(layout.tokenizer / "meta.json")["vocab_size"]
+    gcfg = GPTConfig(vocab_size=vocab, seq_len=loader.seq_len, **params.section("model"))
+    held = (HeldOut.for_training(params, layout, loader.spec.remote, loader.seq_len,
+                                 loader.reader.sources[0].index["tokenizer_sha256"], log)
+            if params.eval.every else None)
+    kept = layout.kept / identity.tag(identity.current(params, loader.state_dict()))
+    ledger = dist.share(guard.read_ledger(ckpts) if dist.rank == 0 else None)
+    if dist.rank == 0 and ckpts.exists():
+        fsio.remove_temps(ckpts)
+        guard.drop_tainted(ckpts, ledger, kept, log)
+    if dist.rank == 0:
+        checkpoint.tidy_kept(layout.kept, ckpts, recoverable, log)
+    dist.barrier()
+    latest = checkpoint.latest_valid(ckpts, log)
+    changes: list[str] = []
+    if latest is not None:  # verified: its JSON is what the tensors were saved with
+        old = identity.saved(fsio.read_json(latest / checkpoint.STATE), fsio.read_json(latest / checkpoint.MANIFEST))
+        changes = identity.diff(old, identity.current(params, loader.state_dict()))
+        action = identity.decide(changes, latest.name, allow=cfg.allow_data_change,
+                                 fresh=cfg.fresh_on_data_change or new_run)
+        if action == "fresh":
+            dist.barrier()  # every rank has read `latest` before rank 0 moves it
+            if dist.rank == 0:
+                why = "new experiment" if new_run else "train.fresh_on_data_change"
+                log(f"train: a new run ({why}): {'; '.join(changes)}")
+                identity.set_aside(ckpts, old, recoverable, log)
+            dist.barrier()
+            latest, changes, ledger = None, [], []
+    rng.seed_all(cfg.seed)
+    model = GPT(gcfg).to(device)
+    net = dist.wrap(model, model.transformer.h)
+    opt = configure_optimizer(model, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(cfg.beta1, cfg.beta2),
+                              device_type=device.type)
+    scaler = torch.amp.GradScaler(device.type, enabled=cfg.precision == "fp16")
+    autocast = autocast_for(cfg, device)
+    per_rank = loader.spec.global_batch // dist.world
+
+    def evaluate_now() -> dict:
+        return evaluate(model, held, params.mix, batch=per_rank, device=device, autocast=autocast, rank=dist.rank,
+                        world=dist.world, all_sum=dist.all_sum, pad=dist.strategy == "fsdp")
+
+    pos = Position()
+    if latest is not None:
+        pos = resume(latest, changes, loader, dist, model, opt, scaler, rolled_back)
+        log(f"train: {'rolled back to' if rolled_back else 'resuming from'} {latest.name} (step {pos.step}, "
+            f"{pos.tokens_seen:,} tokens)"
+            + (f"; ALLOWED CHANGES: {'; '.join(pos.changed)}" if pos.changed else ""))
+        if pos.changed and held is not None:
+            pos.continued_from["eval_now"] = compact(evaluate_now())
+    else:
+        log(f"train: fresh start, {GPT.__name__} with {model.num_params():,} parameters")
+    step, tokens_seen, target = pos.step, pos.tokens_seen, pos.version_start + cfg.steps
+    guards = Guard(cfg)
+    if pos.guard and not pos.changed:  # on new data, a fresh rolling median: the old one judged other text
+        guards.load_state_dict(pos.guard)
+    pending = [e for e in ledger if e["n"] > pos.known]  # rollbacks this timeline has not recorded yet
+
+    def retain(before: int | None) -> None:
+        # inside a run of flagged steps, the checkpoint a rollback would return to stays
+        for s in checkpoint.retain(ckpts, cfg.keep_last, cfg.keep_every, log, before=before):
+            if checkpoint.step_dir(kept, s).exists():
+                checkpoint.remove(checkpoint.step_dir(kept, s))
+
+    def after_save(path: Path, before: int | None) -> None:  # on the saver's thread
+        checkpoint.keep(path, kept)
+        retain(before)
+
+    lin = lineage.collect(params, layout, loader.version, parent=pos.parent, run_id=run_id, data_change=pos.changed,
+                          continued_from=pos.continued_from, rollbacks=ledger)
+    if cfg.compile:
+        net = torch.compile(net)
+    if dist.rank == 0:
+        metrics.parent.mkdir(parents=True, exist_ok=True)
+        truncate_records(metrics, step)
+    tokens_per_step = loader.spec.global_batch * loader.seq_len * cfg.grad_accum
+    monitor = Monitor(metrics if dist.rank == 0 else None, tokens_per_step=tokens_per_step,
+                      flops_per_token=model.flops_per_token(), total_steps=target, start_step=step,
+                      peak_flops=guess_peak_flops(device) * dist.world,  # tokens_per_step is the whole job's
+                      slow_factor=cfg.slow_step_factor, log=log, device=device,
+                      progress=None if dist.rank == 0 else False)
+    batches = iter(loader)
+    saved, saver = [], checkpoint.AsyncSaver()
+    if step >= target:
+        log(f"train: already at step {step} = this data version's start {pos.version_start} + train.steps "
+            f"{cfg.steps}: nothing to train (raise train.steps to continue)")
+    while step < target:
+        t0 = time.perf_counter()
+        skipped = [b for e in guard.skips_before(step, ledger) for b in e["batches"]]
+        if skipped:  # replaying past a rollback: its batches are never trained on
+            loader.skip(len(skipped))
+            batches = iter(loader)
+            log(f"train: step {step + 1}: skipping the {len(skipped)} batch(es) a rollback set aside")
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step - pos.version_start, cfg)
+        torch.manual_seed(step_seed(cfg.seed, step, dist.rank))
+        wait, total, hashes = 0.0, torch.zeros((), device=device), []
+        for micro in range(cfg.grad_accum):
+            tw = time.perf_counter()
+            n = loader.batches_consumed + 1  # the global batch number, which faults are planted by
+            x, y = next(batches)
+            wait += time.perf_counter() - tw
+            hashes.append(loader.last_batch)
+            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+            with dist.grad_sync(net, last=micro == cfg.grad_accum - 1):
+                with autocast:
+                    _, loss = net(x, y)
+                loss = chaos.planted(loss, n, dist.rank)
+                loss = loss / cfg.grad_accum
+                scaler.scale(loss).backward()
+            if chaos.fault("train.inf_grad", n, dist.rank):
+                grad = next(model.parameters()).grad  # under fsdp a DTensor: this rank's shard takes it
+                (grad.to_local() if hasattr(grad, "to_local") else grad).view(-1)[0] = float("inf")
+            total += loss.detach()
+        scaler.unscale_(opt)
+        norm, raw = grad_norm(model)
+        # fp16: an inf gradient is GradScaler's overflow, which it skips and backs off from itself
+        bad = ~torch.isfinite(total) | (~torch.isfinite(norm) & (not scaler.is_enabled()))
+        shared = dist.all_sum(torch.stack([total, bad.float()]))  # one decision for every rank
+        loss_value, finite = float(shared[0] / dist.world), float(shared[1]) == 0
+        try:
+            verdict = guards.judge(step + 1, loss_value, finite, hashes)
+        except Trouble as t:
+            saver.wait()  # a checkpoint of the trouble being written is on disk (and then removed) first
+            monitor.close()
+            guard.roll_back(t, ckpts, kept, ledger, cfg, since=pos.version_start, rank=dist.rank,
+                            barrier=dist.barrier, log=log)
+        if verdict != "skip":
+            if cfg.grad_clip:
+                torch.nn.utils.clip_grads_with_norm_(model.parameters(), cfg.grad_clip, raw)
+            scaler.step(opt)
+        else:
+            log(f"train: step {step + 1}: non-finite {'loss' if not math.isfinite(loss_value) else 'gradient'}"
+                f", skipped (no update; batches {', '.join(hashes)})")
+        scaler.update()
+        opt.zero_grad(set_to_none=True)
+        step += 1
+        tokens_seen += tokens_per_step
+        dt = time.perf_counter() - t0
+        # after the update, before the record: its time is not the step's (eval_s says what it cost)
+        ev = compact(evaluate_now()) if held is not None and due(step, target, params) else None
+        extra = {"batches": hashes, "grad_norm": float(norm),  # consumed ids, auditable; norm before clipping
+                 **({"guard": verdict} if verdict != "ok" else {}), **({"skipped_batches": skipped} if skipped else {}),
+                 **({"rollbacks": pending} if pending else {}), **({"eval": ev} if ev else {})}
+        pending = []
+        monitor.step(step, loss=loss_value, lr=opt.param_groups[0]["lr"], data_wait_s=wait,
+                     compute_s=dt - wait, step_s=dt, extra=extra)
+        chaos.done("train", f"step {step} rank {dist.rank}")
+        chaos.point("train.step", f"{step}:rank{dist.rank}")  # e.g. train.step@3:rank1 kills one rank
+        if on_step:
+            on_step(step, target)
+        if step % cfg.checkpoint_every == 0 or step == target:
+            full = dist.full_state(model, opt)  # every rank: a collective under fsdp
+            if dist.rank == 0:
+                state = {"step": step, "tokens_seen": tokens_seen, "loader": loader.state_dict(),
+                         "grad_accum": cfg.grad_accum, "world_size": dist.world, "strategy": dist.strategy,
+                         "resumes": pos.resumes, "version_start_step": pos.version_start,
+                         "guard": guards.state_dict()}
+                path = saver.submit(ckpts, step, {"model.pt": full[0], "optimizer.pt": full[1],
+                                                  "scaler.pt": scaler.state_dict(), "rng.pt": rng.capture()},
+                                    state, lin, eval=ev, then=functools.partial(
+                                        after_save, before=guards.run[0]["step"] if guards.run else None))
+                saved.append(path.name)
+                lin = {**lin, "parent": path.name, "data_change": []}
+            dist.barrier()
+    if guards.run:
+        log(f"train: the run ends inside {len(guards.run)} flagged step(s) (from step {guards.run[0]['step']}, "
+            "fewer than a rollback needs): the last checkpoint holds them; raising train.steps may roll back "
+            "before it")
+    saver.wait()  # the last checkpoint is on disk before the stage reports success
+    if dist.rank == 0:  # a run killed inside its last retention, resumed with nothing to train, finishes it here
+        retain(guards.run[0]["step"] if guards.run else None)
+    if recorded and dist.rank == 0 and kept.exists():
+        shutil.rmtree(kept)  # the orchestrator records data/checkpoints now: the links are not needed
+    dist.barrier()
+    monitor.close()
+    summary = {"final_step": step, "tokens_seen": tokens_seen, "resumed_from": pos.parent, "checkpoints_saved": saved,
+               "this_process": monitor.summary()}
+    if dist.rank == 0:  # figures over every step on record (train.jsonl), not only this process's
+        rows = read_records(metrics)
+        summary = {**summarize(rows, tokens_per_step), **summary}
+        fsio.write_json(layout.data / "metrics" / "train.json", summary)
+        write_derived(rows, layout.data / "metrics")
+    return summary
