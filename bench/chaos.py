@@ -4,7 +4,7 @@
 
 Builds a reference project with one uninterrupted `dvc repro`, then runs a second project from
 scratch through a seeded plan of kills that follows the line through every stage, at the named
-kill points of shardline.chaos (a real SIGKILL of the process that holds the work, at an exact
+kill points of shardline.core.chaos (a real SIGKILL of the process that holds the work, at an exact
 moment): inside writes (an HTTP body into its .part while the loopback server also cuts bodies
 short, a clean part's parquet, a token part's ids, a shard's bytes), after units of work (a file,
 a part, a selection, a shard, a step, a held-out batch, a checkpoint's files, a retention), and

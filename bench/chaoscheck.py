@@ -3,7 +3,7 @@ and what each resume redid.
 
 Contract: every function takes the two finished projects (or their chaos logs) and returns what
 differs, never raises; bench.chaos turns each into one pass/fail line. The chaos log
-(SHARDLINE_CHAOS_LOG and SHARDLINE_CHAOS_DONE_LOG, written by shardline.chaos) holds, in time order, `name#k` for a named kill
+(SHARDLINE_CHAOS_LOG and SHARDLINE_CHAOS_DONE_LOG, written by shardline.core.chaos) holds, in time order, `name#k` for a named kill
 point that fired, `kill timed` for a timed SIGKILL of the whole process group (the suite writes
 it), and `done <stage> <unit>` for a unit of work made durable: a downloaded file, a clean part or
 its selection, a token part, a shard, a training step, a checkpoint.

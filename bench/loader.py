@@ -60,8 +60,8 @@ import numpy as np
 import psutil
 import torch
 
-from shardline import permute
-from shardline.loader import Loader, Order, Source, open_sources
+from shardline.stream import permute
+from shardline.stream.loader import Loader, Order, Source, open_sources
 
 CORPORA = Path(__file__).resolve().parents[2] / "shared" / "corpora"
 OPTIONAL = [  # (name, file, format, extra source keys)
@@ -82,8 +82,9 @@ def fail(msg: str) -> None:
 
 def build_shards(root: Path) -> tuple[Path, list[str], dict[str, float]]:
     """Run the engine's stages into `root`; return shards dir, source names and the mix."""
-    from shardline import clean, config, download, encode, shard
-    from shardline.layout import Layout
+    from shardline.core import config
+    from shardline.data import clean, download, tokenize, shard
+    from shardline.core.layout import Layout
 
     sources = [{"name": "code", "uri": "builtin://python-stdlib", "format": "txt", "txt_unit": "file"}]
     for name, file, fmt, extra in OPTIONAL:
@@ -103,7 +104,7 @@ def build_shards(root: Path) -> tuple[Path, list[str], dict[str, float]]:
     })
     layout = Layout.at(root)
     t0 = time.perf_counter()
-    for stage in (download, clean, encode, shard):
+    for stage in (download, clean, tokenize, shard):
         stage.run(params, layout, log=lambda _: None)
     print(f"built shards in {time.perf_counter() - t0:.1f}s (download, clean, tokenize, shard) at {layout.shards}")
     return layout.shards, [s["name"] for s in sources], mix

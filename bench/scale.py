@@ -151,7 +151,7 @@ def task_overhead(address: str, n: int = 40) -> float:
 
     from prefect import flow
 
-    from shardline import config
+    from shardline.core import config
     from tasks import part_mapper
     from tasks.runners import task_runner
 

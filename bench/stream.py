@@ -42,7 +42,7 @@ from pathlib import Path
 import torch
 
 from bench.loader import BATCH, SEED, build_shards
-from shardline.loader import Loader
+from shardline.stream.loader import Loader
 from tests.s3 import moto_s3, upload_dir
 
 BUCKET = "shardline-bench"

@@ -11,7 +11,7 @@ tokens per step) and --steps steps. Then measures, interleaved (each repeat runs
 alternating between repeats, so machine noise hits both alike):
 
   1. trainer vs bare loop, tokens/s:
-     (a) the real trainer, `shardline.train.run(params, layout)`, fresh each repeat
+     (a) the real trainer, `shardline.training.train.run(params, layout)`, fresh each repeat
          (data/checkpoints and data/metrics deleted first); checkpoint_every is larger than
          --steps, so it saves only the final checkpoint. Its tokens/s is its own
          data/metrics/train.json `median_tokens_per_s`, computed from per-step `step_s`, which
@@ -75,12 +75,14 @@ from pathlib import Path
 import torch
 import yaml
 
-from shardline import checkpoint, config, fsio, lineage, rng
-from shardline import train as T
-from shardline.layout import Layout
-from shardline.loader import Loader
-from shardline.model import GPT, GPTConfig, configure_optimizer
-from shardline.monitor import Monitor
+from shardline.core import config, fsio
+from shardline.training import rng
+from shardline.training import checkpoint, lineage
+from shardline.training import train as T
+from shardline.core.layout import Layout
+from shardline.stream.loader import Loader
+from shardline.training.model import GPT, GPTConfig, configure_optimizer
+from shardline.training.monitor import Monitor
 
 REPO = Path(__file__).resolve().parents[1]
 GLOBAL_BATCH = 16
@@ -93,12 +95,12 @@ TARGET_AB, TARGET_CKPT, TARGET_WAIT, TARGET_EVAL = 0.95, 1.5, 1.0, 5.0
 def build(root: Path) -> Layout:
     """Real shards of the shipped params.yaml's sources (code and prose), with its settings:
     sections 1-3 read the code source only, section 4 both, as the default line does."""
-    from shardline import clean, download, encode, shard
+    from shardline.data import clean, download, tokenize, shard
 
     params = config.parse(yaml.safe_load((REPO / "params.yaml").read_text()))
     layout = Layout.at(root)
     t0 = time.perf_counter()
-    for stage in (download, clean, encode, shard):
+    for stage in (download, clean, tokenize, shard):
         stage.run(params, layout, log=lambda _: None)
     print(f"built shards in {time.perf_counter() - t0:.1f}s (download, clean, tokenize, shard) at {layout.shards}")
     return layout
@@ -251,7 +253,7 @@ def eval_run(params: config.Params, layout: Layout) -> dict:
 
 def default_evals() -> int:
     """How many evals a run of the shipped params.yaml does."""
-    from shardline.evaluate import due
+    from shardline.training.evaluate import due
 
     shipped = config.parse(yaml.safe_load((REPO / "params.yaml").read_text()))
     return sum(due(s, shipped.train.steps, shipped) for s in range(1, shipped.train.steps + 1))
@@ -260,7 +262,7 @@ def default_evals() -> int:
 def forward_rates(params: config.Params, layout: Layout, reps: int) -> tuple[list[float], list[float]]:
     """tokens/s of evaluate() on the held-out blocks vs the training forward (train mode, grad on)
     over the same number of blocks in training batches; interleaved."""
-    from shardline.evaluate import HeldOut, evaluate
+    from shardline.training.evaluate import HeldOut, evaluate
 
     loader = Loader.from_params(params, layout.shards)
     held = HeldOut.open(layout.shards, [s.name for s in params.sources], params.eval.blocks,
