@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from prefect import flow, get_run_logger, task
-from prefect.artifacts import create_markdown_artifact, create_progress_artifact, update_progress_artifact
+from prefect.artifacts import create_markdown_artifact
 from prefect.runtime import flow_run
 
 from flows import dvcrepo
@@ -31,28 +31,11 @@ from shardline.core import chaos, config
 from shardline.core.errors import ShardlineError
 from shardline.core.layout import Layout
 from shardline.stream.remote import aws_env
-from tasks import options
+from tasks import options, progress_sink
 
 
 class StageFailed(ShardlineError):
     """A stage of the line failed; the message names the stage, the cause and the remedy."""
-
-
-def _progress_reporter(logger):
-    """A Prefect progress artifact for training, updated at most every ~2% of the steps."""
-    state = {"id": None, "last": -1.0}
-
-    def report(step: int, target: int) -> None:
-        pct = 100.0 * step / max(target, 1)
-        if state["id"] is None:
-            state["id"] = create_progress_artifact(pct, key="training-progress", description="train stage")
-        elif pct - state["last"] >= 2 or step == target:
-            update_progress_artifact(state["id"], pct, description=f"step {step}/{target}")
-        else:
-            return
-        state["last"] = pct
-
-    return report
 
 
 def run_stage(name: str, root: str, params_file: str, force: bool = False) -> str:
@@ -65,9 +48,10 @@ def run_stage(name: str, root: str, params_file: str, force: bool = False) -> st
             logger.info(f"{name}: up to date, skipped")
             return "skipped"
         params = config.load(layout.root / params_file)
-        extra = {}
+        sink = progress_sink(name)
+        extra: dict = {"sink": sink} if name in stages.DATA else {}
         if name == "train":
-            extra = {"run_id": str(flow_run.id), "on_step": _progress_reporter(logger),
+            extra = {"run_id": str(flow_run.id), "on_step": lambda s, n: sink(name, s / max(n, 1), f"step {s}/{n}"),
                      "recoverable": dvcrepo.in_cache(layout.root), "recorded": True}  # dvc commit follows
         if stages.uses_engine(params, name):
             stage_flows.run_stage(name, root, params_file)  # a sub-flow: parts on the engine's task runner

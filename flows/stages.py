@@ -18,7 +18,7 @@ from prefect.runtime import flow_run
 from shardline import stages
 from shardline.core import config
 from shardline.core.layout import Layout
-from tasks import part_mapper
+from tasks import part_mapper, progress_sink
 from tasks.runners import check_workers, task_runner
 
 
@@ -42,6 +42,8 @@ def _stage_flow(name: str):
             log(f"{name}: parts on the {params.engine.runner} runner" + (f", {len(workers)} worker(s): "
                                                                          f"{', '.join(workers)}" if workers else ""))
         extra = {"run_id": str(flow_run.id)} if name == "train" else {}  # recorded in the lineage
+        if name in stages.DATA:
+            extra["sink"] = progress_sink(name)
         return stages.runner(name)(params, layout, log=log, mapper=part_mapper(params, name), **extra)
 
     stage_flow.__name__ = f"{name}_flow"

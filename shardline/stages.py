@@ -1,7 +1,8 @@
 """The data stages by name: one place that maps a dvc.yaml stage to its engine entry point.
 
-Every entry point has the signature `run(params, layout, log, mapper)`; orchestrators (the
-CLI that dvc.yaml calls, the Prefect flows) differ only in the mapper and the log they pass.
+Every entry point has the signature `run(params, layout, log, mapper)`, the data stages' also a
+progress `sink`; orchestrators (the CLI that dvc.yaml calls, the Prefect flows) differ only in
+the mapper, the log and the sink they pass, and hand the train stage what only they know.
 Modules are imported on demand so a stage pays only for the libraries it uses.
 """
 
@@ -14,6 +15,8 @@ _MODULES = {"download": "data.download", "clean": "data.clean", "tokenize": "dat
             "train": "training.train", "report": "results.report"}
 NAMES = tuple(_MODULES)
 PARTED = ("clean", "tokenize", "shard")  # per-part work that params.yaml's `engine` may spread
+DATA = ("download", *PARTED)  # the stages that take a progress `sink`
+GIL_BOUND = ("clean",)  # parts that hold the GIL (per-document Python): processes, not threads, on one machine
 
 
 def uses_engine(params, name: str) -> bool:

@@ -9,14 +9,20 @@ Prefect state: the engine skips work already on disk.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 from typing import Any, Callable, Sequence
 
 from prefect import task
+from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.cache_policies import NO_CACHE
-from prefect.futures import wait
+from prefect.futures import as_completed
 from prefect.tasks import exponential_backoff
 
+from shardline import stages
 from shardline.core.config import Params
+from shardline.core.parallel import ProcessPool, workers_for, worth_a_pool
+from shardline.core.progress import Sink
 from shardline.core.errors import is_transient
 
 
@@ -36,17 +42,42 @@ def options(params: Params, name: str) -> dict:
                 cache_policy=NO_CACHE, persist_result=False)
 
 
-def part_mapper(params: Params, stage: str) -> Callable[[Callable, Sequence], list]:
-    """A `shardline.core.parallel.Mapper` that runs each item as a Prefect task run named after it."""
+def part_mapper(params: Params, stage: str) -> Callable[..., list]:
+    """A `shardline.core.parallel.Mapper` that runs each item as a Prefect task run named after it.
+    Under the threads runner a stage whose parts hold the GIL (`stages.GIL_BOUND`) runs each task
+    run's body in a process pool, so its parts use every core and stay one task run each."""
 
-    def mapper(fn: Callable, items: Sequence) -> list:
+    def mapper(fn: Callable, items: Sequence, on_done: Callable | None = None) -> list:
         items = list(items)
-        t = task(fn, **options(params, f"{stage}-part"))
-        futures = [t.with_options(task_run_name=f"{stage}:{_label(x)}").submit(x) for x in items]
-        wait(futures)  # let running parts finish before a failure propagates
-        return [f.result() for f in futures]
+        pooled = stage in stages.GIL_BOUND and params.engine.runner == "threads" and worth_a_pool(items)
+        with ProcessPool(workers_for(len(items), params.engine.workers)) if pooled else contextlib.nullcontext() as pool:
+            body = functools.partial(pool.call, fn) if pool else fn
+            t = task(body, **options(params, f"{stage}-part"))
+            futures = [t.with_options(task_run_name=f"{stage}:{_label(x)}").submit(x) for x in items]
+            index = {id(f): i for i, f in enumerate(futures)}
+            for f in as_completed(futures):  # let running parts finish before a failure propagates
+                if on_done is not None and f.state.is_completed():
+                    on_done(index[id(f)], f.result())
+            return [f.result() for f in futures]
 
     return mapper
+
+
+def progress_sink(stage: str) -> Sink:
+    """A `shardline.core.progress.Sink` that keeps one Prefect progress artifact per stage run."""
+    made: dict = {}
+
+    def sink(name: str, fraction: float, line: str) -> None:
+        pct = round(100 * fraction, 1)
+        if made.get("pct") == pct:
+            return
+        made["pct"] = pct
+        if "id" not in made:
+            made["id"] = create_progress_artifact(progress=pct, key=f"{stage}-progress", description=line)
+        else:
+            update_progress_artifact(artifact_id=made["id"], progress=pct, description=line)
+
+    return sink
 
 
 def _label(item: Any) -> str:

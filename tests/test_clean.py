@@ -104,11 +104,12 @@ def test_rerun_skips_parts_and_rebuilds_after_rule_change(tmp_path, code_dir):
     logs = []
     clean.run(params, layout, log=logs.append)
     n = len(list((layout.clean / "code").glob("part-*.parquet")))
-    assert f"{n} part(s), {n} already done, 0 cleaned" in logs[0]
+    assert f"clean: {n} part(s), {n} already done, 0 cleaned" in logs[0]  # nothing to do: no progress lines
     params2, _ = make_project(tmp_path / "p", src, clean={"min_chars": 2000})
     logs = []
     clean.run(params2, layout, log=logs.append)
-    assert f"0 already done, {n} cleaned" in logs[0]
+    assert [ln for ln in logs if "cleaned" in ln] == [f"clean: {n} part(s), 0 already done, {n} cleaned"]
+    assert logs[0].startswith(f"clean: 1/{n} parts, ") and f"clean: {n}/{n} parts, " in logs[n - 1]  # ~10% steps
     assert all(len(r["text"]) >= 2000 for r in rows(layout, "code"))
 
 

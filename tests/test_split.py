@@ -124,7 +124,7 @@ def _ngrams(tokens: np.ndarray, n: int) -> set[bytes]:
 
 def _shard_tokens(shard_dir: Path) -> list[np.ndarray]:
     ix = json.loads((shard_dir / "index.json").read_text())
-    return [np.fromfile(shard_dir / s["file"], dtype=shard.DTYPES[ix["dtype"]]) for s in ix["shards"]]
+    return [np.fromfile(shard_dir / s["file"], dtype=tokenize.DTYPES[ix["dtype"]]) for s in ix["shards"]]
 
 
 def _line(params, layout):

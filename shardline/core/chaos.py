@@ -1,6 +1,6 @@
 """Named kill points for crash tests: `point(name)` SIGKILLs this process when the
 comma-separated env var SHARDLINE_CHAOS names it. An entry is `name` (first hit), `name#k`
-(the k-th hit in this process) or a full name with a qualifier such as `checkpoint.files@20`.
+(the k-th hit in this process; in a stage's worker process, in that worker) or a full name with a qualifier such as `checkpoint.files@20`.
 SHARDLINE_CHAOS_LOG names a file that gets the point that fired. A real SIGKILL at an exact moment (mid-part, mid-checkpoint-write, mid-retention) that a test
 or the chaos suite could not hit by timing alone, and that a seed can replay; a no-op costing
 one env lookup otherwise.
@@ -37,6 +37,14 @@ from typing import BinaryIO
 from shardline.core.errors import BadInput
 
 _hits: Counter[str] = Counter()
+_worker = False
+
+
+def in_worker() -> None:
+    """Mark this process as a stage's pool worker: a kill here takes the stage process with it (as
+    a crash of the machine would), and the other workers die with the stage (PR_SET_PDEATHSIG)."""
+    global _worker
+    _worker = True
 
 
 def point(name: str, qualifier: str | None = None, group: bool = False) -> None:
@@ -50,6 +58,8 @@ def point(name: str, qualifier: str | None = None, group: bool = False) -> None:
         _record(f"{name}#{_hits[name]}")  # which point fired, for the suite's table
         if group:
             os.killpg(os.getpgid(0), signal.SIGKILL)
+        if _worker:
+            os.kill(os.getppid(), signal.SIGKILL)
         os.kill(os.getpid(), signal.SIGKILL)
 
 

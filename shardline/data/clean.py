@@ -3,13 +3,14 @@
 Contract:
 - A source's raw files (manifest order) are grouped into parts of about `clean.part_mb`; a
   bigger file is cut into spans at record boundaries (`readers.spans`), a part each.
-- Phase 1 (parallel, per part): read records, run the rules (`shardline.data.rules`), write every
-  document they keep to the part: columns id, text, hash (of the text), bytes (UTF-8 length)
-  and u (the split hash, `shardline.data.split`). Its parquet metadata holds `key` = hash(input
-  files' sha256, reading options, the rules other than dedup, the source name, code version)
-  and the part's tallies; a re-run
-  skips a part whose key matches, so after a kill only unfinished parts are redone. A part
-  never changes once written: what other parts hold cannot invalidate it.
+- Phase 1 (per part, in the stage frame `shardline.data.frame`, on worker processes: the rules
+  are Python that holds the GIL): read records, run the rules (`shardline.data.rules`), write
+  every document they keep to the part: columns id, text, hash (of the text), bytes (UTF-8
+  length) and u (the split hash, `shardline.data.split`). Its done-marker `part-NNNNN.json`
+  holds `key` = hash(input files' sha256, reading options, the rules other than dedup, the
+  source name, code version) and the part's tallies; a re-run skips a part whose key matches,
+  so after a kill only unfinished parts are redone. A part never changes once written: what
+  other parts hold cannot invalidate it.
 - Phase 2 (sequential, cheap: reads only the hash, bytes and u columns): the held-out split
   (a threshold per source from every part's u), then exact dedup in global order (sources in
   params order, parts, rows) with the held-out documents first: a training document equal to a
@@ -41,16 +42,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from shardline.core import chaos, fsio
-from shardline.data import download, readers, rules, split
+from shardline.data import download, frame, readers, rules, split
 from shardline.core.config import Clean, Params, Source
 from shardline.core.errors import BadInput
 from shardline.core.layout import Layout
-from shardline.core.parallel import Mapper, thread_map
+from shardline.core.parallel import Mapper, process_map
+from shardline.core.progress import Sink
 
-CODE_VERSION = 2  # bump when cleaning output changes for the same inputs and params
+CODE_VERSION = 3  # bump when cleaning output changes for the same inputs and params
 SIDES = ("train", "val")
 SPLIT = "split.json"  # the held-out thresholds of the finished stage, and the ctx its selections carry
-_META = b"shardline"
 _SCHEMA = pa.schema([("id", pa.string()), ("text", pa.string()), ("hash", pa.binary(16)), ("bytes", pa.int64()),
                      ("u", pa.uint64())])
 
@@ -58,26 +59,22 @@ Log = Callable[[str], None]
 
 
 @dataclass(frozen=True)
-class Part:
+class Work:
+    """What cleaning one part needs (picklable: parts run in worker processes or on a cluster)."""
+
     source: Source
-    index: int
     files: tuple[tuple[str, str, readers.Span], ...]  # (relpath under files/, sha256, span)
     raw_dir: str
     out: str
-    key: str
-    cfg: Clean  # the clean section (picklable: parts may run on process/Dask workers)
-
-    @property
-    def name(self) -> str:
-        return f"{self.source.name}/part-{self.index:05d}"
-
-    @property
-    def selection(self) -> Path:
-        return selection_path(self.out)
+    cfg: Clean  # the clean section
 
 
 def selection_path(part: str | Path) -> Path:
     return Path(part).with_suffix(".split.json")
+
+
+def marker_path(part: str | Path) -> Path:
+    return Path(part).with_suffix(".json")
 
 
 def _group(source: Source, raw_dir: Path, files: list[dict], part_bytes: float) -> list[list[tuple]]:
@@ -89,12 +86,16 @@ def _group(source: Source, raw_dir: Path, files: list[dict], part_bytes: float) 
             if groups[-1] and size >= part_bytes:
                 groups.append([])
                 size = 0
-            groups[-1].append((f["path"], f["sha256"], span))
+            groups[-1].append((f["path"], f["sha256"], span, f["bytes"]))
             size += f["bytes"] if span.end < 0 else part_bytes
     return [g for g in groups if g]
 
 
-def plan(params: Params, layout: Layout) -> list[Part]:
+def _span_bytes(span: readers.Span, file_bytes: int) -> int:
+    return (span.end if span.end >= 0 else file_bytes) - span.start
+
+
+def plan(params: Params, layout: Layout) -> list[frame.Part]:
     """Every part of every source, in global (dedup) order, with its key."""
     rule_keys = {k: v for k, v in params.section("clean").items() if k not in ("max_bad_fraction", "dedup")}
     parts = []
@@ -102,40 +103,35 @@ def plan(params: Params, layout: Layout) -> list[Part]:
         manifest = download.read_manifest(layout, source.name)
         reading = {k: getattr(source, k) for k in ("format", "text_field", "txt_unit")}
         raw_dir = download.source_dir(layout, source.name) / "files"
-        for i, files in enumerate(_group(source, raw_dir, manifest["files"], params.clean.part_mb * 2**20)):
+        for i, group in enumerate(_group(source, raw_dir, manifest["files"], params.clean.part_mb * 2**20)):
+            files = [(path, sha, span) for path, sha, span, _ in group]
             key = fsio.stable_hash({"files": files, "reading": reading, "rules": rule_keys, "v": CODE_VERSION,
                                     "source": source.name})  # the split hash is keyed by the source name
-            parts.append(Part(source, i, tuple(files), str(raw_dir),
-                              str(layout.clean / source.name / f"part-{i:05d}.parquet"), key, params.clean))
+            out = layout.clean / source.name / f"part-{i:05d}.parquet"
+            parts.append(frame.Part("clean", f"{source.name}/part-{i:05d}", key, str(marker_path(out)),
+                                    sum(_span_bytes(span, size) for _, _, span, size in group),
+                                    Work(source, tuple(files), str(raw_dir), str(out), params.clean)))
     return parts
 
 
 def part_meta(path: str | Path) -> dict | None:
-    """A clean part's metadata (key and tallies), or None when it is missing or unreadable."""
+    """A clean part's done-marker (key, files, tallies), or None when it is missing or unreadable."""
     try:
-        md = pq.read_schema(path).metadata or {}
-        return json.loads(md[_META])
-    except (OSError, KeyError, ValueError, pa.ArrowInvalid):
+        return fsio.read_json(marker_path(path))
+    except (OSError, ValueError):
         return None
 
 
-def _fresh(part: Part) -> dict | None:
-    meta = part_meta(part.out) if Path(part.out).exists() else None
-    return meta if meta and meta["key"] == part.key else None
-
-
-def clean_part(part: Part) -> dict:
-    """Phase 1 for one part; returns its tallies. Skips work that is already on disk."""
-    meta = _fresh(part)
-    if meta:
-        return {**meta["stats"], "skipped": True}
-    chain = rules.build(part.cfg)
+def clean_part(part: frame.Part) -> tuple[list[Path], dict]:
+    """Phase 1 for one part: its parquet file and tallies (the frame skips a part already done)."""
+    w: Work = part.work
+    chain = rules.build(w.cfg)
     rstats = readers.ReadStats()
     counts: dict[str, list[int]] = {}
     cols: dict[str, list] = {"id": [], "text": [], "hash": [], "bytes": [], "u": []}
     docs_in = bytes_in = 0
-    for rel, _sha, span in part.files:
-        for doc_id, text in readers.read(Path(part.raw_dir, rel), rel, part.source, rstats, readers.Span(*span)):
+    for rel, _sha, span in w.files:
+        for doc_id, text in readers.read(Path(w.raw_dir, rel), rel, w.source, rstats, readers.Span(*span)):
             docs_in += 1
             bytes_in += len(text.encode())
             out = rules.apply(chain, text, counts)
@@ -145,27 +141,23 @@ def clean_part(part: Part) -> dict:
                 cols["text"].append(out)
                 cols["hash"].append(hashlib.blake2b(data, digest_size=16).digest())
                 cols["bytes"].append(len(data))
-                cols["u"].append(split.hash_id(part.source.name, doc_id))
+                cols["u"].append(split.hash_id(w.source.name, doc_id))
     stats = {"docs_in": docs_in, "bytes_in": bytes_in, "records": rstats.records, "bad": rstats.bad,
              "invalid_utf8": rstats.invalid_utf8, "samples": rstats.samples, "docs_kept": len(cols["id"]),
              "bytes_kept": sum(cols["bytes"]), "rules": {k: {"docs": v[0], "bytes": v[1]} for k, v in counts.items()}}
-    table = pa.table(cols, schema=_SCHEMA)
-    table = table.replace_schema_metadata({_META: json.dumps({"key": part.key, "stats": stats}, sort_keys=True)})
-    with fsio.atomic_writer(part.out, point="clean.write") as f:
-        pq.write_table(table, f, compression="zstd")
-    chaos.done("clean", part.name)
-    chaos.point("clean.part")
-    return {**stats, "skipped": False}
+    with fsio.atomic_writer(w.out, point="clean.write") as f:
+        pq.write_table(pa.table(cols, schema=_SCHEMA), f, compression="zstd")
+    return [Path(w.out)], stats
 
 
-def _columns(part: Part, *names: str) -> dict[str, np.ndarray | list]:
-    t = pq.read_table(part.out, columns=list(names))
+def _columns(part: frame.Part, *names: str) -> dict[str, np.ndarray | list]:
+    t = pq.read_table(part.work.out, columns=list(names))
     return {n: t.column(n).to_pylist() if n == "hash" else t.column(n).to_numpy() for n in names}
 
 
-def select(parts: list[Part], params: Params, log: Log) -> dict[str, split.Threshold]:
+def select(parts: list[frame.Part], params: Params, log: Log) -> dict[str, split.Threshold]:
     """Phase 2: the held-out split, then dedup (held-out documents first); one selection per part."""
-    thresholds = {s.name: split.threshold((_columns(p, "u")["u"] for p in parts if p.source.name == s.name),
+    thresholds = {s.name: split.threshold((_columns(p, "u")["u"] for p in parts if p.work.source.name == s.name),
                                           params.eval) for s in params.sources}
     dedup = params.clean.dedup
     ctx = context(parts, params)
@@ -174,7 +166,7 @@ def select(parts: list[Part], params: Params, log: Log) -> dict[str, split.Thres
     for part in parts:  # held-out documents, in global order: the first copy wins (with dedup)
         c = _columns(part, "hash", "u")
         keep, drop = [], []
-        for r in np.flatnonzero(thresholds[part.source.name].mask(c["u"])).tolist():
+        for r in np.flatnonzero(thresholds[part.work.source.name].mask(c["u"])).tolist():
             (drop if dedup and c["hash"][r] in seen_held else keep).append(r)
             seen_held.add(c["hash"][r])
         held[part.name] = (keep, drop)
@@ -209,15 +201,15 @@ def select(parts: list[Part], params: Params, log: Log) -> dict[str, split.Thres
     return thresholds
 
 
-def context(parts: list[Part], params: Params) -> str:
+def context(parts: list[frame.Part], params: Params) -> str:
     """What every selection of this run depends on: all parts (in order), the split settings, dedup."""
     return fsio.stable_hash([[p.key for p in parts], params.eval.split(), params.clean.dedup])
 
 
-def _write_selection(part: Part, sel: dict) -> bool:
+def _write_selection(part: frame.Part, sel: dict) -> bool:
     """Write the selection unless the same bytes are there; True when written."""
     data = (json.dumps(sel, sort_keys=True) + "\n").encode()
-    path = part.selection
+    path = selection_path(part.work.out)
     if path.exists() and path.read_bytes() == data:
         return False
     fsio.write_bytes(path, data)
@@ -266,12 +258,12 @@ def documents(part: str | Path, side: str = "train", batch_size: int = 1024, col
             yield [t for t, k in zip(texts, keep) if k]
 
 
-def _summarise(parts: list[Part], params: Params, thresholds: dict | None = None) -> dict:
+def _summarise(parts: list[frame.Part], markers: list[dict], params: Params, thresholds: dict | None = None) -> dict:
     out: dict = {"rules_order": rules.names(params.clean), "split": params.eval.split(), "sources": {}}
-    for part in parts:
-        st = part_meta(part.out)["stats"]
-        tally = fsio.read_json(part.selection)["tally"] if thresholds else {}
-        s = out["sources"].setdefault(part.source.name, {
+    for part, marker in zip(parts, markers):
+        st = marker["stats"]
+        tally = fsio.read_json(selection_path(part.work.out))["tally"] if thresholds else {}
+        s = out["sources"].setdefault(part.work.source.name, {
             "parts": 0, "docs_in": 0, "bytes_in": 0, "records": 0, "bad": 0, "invalid_utf8": 0,
             "docs_out": 0, "bytes_out": 0, "samples": [], "rules": {},
             **{k: {"docs": 0, "bytes": 0} for k in ("heldout", "dedup", "heldout_copies")}})
@@ -308,18 +300,19 @@ def check_bad_fraction(summary: dict, params: Params, layout: Layout) -> None:
                            "Fix the input (or sources[].text_field / format), or raise clean.max_bad_fraction.")
 
 
-def run(params: Params, layout: Layout, log: Log = print, mapper: Mapper = thread_map) -> dict:
+def run(params: Params, layout: Layout, log: Log = print, mapper: Mapper = process_map,
+        sink: Sink | None = None) -> dict:
     layout.clean.mkdir(parents=True, exist_ok=True)
     fsio.remove_temps(layout.clean)
     parts = plan(params, layout)
-    results = mapper(clean_part, parts)
-    skipped = sum(r["skipped"] for r in results)
+    markers, skipped = frame.run("clean", parts, clean_part, mapper, log, sink)
     log(f"clean: {len(parts)} part(s), {skipped} already done, {len(parts) - skipped} cleaned")
-    check_bad_fraction(_summarise(parts, params), params, layout)  # judged on input, before the split
+    check_bad_fraction(_summarise(parts, markers, params), params, layout)  # judged on input, before the split
     thresholds = select(parts, params, log)
-    fsio.prune(layout.clean, {Path(p.out) for p in parts} | {p.selection for p in parts}
-               | {layout.clean / "stats.json", layout.clean / SPLIT})
-    summary = _summarise(parts, params, thresholds)
+    outs = [Path(p.work.out) for p in parts]
+    frame.sweep(layout.clean, {f for o in outs for f in (o, marker_path(o), selection_path(o))}
+                | {layout.clean / "stats.json", layout.clean / SPLIT})
+    summary = _summarise(parts, markers, params, thresholds)
     fsio.write_json(layout.clean / "stats.json", summary)
     fsio.write_json(layout.clean / SPLIT, {  # last: every selection on disk is this run's
         "ctx": context(parts, params), "settings": params.eval.split(),

@@ -31,6 +31,7 @@ from shardline.core.config import Params, Source
 from shardline.core.errors import BadInput, ChecksumMismatch
 from shardline.core.layout import Layout
 from shardline.core.parallel import Mapper, per_source, thread_map
+from shardline.core.progress import Progress, Sink
 
 Log = Callable[[str], None]
 _GLOB_CHARS = set("*?[")
@@ -169,13 +170,14 @@ def _materialise(item: Item, dest: Path, source: Source, params: Params, log: Lo
     return fsio.sha256_file(dest)
 
 
-def download_source(source: Source, params: Params, layout: Layout, log: Log = print) -> dict:
+def download_source(source: Source, params: Params, layout: Layout, log: Log = print,
+                    progress: Progress | None = None, items: list[Item] | None = None) -> dict:
     """Materialise one source and write its manifest; returns the manifest."""
     sdir = source_dir(layout, source.name)
     files_dir = sdir / "files"
     if sdir.exists():
         fsio.remove_temps(sdir)
-    items = resolve(source, layout.root)
+    items = resolve(source, layout.root) if items is None else items
     if source.sha256 and len(items) != 1:
         raise BadInput(f"sources[{source.name}].sha256: given, but the uri names {len(items)} files; "
                        "a sha256 pins exactly one file")
@@ -192,6 +194,8 @@ def download_source(source: Source, params: Params, layout: Layout, log: Log = p
             chaos.done("download", f"{source.name}/{item.rel}")
             chaos.point("download.file")
         entries.append({"path": item.rel, "bytes": dest.stat().st_size, "sha256": digest, "origin": item.origin})
+        if progress is not None:
+            progress.advance(entries[-1]["bytes"], skipped=not fresh)
     fsio.prune(files_dir, {files_dir / e["path"] for e in entries} | set(files_dir.rglob("*.part")))
     manifest = {"source": source.name, "uri": source.uri, "format": source.format,
                 "files": entries, "bytes": sum(e["bytes"] for e in entries)}
@@ -200,5 +204,10 @@ def download_source(source: Source, params: Params, layout: Layout, log: Log = p
     return manifest
 
 
-def run(params: Params, layout: Layout, log: Log = print, mapper: Mapper = thread_map) -> dict[str, dict]:
-    return per_source(layout.raw, params.sources, lambda s: download_source(s, params, layout, log), mapper)
+def run(params: Params, layout: Layout, log: Log = print, mapper: Mapper = thread_map,
+        sink: Sink | None = None) -> dict[str, dict]:
+    items = {s.name: resolve(s, layout.root) for s in params.sources}
+    local = sum(os.path.getsize(i.origin) for its in items.values() for i in its if i.kind == "local")
+    progress = Progress("download", sum(map(len, items.values())), local, log, what="files", sink=sink)
+    return per_source(layout.raw, params.sources,
+                      lambda s: download_source(s, params, layout, log, progress, items[s.name]), mapper)

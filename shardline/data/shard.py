@@ -33,15 +33,13 @@ from shardline.core import chaos, fsio
 from shardline.core.config import Params, Source
 from shardline.core.errors import BadInput, ShardCorrupt
 from shardline.core.layout import Layout
-from shardline.core.parallel import Mapper, per_source, thread_map
+from shardline.data import frame
+from shardline.data.tokenize import DTYPES
+from shardline.core.parallel import Mapper, thread_map
+from shardline.core.progress import Progress, Sink
 
 Log = Callable[[str], None]
-DTYPES = {"uint16": np.dtype("<u2"), "uint32": np.dtype("<u4")}
 STAGED = ".next"  # a new shard's bytes, durable, waiting for the switch
-
-
-def dtype_for(vocab_size: int) -> str:
-    return "uint16" if vocab_size <= 65535 else "uint32"
 
 
 class TokenStream:
@@ -129,7 +127,7 @@ def shard_source(source: Source, params: Params, layout: Layout) -> tuple[dict, 
     fsio.remove_temps(out_dir)
     index, written, keep = _pack(tok_index, tok_dir, out_dir, params)
     val, val_written, val_keep = _pack(val_index, tok_dir / "val", out_dir / "val", params)
-    fsio.prune(out_dir, keep | val_keep)
+    frame.sweep(out_dir, keep | val_keep)
     return {**index, "val": val}, written + val_written
 
 
@@ -141,9 +139,15 @@ def _token_index(tok_dir: Path, layout: Layout) -> dict:
                        "killed or the disk filled while it rewrote the parts); re-run 'dvc repro tokenize'") from None
 
 
-def run(params: Params, layout: Layout, log: Log = print, mapper: Mapper = thread_map) -> dict[str, dict]:
-    done = per_source(layout.shards, params.sources, functools.partial(shard_source, params=params, layout=layout),
-                      mapper)
+def run(params: Params, layout: Layout, log: Log = print, mapper: Mapper = thread_map,
+        sink: Sink | None = None) -> dict[str, dict]:
+    layout.shards.mkdir(parents=True, exist_ok=True)
+    fsio.prune_dirs(layout.shards, {s.name for s in params.sources})
+    sizes = [sum(f.stat().st_size for f in (layout.tokens / s.name).rglob("*.bin")) for s in params.sources]
+    progress = Progress("shard", len(params.sources), sum(sizes), log, what="sources", sink=sink)
+    results = mapper(functools.partial(shard_source, params=params, layout=layout), params.sources,
+                     on_done=lambda i, _: progress.advance(sizes[i]))
+    done = {s.name: r for s, r in zip(params.sources, results)}
     for name, (ix, written) in done.items():
         n = len(ix["shards"]) + len(ix["val"]["shards"])
         log(f"shard: {name}: {ix['total_blocks']} blocks of {ix['block_tokens']} tokens in {len(ix['shards'])} "

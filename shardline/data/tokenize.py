@@ -8,10 +8,11 @@ Contract:
   in every lineage), vocab size and EOS id; a re-run with the same key reuses it.
 - Each clean part becomes `part-NNNNN.bin` (the ids of its training documents, EOS after each;
   uint16 when the vocab fits, else uint32) and, when it holds any, `val/part-NNNNN.bin` (its
-  held-out documents); each then gets its `.json` {key, tokens, docs, sha256}: the json is
-  written last, so a token part is done iff its json exists with the current key.
-  key = hash(the clean part's key and selection for that side, tokenizer sha256). Parts are
-  encoded in parallel. `index.json` per side (`<source>/` and `<source>/val/`) lists them: it
+  held-out documents), each a part of the stage frame (`shardline.data.frame`): its done-marker
+  `.json` {key, files, stats: tokens, docs, sha256} is written last, so a token part is done
+  iff its marker holds the current key. key = hash(the clean part's key and selection for that
+  side, tokenizer sha256). Parts are encoded on threads (the encoders release the GIL). The
+  token file format (`DTYPES`) is defined here, where tokens are made. `index.json` per side (`<source>/` and `<source>/val/`) lists them: it
   is removed before any part of its source is rewritten and written last, so an index never
   vouches for a mix of two runs' parts.
 - The encoder is the fastest backend proven id-identical on a probe of this data; the choice
@@ -19,8 +20,6 @@ Contract:
 """
 
 from __future__ import annotations
-
-import functools
 
 import itertools
 import threading
@@ -31,30 +30,36 @@ from typing import Callable, Iterator
 import numpy as np
 
 from shardline.core import chaos, fsio
-from shardline.data import clean, tokenizer
+from shardline.data import clean, frame, tokenizer
 from shardline.core.config import Params
 from shardline.core.errors import BadInput
 from shardline.core.layout import Layout
 from shardline.core.parallel import Mapper, thread_map
-from shardline.data.shard import DTYPES, dtype_for
+from shardline.core.progress import Sink
 
 Log = Callable[[str], None]
+# The token file format: a flat array of ids, EOS after each document, little-endian; uint16 when
+# the vocabulary fits, else uint32. Shards keep the dtype; the loader reads it from their index.
+DTYPES = {"uint16": np.dtype("<u2"), "uint32": np.dtype("<u4")}
 PROBE_DOCS = 256
 PROBE_CHARS = 4096  # per probe doc: the proof covers every source's text, not whole files (HF is the slow side)
 
 
+def dtype_for(vocab_size: int) -> str:
+    return "uint16" if vocab_size <= 65535 else "uint32"
+
+
 @dataclass(frozen=True)
-class Job:
-    """One clean part: its training documents and, when it holds any, its held-out ones (one
-    task, so a cluster runs as many tasks as there are parts)."""
+class Work:
+    """One side of one clean part to encode (a few hundred bytes: see Recipe)."""
 
     source: str
-    src: Path
-    outs: tuple[tuple[str, Path, str], ...]  # (side, token file, key) per side
-
-    @property
-    def name(self) -> str:
-        return f"{self.source}/{self.src.stem}"
+    src: str      # the clean part
+    side: str     # train | val
+    out: str      # its token file
+    recipe: "Recipe"
+    eos: int
+    dtype: str
 
 
 def clean_parts(params: Params, layout: Layout) -> dict[str, list[Path]]:
@@ -122,14 +127,6 @@ def _unindex(d: Path) -> None:
             fsio.fsync_dir(where)
 
 
-def _done(out: Path, key: str) -> dict | None:
-    marker = out.with_suffix(".json")
-    if not marker.exists() or not out.exists():
-        return None
-    meta = fsio.read_json(marker)
-    return meta if meta["key"] == key and out.stat().st_size == meta["bytes"] else None
-
-
 @dataclass(frozen=True)
 class Recipe:
     """How to rebuild the driver's encoder in any process: tasks carry this (a few hundred bytes),
@@ -158,31 +155,21 @@ def encoder_for(recipe: Recipe) -> "tokenizer.Encoder":
         return enc
 
 
-def encode_part(job: Job, recipe: Recipe, eos: int, dtype: np.dtype) -> dict[str, dict]:
-    """Each side of one clean part; {side: its token part's meta, with "skipped"}."""
-    return {side: _encode(job.src, side, out, key, recipe, eos, dtype) for side, out, key in job.outs}
-
-
-def _encode(src: Path, side: str, out: Path, key: str, recipe: Recipe, eos: int, dtype: np.dtype) -> dict:
-    done = _done(out, key)
-    if done:
-        return {**done, "skipped": True}
-    encoder = encoder_for(recipe)
+def encode_part(part: frame.Part) -> tuple[list[Path], dict]:
+    """One side of one clean part: its token file and tallies (the frame skips a part already done)."""
+    w: Work = part.work
+    encoder = encoder_for(w.recipe)
+    dtype = DTYPES[w.dtype]
     docs = tokens = 0
-    with fsio.atomic_writer(out, point="tokenize.write") as f:
-        for batch in clean.documents(src, side):
+    with fsio.atomic_writer(w.out, point="tokenize.write") as f:
+        for batch in clean.documents(w.src, w.side):
             ids = encoder.encode_batch(batch)
             n = sum(map(len, ids)) + len(ids)
-            arr = np.fromiter(itertools.chain.from_iterable(x + [eos] for x in ids), dtype=dtype, count=n)
+            arr = np.fromiter(itertools.chain.from_iterable(x + [w.eos] for x in ids), dtype=dtype, count=n)
             f.write(arr.tobytes())
             docs += len(ids)
             tokens += n
-    chaos.point("tokenize.part")  # ids on disk, their .json not yet: the part is not done
-    meta = {"key": key, "file": out.name, "tokens": tokens, "docs": docs,
-            "bytes": tokens * dtype.itemsize, "sha256": fsio.sha256_file(out)}
-    fsio.write_json(out.with_suffix(".json"), meta)
-    chaos.done("tokenize", f"{out.parent.parent.name}/{out.parent.name}/{out.name}")
-    return {**meta, "skipped": False}
+    return [Path(w.out)], {"tokens": tokens, "docs": docs, "sha256": fsio.sha256_file(w.out)}
 
 
 def _probe(parts: dict[str, list[Path]]) -> list[str]:
@@ -194,7 +181,23 @@ def _probe(parts: dict[str, list[Path]]) -> list[str]:
     return texts
 
 
-def run(params: Params, layout: Layout, log: Log = print, mapper: Mapper = thread_map) -> dict[str, dict]:
+def plan(params: Params, layout: Layout, parts: dict[str, list[Path]], recipe: Recipe, tmeta: dict) -> list[frame.Part]:
+    """A part per side of every clean part (no empty held-out files), keyed by the clean part's key
+    and selection for that side and the tokenizer."""
+    out = []
+    for name, ps in parts.items():
+        for p in ps:
+            for side in clean.SIDES if clean.read_selection(p)["heldout"] else ("train",):
+                tok = layout.tokens / name / ("" if side == "train" else "val") / f"{p.stem}.bin"
+                key = fsio.stable_hash([clean.side_key(p, side), tmeta["sha256"], tmeta["eos_id"], tmeta["dtype"]])
+                out.append(frame.Part("tokenize", f"{name}/{'' if side == 'train' else 'val/'}{p.stem}", key,
+                                      str(tok.with_suffix(".json")), p.stat().st_size,
+                                      Work(name, str(p), side, str(tok), recipe, tmeta["eos_id"], tmeta["dtype"])))
+    return out
+
+
+def run(params: Params, layout: Layout, log: Log = print, mapper: Mapper = thread_map,
+        sink: Sink | None = None) -> dict[str, dict]:
     """Returns {source: {side: index}}."""
     parts = clean_parts(params, layout)
     tok, tmeta = prepare_tokenizer(params, layout, parts, log)
@@ -203,32 +206,23 @@ def run(params: Params, layout: Layout, log: Log = print, mapper: Mapper = threa
     recipe = Recipe(str(layout.tokenizer / "tokenizer.json"), tmeta["sha256"], encoder.backend)
     with _ENCODERS_LOCK:
         _ENCODERS[recipe] = encoder  # in-process runners (threads) reuse the proven one
-    dtype = DTYPES[tmeta["dtype"]]
-    jobs = []
-    for name, ps in parts.items():
-        for p in ps:
-            sides = clean.SIDES if clean.read_selection(p)["heldout"] else ("train",)  # no empty val files
-            jobs.append(Job(name, p, tuple(
-                (side, layout.tokens / name / ("" if side == "train" else "val") / f"{p.stem}.bin",
-                 fsio.stable_hash([clean.side_key(p, side), tmeta["sha256"], tmeta["eos_id"], tmeta["dtype"]]))
-                for side in sides)))
+    jobs = plan(params, layout, parts, recipe, tmeta)
     for name in parts:
         (layout.tokens / name / "val").mkdir(parents=True, exist_ok=True)
         fsio.remove_temps(layout.tokens / name)
-        if any(not _done(out, key) for j in jobs if j.source == name for _, out, key in j.outs):
+        if any(frame.finished(j) is None for j in jobs if j.work.source == name):
             _unindex(layout.tokens / name)  # parts change in place: no index may vouch for old and new mixed
-    results = mapper(functools.partial(encode_part, recipe=recipe, eos=tmeta["eos_id"], dtype=dtype), jobs)
-    done = [(j.source, side, out, r[side]) for j, r in zip(jobs, results) for side, out, _ in j.outs]
-    skipped = sum(r["skipped"] for *_, r in done)
-    log(f"tokenize: {len(done)} token part(s) of {len(jobs)} clean part(s), {skipped} already done, "
-        f"{len(done) - skipped} encoded")
+    markers, skipped = frame.run("tokenize", jobs, encode_part, mapper, log, sink)
+    log(f"tokenize: {len(jobs)} token part(s) of {sum(map(len, parts.values()))} clean part(s), {skipped} already "
+        f"done, {len(jobs) - skipped} encoded")
     indexes = {}
     for name in parts:
         d = layout.tokens / name
         keep = set()
         for side in clean.SIDES:
-            mine = [(out, r) for source, s, out, r in done if source == name and s == side]
-            entries = [{k: r[k] for k in ("file", "tokens", "docs", "bytes", "sha256")} for _, r in mine]
+            mine = [(Path(j.work.out), m) for j, m in zip(jobs, markers)
+                    if j.work.source == name and j.work.side == side]
+            entries = [{"file": out.name, "bytes": m["files"][out.name], **m["stats"]} for out, m in mine]
             index = {"source": name, "side": side, "dtype": tmeta["dtype"], "tokenizer_sha256": tmeta["sha256"],
                      "eos_id": tmeta["eos_id"], "encoder": encoder.backend, "encoder_reason": encoder.reason,
                      "parts": entries, "tokens": sum(e["tokens"] for e in entries),
@@ -237,9 +231,8 @@ def run(params: Params, layout: Layout, log: Log = print, mapper: Mapper = threa
             keep |= {out for out, _ in mine} | {out.with_suffix(".json") for out, _ in mine} | {where / "index.json"}
             fsio.write_json(where / "index.json", index)
             indexes.setdefault(name, {})[side] = index
-        fsio.prune(d, keep)
+        frame.sweep(d, keep)
     fsio.prune_dirs(layout.tokens, set(parts))
     log("tokenize: " + ", ".join(f"{n}: {ix['train']['tokens']:,} tokens (+ {ix['val']['tokens']:,} held out)"
                                  for n, ix in indexes.items()))
     return indexes
-

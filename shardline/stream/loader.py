@@ -37,7 +37,8 @@ from shardline.stream.mixing import Schedule
 from shardline.stream.permute import Permutation, key_for
 from shardline.stream.remote import Remote, read_indexes
 from shardline.stream.shardcache import Fetcher
-from shardline.data.shard import DTYPES, verify_shard
+from shardline.data.shard import verify_shard
+from shardline.data.tokenize import DTYPES
 
 
 CHUNK_POSITIONS = 32768  # global positions whose order is computed in one vectorised call (786 KB)

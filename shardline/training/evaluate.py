@@ -32,7 +32,8 @@ from torch.nn import functional as F
 from shardline.core import chaos, fsio
 from shardline.core.errors import BadInput, ShardCorrupt
 from shardline.stream.remote import Remote, _failed, filesystem, read_indexes
-from shardline.data.shard import DTYPES, verify_shard
+from shardline.data.shard import verify_shard
+from shardline.data.tokenize import DTYPES
 
 
 @dataclass

@@ -1,0 +1,106 @@
+"""The frame every parted data stage runs in (docs/architecture.md, "The stage frame").
+
+A stage plans its `Part`s (what each reads, its key, where its done-marker goes) and does one
+part's work (`do(part) -> (files written, tallies)`); the frame owns the rest, the same way for
+every stage:
+- skip-if-done: a part is done iff its marker, `<marker>.json`, holds the part's key and each
+  file it lists is on disk at the recorded size. Checked in the driver, so workers only get
+  work, and a stage with nothing to do starts no pool.
+- promotion: `do` writes each file with `fsio.atomic_writer`; the marker is written after them
+  (chaos point `<stage>.part` sits between), so a kill leaves a part done or not, never half.
+- sweeping: `sweep` removes temps a killed writer left and every file under a stage's folder
+  that the current plan does not produce.
+- stats: a part's tallies live in its marker, so a skipped part gives them back without being
+  redone; `merge` sums them for the stage's stats file.
+- progress: parts done of all, MB/s and ETA (`shardline.core.progress`).
+A marker is {key, files: {name: bytes}, stats}; names are relative to the marker's folder.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+from shardline.core import chaos, fsio
+from shardline.core.parallel import Mapper
+from shardline.core.progress import Progress, Sink
+
+Do = Callable[["Part"], "tuple[list[Path], dict]"]
+
+
+@dataclass(frozen=True)
+class Part:
+    stage: str   # the stage's name: chaos points and units
+    name: str    # e.g. code/part-00003: progress, task-run names, chaos units
+    key: str     # hash of everything the part's files depend on
+    marker: str  # its done-marker's path
+    size: int    # input bytes, for progress
+    work: Any    # what `do` needs; picklable (parts may run in other processes or on a cluster)
+
+
+def finished(part: Part) -> dict | None:
+    """The part's marker when the part is done with its current key, else None."""
+    try:
+        marker = fsio.read_json(part.marker)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(marker, dict) or marker.get("key") != part.key:
+        return None
+    where = Path(part.marker).parent
+    for name, size in marker.get("files", {}).items():
+        f = where / name
+        if not f.is_file() or f.stat().st_size != size:
+            return None
+    return marker
+
+
+def _one(part: Part, do: Do) -> dict:
+    files, stats = do(part)
+    chaos.point(f"{part.stage}.part")  # its files are durable, its marker is not: the part is not done
+    where = Path(part.marker).parent
+    marker = {"key": part.key, "files": {str(Path(f).relative_to(where)): Path(f).stat().st_size for f in files},
+              "stats": stats}
+    fsio.write_json(part.marker, marker)
+    chaos.done(part.stage, part.name)
+    return marker
+
+
+def run(stage: str, parts: Sequence[Part], do: Do, mapper: Mapper, log: Callable[[str], None],
+        sink: Sink | None = None) -> tuple[list[dict], int]:
+    """Every part's marker, in part order, and how many were already done."""
+    progress = Progress(stage, len(parts), sum(p.size for p in parts), log, sink=sink)
+    markers: list[dict | None] = [None] * len(parts)
+    todo = []
+    for i, part in enumerate(parts):
+        markers[i] = finished(part)
+        if markers[i] is None:
+            todo.append(i)
+        else:
+            progress.advance(part.size, skipped=True)
+
+    def on_done(j: int, marker: dict) -> None:
+        markers[todo[j]] = marker
+        progress.advance(parts[todo[j]].size)
+
+    mapper(functools.partial(_one, do=do), [parts[i] for i in todo], on_done=on_done)
+    return markers, len(parts) - len(todo)  # type: ignore[return-value]
+
+
+def sweep(root: Path, keep: Iterable[Path]) -> None:
+    """Remove what a stage's current plan does not produce under `root` (temps included)."""
+    fsio.remove_temps(root)
+    fsio.prune(root, set(keep))
+
+
+def merge(into: dict, stats: dict) -> dict:
+    """Add `stats` into `into`: numbers summed, dicts merged the same way, lists concatenated."""
+    for k, v in stats.items():
+        if isinstance(v, dict):
+            merge(into.setdefault(k, {}), v)
+        elif isinstance(v, list):
+            into[k] = into.get(k, []) + v
+        else:
+            into[k] = into.get(k, 0) + v
+    return into

@@ -1,0 +1,119 @@
+"""The stage frame: progress, skip-if-done markers, and parts on worker processes."""
+
+import io
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from shardline.core import fsio, parallel
+from shardline.core.progress import Progress
+from shardline.data import clean, frame
+
+from .conftest import REPO, env_for
+
+
+class Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_logs_every_tenth_and_is_silent_for_skipped_parts():
+    logs, sunk = [], []
+    p = Progress("clean", 20, 20 * 10**6, logs.append, sink=lambda s, f, line: sunk.append(f), stream=io.StringIO())
+    for _ in range(4):
+        p.advance(10**6, skipped=True)  # 20% already done: nothing said
+    assert logs == [] and sunk == []
+    for _ in range(16):
+        p.advance(10**6)
+    assert [ln.split(",")[0] for ln in logs] == [f"clean: {n}/20 parts (4 already done)" for n in (6, 8, 10, 12, 14, 16, 18, 20)]
+    assert logs[-1].endswith("20/20 MB, " + logs[-1].split(", ")[-2] + ", ETA 0:00")
+    assert len(sunk) == 16 and sunk[-1] == 1.0 and sunk[0] == 0.25
+
+
+def test_progress_draws_a_bar_on_a_terminal():
+    tty, logs = Tty(), []
+    p = Progress("tokenize", 2, 0, logs.append, stream=tty)
+    p.advance(5 * 10**6)
+    p.advance(5 * 10**6)
+    assert logs == []  # the bar replaces the log lines
+    out = tty.getvalue()
+    assert out.startswith("\r[" + "#" * 10 + " " * 10 + "] tokenize: 1/2 parts, 5 MB, ")
+    assert "\r[" + "#" * 20 + "] tokenize: 2/2 parts, 10 MB, " in out and out.endswith("ETA 0:00\x1b[K\n")
+
+
+def test_a_marker_vouches_only_for_its_key_and_file_sizes(tmp_path):
+    out = tmp_path / "part-00000.bin"
+    out.write_bytes(b"12345")
+    part = frame.Part("demo", "s/part-00000", "k1", str(tmp_path / "part-00000.json"), 5, None)
+    fsio.write_json(part.marker, {"key": "k1", "files": {"part-00000.bin": 5}, "stats": {"n": 1}})
+    assert frame.finished(part)["stats"] == {"n": 1}
+    assert frame.finished(frame.Part("demo", "s/part-00000", "k2", part.marker, 5, None)) is None
+    out.write_bytes(b"1234")
+    assert frame.finished(part) is None
+
+
+def _write(part: frame.Part) -> tuple[list[Path], dict]:
+    Path(part.work, f"pid-{os.getpid()}").touch()
+    time.sleep(1.5 if part.name == "p3" else 0.2)  # both workers get parts; one is inside p3 at the kill
+    out = Path(part.marker).with_suffix(".bin")
+    fsio.write_bytes(out, part.name.encode())
+    return [out], {"n": 1}
+
+
+def run_parts(root: str) -> None:
+    """Ten parts on two worker processes (a subprocess of the test runs this)."""
+    parts = [frame.Part("demo", f"p{i}", "k", f"{root}/p{i}.json", parallel.POOL_MIN_BYTES, root) for i in range(10)]
+    markers, skipped = frame.run("demo", parts, _write, parallel.process_map, print)
+    print(f"skipped {skipped}")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_a_kill_in_a_worker_takes_the_stage_and_its_workers_and_a_rerun_redoes_no_part(tmp_path):
+    log = tmp_path / "chaos.log"
+    cmd = [sys.executable, "-c", f"from tests.test_frame import run_parts; run_parts({str(tmp_path)!r})"]
+    env = env_for(SHARDLINE_CHAOS="demo.part#3", SHARDLINE_CHAOS_LOG=str(log), SHARDLINE_CHAOS_DONE_LOG=str(log))
+    r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == -signal.SIGKILL, r.stderr
+    workers = [int(p.name[4:]) for p in tmp_path.glob("pid-*")]
+    assert len(workers) == 2
+    deadline = time.monotonic() + 10
+    while any(map(_alive, workers)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(map(_alive, workers))
+    lines = log.read_text().splitlines()
+    assert not [ln for ln in lines[lines.index("demo.part#3"):] if ln.startswith("done ")]  # no orphan went on
+    done = [ln.split()[2] for ln in log.read_text().splitlines() if ln.startswith("done ")]
+    assert "demo.part#3" in log.read_text() and 2 <= len(done) < 10  # the killed worker finished 2 parts first
+    r = subprocess.run(cmd, cwd=REPO, env=env_for(SHARDLINE_CHAOS_DONE_LOG=str(log)), capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0 and f"skipped {len(done)}" in r.stdout, r.stderr
+    again = [ln.split()[2] for ln in log.read_text().splitlines() if ln.startswith("done ")]
+    assert sorted(again) == sorted(f"p{i}" for i in range(10))  # each part made once, over both runs
+
+
+def test_clean_on_worker_processes_writes_the_same_bytes(tmp_path, code_dir, monkeypatch):
+    from shardline.data import download
+
+    from .conftest import make_project
+
+    def build(root, mapper):
+        params, layout = make_project(root, [{"name": "code", "uri": str(code_dir), "format": "txt"}])
+        download.run(params, layout, log=lambda _: None)
+        clean.run(params, layout, log=lambda _: None, mapper=mapper)
+        return layout
+
+    inline = build(tmp_path / "inline", parallel.thread_map)
+    monkeypatch.setattr(parallel, "POOL_MIN_BYTES", 0)
+    pooled = build(tmp_path / "pooled", parallel.process_map)
+    files = sorted(p.relative_to(inline.clean) for p in inline.clean.rglob("*") if p.is_file())
+    assert len(files) > 3 and files == sorted(p.relative_to(pooled.clean) for p in pooled.clean.rglob("*") if p.is_file())
+    assert all((inline.clean / f).read_bytes() == (pooled.clean / f).read_bytes() for f in files)
