@@ -53,34 +53,38 @@ def cmd_stage(args: argparse.Namespace) -> int:
     if stages.uses_engine(params, args.name):
         from flows.stages import run_stage  # parts on a Prefect task runner (Dask, Ray, processes)
 
-        run_stage(args.name, str(layout.root), args.params)
+        run_stage(args.name, str(layout.root), args.params, params)
     else:
-        stages.runner(args.name)(params, layout, log=_log, **_train_context(args.name, layout))
+        stages.runner(args.name)(params, layout, log=_log, **_train_context(args, layout))
     _log(f"{args.name}: done in {time.perf_counter() - t0:.1f}s")
     if under_dvc:
         chaos.point("dvc.record", group=True)  # the stage done, dvc not yet told: dvc dies with it
     return 0
 
 
-def _train_context(name: str, layout: Layout) -> dict:
+def _train_context(args: argparse.Namespace, layout: Layout) -> dict:
     """What only the orchestrator knows, for the train stage: whether this is a new experiment
-    (`dvc exp run` marks its stage commands with DVC_EXP_NAME), and which checkpoints DVC's cache
-    holds (so making room for a new run loses nothing)."""
-    if name != "train":
+    (`dvc exp run` marks its stage commands with DVC_EXP_NAME), which checkpoints DVC's cache
+    holds (so making room for a new run loses nothing), the md5 dvc.lock records for the shards
+    and the run id (a Prefect flow run's, when one started this process); torchrun's ranks get
+    the last two from the process that launched them (--shards-md5, --run-id)."""
+    if args.name != "train":
         return {}
     from flows import dvcrepo
 
     return {"new_run": bool(os.environ.get("DVC_EXP_NAME")), "recoverable": dvcrepo.in_cache(layout.root),
-            "recorded": bool(os.environ.get("DVC_STAGE"))}  # under dvc repro: DVC commits the outputs next
+            "recorded": bool(os.environ.get("DVC_STAGE")),  # under dvc repro: DVC commits the outputs next
+            "run_id": args.run_id or os.environ.get("PREFECT__FLOW_RUN_ID"),
+            "shards_md5": args.shards_md5 or dvcrepo.shards_md5(layout)}
 
 
 def _checkpoint(layout: Layout, name: str) -> Path:
     from shardline.training import checkpoint
 
     if name == "latest":
-        path = checkpoint.latest_valid(layout.data / "checkpoints", _log)
+        path = checkpoint.latest_valid(layout.checkpoints, _log)
     else:
-        path = Path(name) if Path(name).exists() else layout.data / "checkpoints" / name
+        path = Path(name) if Path(name).exists() else layout.checkpoints / name
     ok, why = checkpoint.verify(path) if path else (False, "no valid checkpoint")
     if not ok:
         raise ShardlineError(f"{path or name}: not a valid checkpoint ({why}); 'shardline checkpoints' lists them")
@@ -181,7 +185,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from flows.server import local_server, server_env
 
     layout = Layout.at(args.root)
-    home = layout.root / ".prefect"
+    home = layout.prefect_home
     os.environ.update(server_env(home, args.port))  # before prefect reads its settings
     try:
         urllib.request.urlopen(f"http://127.0.0.1:{args.port}/api/health", timeout=1)
@@ -209,6 +213,10 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser("stage", help="run one data stage in-process (dvc.yaml calls this)")
     s.add_argument("name", choices=stages.NAMES)
+    s.add_argument("--run-id", help="train: the orchestrator's run id, for the lineage (default: a Prefect flow "
+                   "run's, when one started this process)")
+    s.add_argument("--shards-md5", help="train: the md5 the data versioning records for data/shards, for the "
+                   "lineage (default: dvc.lock's)")
     s.set_defaults(fn=cmd_stage)
     sub.add_parser("pipeline", help="run the Prefect pipeline flow over the dvc.yaml DAG").set_defaults(fn=cmd_pipeline)
     sub.add_parser("params", help="validate params.yaml and print it resolved").set_defaults(fn=cmd_params)

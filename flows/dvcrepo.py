@@ -44,10 +44,22 @@ def locked(repo):
 
 
 def out_hash(root: str | Path, out: str) -> str | None:
-    """The hash dvc.lock records for output `out` (None if never recorded)."""
-    from shardline.training.lineage import dvc_md5
+    """The md5 dvc.lock records for output `out` (None before the first `dvc repro` records it):
+    what the train stage puts in every checkpoint's lineage for data/shards."""
+    import yaml
 
-    return dvc_md5(Path(root), out)
+    lock = Path(root) / "dvc.lock"
+    if not lock.exists():
+        return None
+    for stage in (yaml.safe_load(lock.read_text()) or {}).get("stages", {}).values():
+        for o in stage.get("outs", []):
+            if o.get("path") == out:
+                return o.get("md5")
+    return None
+
+
+def shards_md5(layout) -> str | None:
+    return out_hash(layout.root, layout.rel(layout.shards))
 
 
 def is_up_to_date(repo, name: str) -> bool:

@@ -52,9 +52,10 @@ def run_stage(name: str, root: str, params_file: str, force: bool = False) -> st
         extra: dict = {"sink": sink} if name in stages.DATA else {}
         if name == "train":
             extra = {"run_id": str(flow_run.id), "on_step": lambda s, n: sink(name, s / max(n, 1), f"step {s}/{n}"),
-                     "recoverable": dvcrepo.in_cache(layout.root), "recorded": True}  # dvc commit follows
+                     "recoverable": dvcrepo.in_cache(layout.root), "recorded": True,  # dvc commit follows
+                     "shards_md5": dvcrepo.shards_md5(layout)}
         if stages.uses_engine(params, name):
-            stage_flows.run_stage(name, root, params_file)  # a sub-flow: parts on the engine's task runner
+            stage_flows.run_stage(name, root, params_file, params)  # a sub-flow: parts on the engine's task runner
         else:
             stages.runner(name)(params, layout, log=logger.info, **extra)
         dvcrepo.commit(repo, name)
@@ -81,7 +82,7 @@ def _run_line(root: str, params_file: str, force: tuple[str, ...] = ()) -> dict:
         except Exception as e:
             raise StageFailed(f"stage {name} failed: {e}") from e
         chaos.point("pipeline.between", group=True)  # under `shardline serve`, the runner dies too
-    card = Path(root, "data", "reports", "evidence.md")
+    card = Layout.at(root).evidence
     if card.exists():
         create_markdown_artifact(card.read_text() + _run_notes(report), key="evidence-card",
                                  description="Shardline evidence card")

@@ -18,13 +18,16 @@ from prefect.runtime import flow_run
 from shardline import stages
 from shardline.core import config
 from shardline.core.layout import Layout
+from flows import dvcrepo
 from tasks import part_mapper, progress_sink
 from tasks.runners import check_workers, task_runner
 
 
-def run_stage(name: str, root: str = ".", params_file: str = "params.yaml") -> dict:
+def run_stage(name: str, root: str = ".", params_file: str = "params.yaml", params=None) -> dict:
+    """The stage's flow, on the task runner `engine` names; `params`: the caller's, already loaded
+    from `params_file` (the flow loads the file itself: a flow run is defined by its parameters)."""
     layout = Layout.at(root)
-    params = config.load(Path(layout.root, params_file))
+    params = params or config.load(Path(layout.root, params_file))
     opts: dict = {"timeout_seconds": params.pipeline.stage_timeout_s}
     if name in stages.PARTED:
         opts["task_runner"] = task_runner(params.engine)
@@ -41,7 +44,7 @@ def _stage_flow(name: str):
             workers = check_workers(params.engine)
             log(f"{name}: parts on the {params.engine.runner} runner" + (f", {len(workers)} worker(s): "
                                                                          f"{', '.join(workers)}" if workers else ""))
-        extra = {"run_id": str(flow_run.id)} if name == "train" else {}  # recorded in the lineage
+        extra = {"run_id": str(flow_run.id), "shards_md5": dvcrepo.shards_md5(layout)} if name == "train" else {}
         if name in stages.DATA:
             extra["sink"] = progress_sink(name)
         return stages.runner(name)(params, layout, log=log, mapper=part_mapper(params, name), **extra)

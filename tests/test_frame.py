@@ -29,7 +29,7 @@ def test_progress_logs_every_tenth_and_is_silent_for_skipped_parts():
     for _ in range(16):
         p.advance(10**6)
     assert [ln.split(",")[0] for ln in logs] == [f"clean: {n}/20 parts (4 already done)" for n in (6, 8, 10, 12, 14, 16, 18, 20)]
-    assert logs[-1].endswith("20/20 MB, " + logs[-1].split(", ")[-2] + ", ETA 0:00")
+    assert logs[-1].endswith("20.0/20.0 MB, " + logs[-1].split(", ")[-2] + ", ETA 0:00")
     assert len(sunk) == 16 and sunk[-1] == 1.0 and sunk[0] == 0.25
 
 
@@ -40,8 +40,8 @@ def test_progress_draws_a_bar_on_a_terminal():
     p.advance(5 * 10**6)
     assert logs == []  # the bar replaces the log lines
     out = tty.getvalue()
-    assert out.startswith("\r[" + "#" * 10 + " " * 10 + "] tokenize: 1/2 parts, 5 MB, ")
-    assert "\r[" + "#" * 20 + "] tokenize: 2/2 parts, 10 MB, " in out and out.endswith("ETA 0:00\x1b[K\n")
+    assert out.startswith("\r[" + "#" * 10 + " " * 10 + "] tokenize: 1/2 parts, 5.0 MB, ")
+    assert "\r[" + "#" * 20 + "] tokenize: 2/2 parts, 10.0 MB, " in out and out.endswith("ETA 0:00\x1b[K\n")
 
 
 def test_a_marker_vouches_only_for_its_key_and_file_sizes(tmp_path):

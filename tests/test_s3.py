@@ -67,7 +67,7 @@ def loader_for(root: Path, **loader_keys) -> Loader:
     """Loader.from_params as train.py calls it, with `loader_keys` set in params.loader."""
     raw = yaml.safe_load((root / "params.yaml").read_text())
     raw["loader"] = {**raw["loader"], **loader_keys}
-    return Loader.from_params(config.parse(raw), Layout.at(root).shards)
+    return Loader.from_params(config.parse(raw), Layout.at(root))
 
 
 @pytest.fixture(scope="module")

@@ -23,6 +23,10 @@ def _clock(s: float) -> str:
     return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
 
 
+def _mb(n: float) -> str:
+    return f"{n / 1e6:,.0f}" if n >= 1e8 else f"{n / 1e6:.1f}"
+
+
 class Progress:
     def __init__(self, stage: str, units: int, total_bytes: int, log: Callable[[str], None], *,
                  what: str = "parts", sink: Sink | None = None, stream: TextIO | None = None):
@@ -60,8 +64,8 @@ class Progress:
             left = (self.units - self.done) * elapsed / worked if worked else None
         eta = "0:00" if self.done >= self.units else (_clock(left) if left is not None else "?")
         skipped = f" ({self.skipped} already done)" if self.skipped else ""
-        of = f"/{self.total / 1e6:,.0f}" if self.total else ""
-        return (f"{self.stage}: {self.done}/{self.units} {self.what}{skipped}, {self._bytes / 1e6:,.0f}{of} MB, "
+        of = f"/{_mb(self.total)}" if self.total else ""
+        return (f"{self.stage}: {self.done}/{self.units} {self.what}{skipped}, {_mb(self._bytes)}{of} MB, "
                 f"{rate / 1e6:.1f} MB/s, ETA {eta}")
 
     def fraction(self) -> float:

@@ -45,13 +45,11 @@ from shardline.core import chaos, fsio
 from shardline.data import download, frame, readers, rules, split
 from shardline.core.config import Clean, Params, Source
 from shardline.core.errors import BadInput
-from shardline.core.layout import Layout
+from shardline.core.layout import Layout, clean_split_of
 from shardline.core.parallel import Mapper, process_map
 from shardline.core.progress import Sink
 
 CODE_VERSION = 3  # bump when cleaning output changes for the same inputs and params
-SIDES = ("train", "val")
-SPLIT = "split.json"  # the held-out thresholds of the finished stage, and the ctx its selections carry
 _SCHEMA = pa.schema([("id", pa.string()), ("text", pa.string()), ("hash", pa.binary(16)), ("bytes", pa.int64()),
                      ("u", pa.uint64())])
 
@@ -102,7 +100,7 @@ def plan(params: Params, layout: Layout) -> list[frame.Part]:
     for source in params.sources:
         manifest = download.read_manifest(layout, source.name)
         reading = {k: getattr(source, k) for k in ("format", "text_field", "txt_unit")}
-        raw_dir = download.source_dir(layout, source.name) / "files"
+        raw_dir = layout.raw_files(source.name)
         for i, group in enumerate(_group(source, raw_dir, manifest["files"], params.clean.part_mb * 2**20)):
             files = [(path, sha, span) for path, sha, span, _ in group]
             key = fsio.stable_hash({"files": files, "reading": reading, "rules": rule_keys, "v": CODE_VERSION,
@@ -223,7 +221,7 @@ def read_selection(part: str | Path) -> dict:
     except FileNotFoundError:
         raise BadInput(f"{path}: missing (the clean stage did not finish); re-run 'dvc repro clean'") from None
     meta = part_meta(part)
-    marker = Path(part).parents[1] / SPLIT
+    marker = clean_split_of(part)
     done = fsio.read_json(marker)["ctx"] if marker.exists() else None
     if meta is None or sel["key"] != meta["key"] or sel.get("ctx") != done:
         raise BadInput(f"{path}: does not belong to {Path(part).name} and the finished clean stage (it was "
@@ -311,10 +309,10 @@ def run(params: Params, layout: Layout, log: Log = print, mapper: Mapper = proce
     thresholds = select(parts, params, log)
     outs = [Path(p.work.out) for p in parts]
     frame.sweep(layout.clean, {f for o in outs for f in (o, marker_path(o), selection_path(o))}
-                | {layout.clean / "stats.json", layout.clean / SPLIT})
+                | {layout.clean_stats, layout.clean_split})
     summary = _summarise(parts, markers, params, thresholds)
-    fsio.write_json(layout.clean / "stats.json", summary)
-    fsio.write_json(layout.clean / SPLIT, {  # last: every selection on disk is this run's
+    fsio.write_json(layout.clean_stats, summary)
+    fsio.write_json(layout.clean_split, {  # last: every selection on disk is this run's
         "ctx": context(parts, params), "settings": params.eval.split(),
         "thresholds": {n: {"below": t.value, "held": t.held, "decided_by": split.DECIDED_BY[t.clamp]}
                        for n, t in thresholds.items()}})

@@ -46,16 +46,8 @@ class Item:
     origin: str
 
 
-def source_dir(layout: Layout, name: str) -> Path:
-    return layout.raw / name
-
-
-def manifest_path(layout: Layout, name: str) -> Path:
-    return source_dir(layout, name) / "manifest.json"
-
-
 def read_manifest(layout: Layout, name: str) -> dict:
-    p = manifest_path(layout, name)
+    p = layout.manifest(name)
     if not p.exists():
         raise BadInput(f"{layout.rel(p)}: missing; run the download stage first ('dvc repro download')")
     return fsio.read_json(p)
@@ -173,8 +165,8 @@ def _materialise(item: Item, dest: Path, source: Source, params: Params, log: Lo
 def download_source(source: Source, params: Params, layout: Layout, log: Log = print,
                     progress: Progress | None = None, items: list[Item] | None = None) -> dict:
     """Materialise one source and write its manifest; returns the manifest."""
-    sdir = source_dir(layout, source.name)
-    files_dir = sdir / "files"
+    sdir = layout.manifest(source.name).parent
+    files_dir = layout.raw_files(source.name)
     if sdir.exists():
         fsio.remove_temps(sdir)
     items = resolve(source, layout.root) if items is None else items
@@ -199,7 +191,7 @@ def download_source(source: Source, params: Params, layout: Layout, log: Log = p
     fsio.prune(files_dir, {files_dir / e["path"] for e in entries} | set(files_dir.rglob("*.part")))
     manifest = {"source": source.name, "uri": source.uri, "format": source.format,
                 "files": entries, "bytes": sum(e["bytes"] for e in entries)}
-    fsio.write_json(manifest_path(layout, source.name), manifest)
+    fsio.write_json(layout.manifest(source.name), manifest)
     log(f"download: {source.name}: {len(entries)} file(s), {manifest['bytes'] / 1e6:.1f} MB")
     return manifest
 

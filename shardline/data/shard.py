@@ -32,7 +32,7 @@ import numpy as np
 from shardline.core import chaos, fsio
 from shardline.core.config import Params, Source
 from shardline.core.errors import BadInput, ShardCorrupt
-from shardline.core.layout import Layout
+from shardline.core.layout import Layout, index_of, side_dir
 from shardline.data import frame
 from shardline.data.tokenize import DTYPES
 from shardline.core.parallel import Mapper, thread_map
@@ -100,7 +100,7 @@ def _pack(tok_index: dict, tok_dir: Path, out_dir: Path, params: Params) -> tupl
         shards.append({"file": path.name, "blocks": count, "bytes": len(data), "sha256": digest})
         first += count
     if staged:  # every new byte is durable: only renames are left, which need no space
-        (out_dir / "index.json").unlink(missing_ok=True)  # from here no index vouches for old and new mixed
+        index_of(out_dir).unlink(missing_ok=True)  # from here no index vouches for old and new mixed
         fsio.fsync_dir(out_dir)
         for nxt, path in staged:
             os.replace(nxt, path)
@@ -109,8 +109,8 @@ def _pack(tok_index: dict, tok_dir: Path, out_dir: Path, params: Params) -> tupl
              "seq_len": params.shard.seq_len, "block_tokens": block, "tokenizer_sha256": tok_index["tokenizer_sha256"],
              "eos_id": tok_index["eos_id"], "docs": tok_index["docs"], "shards": shards, "total_blocks": blocks,
              "total_tokens": blocks * block, "tail_tokens_dropped": len(stream) - blocks * block}
-    fsio.write_json(out_dir / "index.json", index)
-    return index, written, {out_dir / s["file"] for s in shards} | {out_dir / "index.json"}
+    fsio.write_json(index_of(out_dir), index)
+    return index, written, {out_dir / s["file"] for s in shards} | {index_of(out_dir)}
 
 
 def shard_source(source: Source, params: Params, layout: Layout) -> tuple[dict, int]:
@@ -118,7 +118,7 @@ def shard_source(source: Source, params: Params, layout: Layout) -> tuple[dict, 
     (a task that may run on a cluster worker: it logs nothing itself); returns the training
     index, with the held-out one under "val", and how many shard files it wrote."""
     tok_dir, out_dir = layout.tokens / source.name, layout.shards / source.name
-    tok_index, val_index = _token_index(tok_dir, layout), _token_index(tok_dir / "val", layout)  # both before any write
+    tok_index, val_index = _token_index(tok_dir, layout), _token_index(side_dir(tok_dir, "val"), layout)  # both before any write
     block = params.shard.seq_len + 1
     if tok_index["tokens"] < block:
         raise BadInput(f"shard: source {source.name!r} has {tok_index['tokens']} tokens, fewer than one block "
@@ -126,14 +126,14 @@ def shard_source(source: Source, params: Params, layout: Layout) -> tuple[dict, 
     out_dir.mkdir(parents=True, exist_ok=True)
     fsio.remove_temps(out_dir)
     index, written, keep = _pack(tok_index, tok_dir, out_dir, params)
-    val, val_written, val_keep = _pack(val_index, tok_dir / "val", out_dir / "val", params)
+    val, val_written, val_keep = _pack(val_index, side_dir(tok_dir, "val"), side_dir(out_dir, "val"), params)
     frame.sweep(out_dir, keep | val_keep)
     return {**index, "val": val}, written + val_written
 
 
 def _token_index(tok_dir: Path, layout: Layout) -> dict:
     try:
-        return fsio.read_json(tok_dir / "index.json")
+        return fsio.read_json(index_of(tok_dir))
     except FileNotFoundError:
         raise BadInput(f"{layout.rel(tok_dir / 'index.json')}: missing: the tokenize stage did not finish (it was "
                        "killed or the disk filled while it rewrote the parts); re-run 'dvc repro tokenize'") from None
@@ -171,7 +171,7 @@ def verify_shard(shard_dir: Path, entry: dict, mode: str = "full") -> None:
 
 def verify(shard_dir: Path, mode: str = "full") -> dict:
     """Check every shard of a source against its index.json; raise ShardCorrupt on the first bad one."""
-    index = fsio.read_json(Path(shard_dir) / "index.json")
+    index = fsio.read_json(index_of(shard_dir))
     for entry in index["shards"]:
         verify_shard(shard_dir, entry, mode)
     return index

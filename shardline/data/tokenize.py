@@ -29,11 +29,11 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from shardline.core import chaos, fsio
+from shardline.core import fsio
 from shardline.data import clean, frame, tokenizer
 from shardline.core.config import Params
 from shardline.core.errors import BadInput
-from shardline.core.layout import Layout
+from shardline.core.layout import SIDES, Layout, index_of, side_dir
 from shardline.core.parallel import Mapper, thread_map
 from shardline.core.progress import Sink
 
@@ -87,10 +87,10 @@ def _training_texts(parts: dict[str, list[Path]], max_bytes: float) -> Iterator[
 def prepare_tokenizer(params: Params, layout: Layout, parts: dict[str, list[Path]], log: Log = print):
     """Train or copy the tokenizer unless the one on disk has the current key."""
     cfg = params.tokenizer
-    out, meta_path = layout.tokenizer / "tokenizer.json", layout.tokenizer / "meta.json"
+    out, meta_path = layout.tokenizer_json, layout.tokenizer_meta
     given = Path(cfg.path) if cfg.path else None
     if given is not None and not given.is_absolute():
-        given = layout.root / given
+        given = layout.under_root(given)
     basis = fsio.sha256_file(given) if given else [clean.side_key(p, "train") for ps in parts.values() for p in ps]
     settings = {k: v for k, v in params.section("tokenizer").items() if k != "backend"}  # ids never depend on it
     key = fsio.stable_hash({"tokenizer": settings, "basis": basis})
@@ -121,9 +121,9 @@ def _unindex(d: Path) -> None:
     """Remove a source's token indexes, durably, before any of its parts is rewritten: a stage
     that then fails (killed, a full disk) leaves no index over a mix of old and new parts, or
     over old ids from another tokenizer, and the shard stage refuses the source by name."""
-    for where in (d, d / "val"):
-        if (where / "index.json").exists():
-            (where / "index.json").unlink()
+    for where in (side_dir(d, side) for side in SIDES):
+        if index_of(where).exists():
+            index_of(where).unlink()
             fsio.fsync_dir(where)
 
 
@@ -187,8 +187,8 @@ def plan(params: Params, layout: Layout, parts: dict[str, list[Path]], recipe: R
     out = []
     for name, ps in parts.items():
         for p in ps:
-            for side in clean.SIDES if clean.read_selection(p)["heldout"] else ("train",):
-                tok = layout.tokens / name / ("" if side == "train" else "val") / f"{p.stem}.bin"
+            for side in SIDES if clean.read_selection(p)["heldout"] else ("train",):
+                tok = layout.tokens_of(name, side) / f"{p.stem}.bin"
                 key = fsio.stable_hash([clean.side_key(p, side), tmeta["sha256"], tmeta["eos_id"], tmeta["dtype"]])
                 out.append(frame.Part("tokenize", f"{name}/{'' if side == 'train' else 'val/'}{p.stem}", key,
                                       str(tok.with_suffix(".json")), p.stat().st_size,
@@ -203,12 +203,12 @@ def run(params: Params, layout: Layout, log: Log = print, mapper: Mapper = threa
     tok, tmeta = prepare_tokenizer(params, layout, parts, log)
     encoder = tokenizer.Encoder.build(tok, backend=params.tokenizer.backend, probe_texts=_probe(parts))
     log(f"tokenize: encoder {encoder.backend}: {encoder.reason}")
-    recipe = Recipe(str(layout.tokenizer / "tokenizer.json"), tmeta["sha256"], encoder.backend)
+    recipe = Recipe(str(layout.tokenizer_json), tmeta["sha256"], encoder.backend)
     with _ENCODERS_LOCK:
         _ENCODERS[recipe] = encoder  # in-process runners (threads) reuse the proven one
     jobs = plan(params, layout, parts, recipe, tmeta)
     for name in parts:
-        (layout.tokens / name / "val").mkdir(parents=True, exist_ok=True)
+        layout.tokens_of(name, "val").mkdir(parents=True, exist_ok=True)
         fsio.remove_temps(layout.tokens / name)
         if any(frame.finished(j) is None for j in jobs if j.work.source == name):
             _unindex(layout.tokens / name)  # parts change in place: no index may vouch for old and new mixed
@@ -219,7 +219,7 @@ def run(params: Params, layout: Layout, log: Log = print, mapper: Mapper = threa
     for name in parts:
         d = layout.tokens / name
         keep = set()
-        for side in clean.SIDES:
+        for side in SIDES:
             mine = [(Path(j.work.out), m) for j, m in zip(jobs, markers)
                     if j.work.source == name and j.work.side == side]
             entries = [{"file": out.name, "bytes": m["files"][out.name], **m["stats"]} for out, m in mine]
@@ -227,9 +227,9 @@ def run(params: Params, layout: Layout, log: Log = print, mapper: Mapper = threa
                      "eos_id": tmeta["eos_id"], "encoder": encoder.backend, "encoder_reason": encoder.reason,
                      "parts": entries, "tokens": sum(e["tokens"] for e in entries),
                      "docs": sum(e["docs"] for e in entries)}
-            where = d if side == "train" else d / "val"
-            keep |= {out for out, _ in mine} | {out.with_suffix(".json") for out, _ in mine} | {where / "index.json"}
-            fsio.write_json(where / "index.json", index)
+            where = layout.tokens_of(name, side)
+            keep |= {out for out, _ in mine} | {out.with_suffix(".json") for out, _ in mine} | {index_of(where)}
+            fsio.write_json(index_of(where), index)
             indexes.setdefault(name, {})[side] = index
         frame.sweep(d, keep)
     fsio.prune_dirs(layout.tokens, set(parts))

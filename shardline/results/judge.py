@@ -29,7 +29,7 @@ def judge(path: Path, params: Params, layout: Layout, device: torch.device | Non
     model, state, manifest = load_model(path)
     gcfg, lin = model.cfg, manifest["lineage"]
     names = [s.name for s in params.sources]
-    held = HeldOut.open(layout.shards, names, params.eval.blocks, layout.tokenizer / "tokenizer.json")
+    held = HeldOut.open(layout.shards, names, params.eval.blocks, layout.tokenizer_json)
     if not any(len(b.ids) for b in held.blocks):
         raise BadInput(f"{layout.rel(layout.shards)}: no source has a held-out block (val/ holds fewer tokens than "
                        "one block): nothing to judge on; raise eval.fraction or eval.min_docs and re-run 'dvc repro'")

@@ -24,7 +24,7 @@ from shardline.core import fsio
 from shardline.data import split
 from shardline.training import checkpoint, guard
 from shardline.core.config import Params
-from shardline.core.layout import Layout
+from shardline.core.layout import Layout, index_of
 from shardline.stream.mixing import Schedule
 from shardline.training.monitor import eval_rows, eval_sources, read_records, summarize
 
@@ -73,7 +73,7 @@ def _heldout(params: Params, layout: Layout, stats: dict) -> list[str]:
     for s in params.sources:
         st = stats["sources"][s.name]
         h = st["heldout"]
-        ix = fsio.read_json(layout.shards / s.name / "val" / "index.json")
+        ix = fsio.read_json(index_of(layout.shards_of(s.name, "val")))
         lines.append(f"| {s.name} | {h['docs']:,} | {h['bytes']:,} | {ix['total_tokens']:,} | {ix['total_blocks']:,} | "
                      f"{split.DECIDED_BY[h.get('clamp')]} | {st['docs_out']:,} |")
     cut = stats.get("split", {})
@@ -137,7 +137,7 @@ def _drift(rows: list[dict], tolerance: float) -> list[str]:
 
 def build(params: Params, layout: Layout) -> str:
     lines = ["# Shardline evidence card", ""]
-    ck_root = layout.data / "checkpoints"
+    ck_root = layout.checkpoints
     entries = checkpoint.entries(ck_root)
     latest = next((e for e in reversed(entries) if e.valid), None)
     manifest = json.loads((latest.path / checkpoint.MANIFEST).read_text()) if latest else None
@@ -156,14 +156,14 @@ def build(params: Params, layout: Layout) -> str:
                   f"- cleaning rules: `{json.dumps(lin['clean_rules'], sort_keys=True)}`", ""]
     else:
         lines += ["No valid checkpoint yet.", ""]
-    stats = fsio.read_json(layout.clean / "stats.json")
+    stats = fsio.read_json(layout.clean_stats)
     lines += _heldout(params, layout, stats)
 
     lines += ["## Shards", "", "| source | shards | blocks | blocks/shard min-max | tokens | tail dropped |",
               "|---|---|---|---|---|---|"]
     sizes = {}
     for s in params.sources:
-        ix = fsio.read_json(layout.shards / s.name / "index.json")
+        ix = fsio.read_json(index_of(layout.shards_of(s.name)))
         counts = [x["blocks"] for x in ix["shards"]]
         sizes[s.name] = ix["total_blocks"]
         lines.append(f"| {s.name} | {len(counts)} | {ix['total_blocks']:,} | {min(counts)}-{max(counts)} | "
@@ -175,7 +175,7 @@ def build(params: Params, layout: Layout) -> str:
         lines += ["", f"Resume point: {pos:,} blocks consumed ({state['loader']['global_batches_consumed']:,} "
                       f"global batches) at step {state['step']}; {epochs}."]
 
-    rows = read_records(layout.data / "metrics" / "train.jsonl")
+    rows = read_records(layout.train_log)
     lines += [""] + _evaluation(rows, manifest)
     lines += ["## Throughput", ""]
     if rows:  # the figures of data/metrics/train.json (monitor.summarize), so the two never disagree
@@ -220,7 +220,7 @@ def build(params: Params, layout: Layout) -> str:
     lines.append(f"- invalid checkpoints on disk: {len(invalid)}")
 
     lines += ["", "## Ops notes", ""]
-    enc = {s.name: fsio.read_json(layout.tokens / s.name / "index.json").get("encoder") for s in params.sources}
+    enc = {s.name: fsio.read_json(index_of(layout.tokens_of(s.name))).get("encoder") for s in params.sources}
     lines.append(f"- encoder backend: {', '.join(f'{k}: {v}' for k, v in enc.items())}")
     if rows and wait < 0.01:
         lines.append("- input is not the bottleneck (data wait < 1%)")
@@ -236,12 +236,12 @@ def _nan(v: float | None) -> float:
 
 
 def run(params: Params, layout: Layout, log: Log = print, mapper=None) -> dict:
-    out = layout.data / "reports"
+    out = layout.reports
     out.mkdir(parents=True, exist_ok=True)
-    rows = read_records(layout.data / "metrics" / "train.jsonl")
+    rows = read_records(layout.train_log)
     if rows:
-        _plot(rows, out / "train.png")
+        _plot(rows, layout.plot)
     card = build(params, layout)
-    fsio.write_bytes(out / "evidence.md", card.encode())
+    fsio.write_bytes(layout.evidence, card.encode())
     log(f"report: wrote {layout.rel(out / 'evidence.md')}")
-    return {"evidence": str(out / "evidence.md"), "card": card}
+    return {"evidence": str(layout.evidence), "card": card}

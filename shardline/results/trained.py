@@ -52,7 +52,7 @@ def load_model(path: Path) -> tuple[GPT, dict, dict]:
 def tokenizer_file(manifest: dict, layout: Layout, what: str) -> Path:
     """The tokenizer.json this checkpoint was trained with (checked by hash, never assumed);
     `what` names the use in messages ("export", "sample")."""
-    path = layout.tokenizer / "tokenizer.json"
+    path = layout.tokenizer_json
     want = manifest["lineage"]["data_version"].get("tokenizer_sha256")
     if not path.exists():
         raise BadInput(f"{layout.rel(path)} is missing: {what} needs the tokenizer step {manifest['step']} was "

@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from shardline.core import fsio
+from shardline.core.layout import Layout, index_of
 from shardline.core.errors import BadInput, ShardlineError
 from shardline.stream.mixing import Schedule
 from shardline.stream.permute import Permutation, key_for
@@ -69,7 +70,7 @@ def open_sources(shards_dir: str | Path, names: Sequence[str], remote: Remote | 
     if remote is not None:  # the index files come from the store; shards are fetched when first needed
         out = [Source(n, Path(remote.cache_dir), ix) for n, ix in zip(names, read_indexes(remote, names))]
     else:
-        paths = [Path(shards_dir) / name / "index.json" for name in names]
+        paths = [index_of(Path(shards_dir) / name) for name in names]
         for path in paths:
             if not path.exists():
                 raise BadInput(f"{path}: missing; build shards first ('dvc repro shard')")
@@ -247,15 +248,14 @@ class Loader:
         self.version = data_version(self.reader.sources)
 
     @classmethod
-    def from_params(cls, params, shards_dir: str | Path, rank: int = 0, world: int = 1, log=None) -> "Loader":
+    def from_params(cls, params, layout: Layout, rank: int = 0, world: int = 1, log=None) -> "Loader":
         if params.mix is None:
             raise BadInput("mix: required to load data; give every source a weight in params.yaml")
         c = params.loader
-        root = Path(shards_dir).resolve().parents[1]  # data/shards sits two below the project root (Layout)
-        return cls(shards_dir, sources=[s.name for s in params.sources], mix=params.mix, seed=c.seed,
+        return cls(layout.shards, sources=[s.name for s in params.sources], mix=params.mix, seed=c.seed,
                    global_batch=c.global_batch, rank=rank, world=world, num_workers=c.num_workers,
                    verify=c.verify, log=log if c.debug_batch_hashes else None, shards_uri=c.shards_uri,
-                   cache_dir=root / c.cache_dir, cache_mb=c.cache_mb, prefetch=c.prefetch)
+                   cache_dir=layout.under_root(c.cache_dir), cache_mb=c.cache_mb, prefetch=c.prefetch)
 
     @property
     def seq_len(self) -> int:

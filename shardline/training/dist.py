@@ -166,14 +166,17 @@ def _by_name(osd: dict, model: torch.nn.Module, opt: torch.optim.Optimizer) -> d
             "param_groups": [{**g, "params": [names[i] for i in g["params"]]} for g in osd["param_groups"]]}
 
 
-def relaunch_under_torchrun(params: Params, layout: Layout, log: Log) -> dict:
-    """Run the train stage as train.nproc_per_node processes on this machine and wait for them."""
+def relaunch_under_torchrun(params: Params, layout: Layout, log: Log, run_id: str | None = None,
+                            shards_md5: str | None = None) -> dict:
+    """Run the train stage as train.nproc_per_node processes on this machine and wait for them;
+    they get what the orchestrator handed this process (its run id, its md5 of the shards)."""
     n = params.train.nproc_per_node
     # --max-restarts 0: a failed rank fails the job at once (the agent polls every 0.1 s); re-running
     # the stage resumes from the last checkpoint, which is all a restart would do.
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}",
            "--max-restarts=0", "--no-python", str(Path(sys.executable).with_name("shardline")),
            "--root", str(layout.root), "stage", "train"]
+    cmd += [*(["--run-id", run_id] if run_id else []), *(["--shards-md5", shards_md5] if shards_md5 else [])]
     log(f"train: launching {n} processes: {' '.join(cmd)}")
     if subprocess.run(cmd).returncode:
         raise ShardlineError(f"train: torchrun with {n} processes failed (see the rank logs above)")

@@ -31,6 +31,7 @@ from torch.nn import functional as F
 
 from shardline.core import chaos, fsio
 from shardline.core.errors import BadInput, ShardCorrupt
+from shardline.core.layout import index_of
 from shardline.stream.remote import Remote, _failed, filesystem, read_indexes
 from shardline.data.shard import verify_shard
 from shardline.data.tokenize import DTYPES
@@ -82,7 +83,7 @@ class HeldOut:
         if remote is not None:
             indexes = read_indexes(remote, val)
         else:
-            paths = [Path(shards_dir) / v / "index.json" for v in val]
+            paths = [index_of(Path(shards_dir) / v) for v in val]
             for p in paths:
                 if not p.exists():
                     raise BadInput(f"{p}: missing: no held-out shards; re-run 'dvc repro' (the clean, tokenize "
@@ -104,7 +105,7 @@ class HeldOut:
                      log: Callable[[str], None]) -> "HeldOut | None":
         """The held-out set of a training run (None, said so, when no source has a block)."""
         held = cls.open(layout.shards, [s.name for s in params.sources], params.eval.blocks,
-                        layout.tokenizer / "tokenizer.json", remote)
+                        layout.tokenizer_json, remote)
         if held.seq_len != seq_len or held.tokenizer_sha256 != tokenizer_sha256:
             raise BadInput(f"{layout.rel(layout.shards)}: the held-out shards (val/) were made with another seq_len or "
                            "tokenizer than the training shards; re-run 'dvc repro shard'")

@@ -1,10 +1,10 @@
 """What a checkpoint was trained on, recorded in every manifest.
 
 Contract: `collect` gathers, as values (never only hashes): the data version (the content
-hash of the shards the loader verified, the md5 DVC records for data/shards in dvc.lock when
-there is one, and the tokenizer hash), the cleaning rules, the mix, the sources (uri + sha256
+hash of the shards the loader verified, the md5 the orchestrator's data versioning records for
+data/shards (DVC's, from dvc.lock), and the tokenizer hash), the cleaning rules, the mix, the sources (uri + sha256
 of every raw file, from the download manifests when present), the model/train/loader/shard
-params, the git commit and dirty flag, the orchestrator's run id (Prefect flow-run id), the
+params, the git commit and dirty flag, the orchestrator's run id (a Prefect flow-run id), the
 parent checkpoint, the training guards' rollbacks so far (shardline.training.guard's ledger), and
 `continued_from`: when this identity's training continued from a
 checkpoint of another data version or mix, that checkpoint, what changed, its own eval and its
@@ -15,11 +15,9 @@ the manifest's eval, for `shardline lineage`.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 
-import yaml
 
 from shardline.core import fsio
 from shardline.training import guard
@@ -40,22 +38,10 @@ def git_state(root: Path) -> dict:
     return {"commit": commit, "dirty": bool(status) if status is not None else None}
 
 
-def dvc_md5(root: Path, out: str = "data/shards") -> str | None:
-    """The hash DVC recorded for an output in dvc.lock (None before the first `dvc repro`)."""
-    lock = Path(root) / "dvc.lock"
-    if not lock.exists():
-        return None
-    for stage in (yaml.safe_load(lock.read_text()) or {}).get("stages", {}).values():
-        for o in stage.get("outs", []):
-            if o.get("path") == out:
-                return o.get("md5")
-    return None
-
-
 def sources(params: Params, layout: Layout) -> list[dict]:
     out = []
     for s in params.sources:
-        m = layout.raw / s.name / "manifest.json"
+        m = layout.manifest(s.name)
         files = fsio.read_json(m)["files"] if m.exists() else None
         out.append({"name": s.name, "uri": s.uri,
                     "files": [{"path": f["path"], "sha256": f["sha256"]} for f in files] if files else None})
@@ -63,18 +49,18 @@ def sources(params: Params, layout: Layout) -> list[dict]:
 
 
 def collect(params: Params, layout: Layout, shards_version: str, *, parent: str | None = None,
-            run_id: str | None = None, data_change: list[str] | None = None,
+            run_id: str | None = None, shards_md5: str | None = None, data_change: list[str] | None = None,
             continued_from: dict | None = None, rollbacks: list[dict] | None = None) -> dict:
-    tok_meta = layout.tokenizer / "meta.json"
+    tok_meta = layout.tokenizer_meta
     return {
-        "data_version": {"shards_sha256": shards_version, "dvc_md5": dvc_md5(layout.root),
+        "data_version": {"shards_sha256": shards_version, "dvc_md5": shards_md5,
                          "tokenizer_sha256": fsio.read_json(tok_meta)["sha256"] if tok_meta.exists() else None},
         "clean_rules": params.section("clean"),
         "mix": params.mix,
         "sources": sources(params, layout),
         "params": {k: params.section(k) for k in ("model", "train", "loader", "shard", "tokenizer")},
         "code": git_state(layout.root),
-        "run": {"prefect_flow_run_id": run_id or os.environ.get("PREFECT__FLOW_RUN_ID")},
+        "run": {"prefect_flow_run_id": run_id},
         "parent": parent,
         "data_change": data_change or [],
         "continued_from": continued_from,

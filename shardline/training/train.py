@@ -88,7 +88,8 @@ def autocast_for(cfg: Train, device: torch.device):
 
 def run(params: Params, layout: Layout, log: Log = print, mapper=None, run_id: str | None = None,
         on_step: Callable[[int, int], None] | None = None, new_run: bool = False,
-        recoverable: Callable[[Path], bool] | None = None, recorded: bool = False) -> dict:
+        recoverable: Callable[[Path], bool] | None = None, recorded: bool = False,
+        shards_md5: str | None = None) -> dict:
     """Train to this data version's start + train.steps. `on_step(step, target)` reports progress.
     `new_run`: the orchestrator starts a new experiment, so a changed identity trains a fresh model
     (as train.fresh_on_data_change does) instead of being refused; `recoverable(checkpoint_dir)`
@@ -98,7 +99,7 @@ def run(params: Params, layout: Layout, log: Log = print, mapper=None, run_id: s
     so the links are dropped at a successful end; `recoverable` prunes them at the next start."""
     cfg = params.train
     if cfg.nproc_per_node > 1 and "LOCAL_RANK" not in os.environ:
-        return relaunch_under_torchrun(params, layout, log)
+        return relaunch_under_torchrun(params, layout, log, run_id, shards_md5)
     if cfg.deterministic:
         torch.use_deterministic_algorithms(True)
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
@@ -110,7 +111,8 @@ def run(params: Params, layout: Layout, log: Log = print, mapper=None, run_id: s
     while True:
         try:
             summary = _train(params, layout, log if dist.rank == 0 else (lambda _: None), device, dist, run_id,
-                             on_step if dist.rank == 0 else None, new_run, recoverable, recorded, rolled_back)
+                             on_step if dist.rank == 0 else None, new_run, recoverable, recorded, rolled_back,
+                             shards_md5)
             break
         except RolledBack:  # the ledger holds it: start again exactly as a resume after a kill would
             rolled_back, new_run = True, False
@@ -120,11 +122,11 @@ def run(params: Params, layout: Layout, log: Log = print, mapper=None, run_id: s
 
 def _train(params: Params, layout: Layout, log: Log, device: torch.device, dist: Dist, run_id: str | None,
            on_step: Callable[[int, int], None] | None, new_run: bool, recoverable, recorded: bool,
-           rolled_back: bool) -> dict:
+           rolled_back: bool, shards_md5: str | None = None) -> dict:
     cfg = params.train
-    ckpts, metrics = layout.checkpoints, layout.data / "metrics" / "train.jsonl"
-    loader = Loader.from_params(params, layout.shards, rank=dist.rank, world=dist.world, log=log)
-    vocab = fsio.read_json(layout.tokenizer / "meta.json")["vocab_size"]
+    ckpts, metrics = layout.checkpoints, layout.train_log
+    loader = Loader.from_params(params, layout, rank=dist.rank, world=dist.world, log=log)
+    vocab = fsio.read_json(layout.tokenizer_meta)["vocab_size"]
     gcfg = GPTConfig(vocab_size=vocab, seq_len=loader.seq_len, **params.section("model"))
     held = (HeldOut.for_training(params, layout, loader.spec.remote, loader.seq_len,
                                  loader.reader.sources[0].index["tokenizer_sha256"], log)
@@ -191,7 +193,8 @@ def _train(params: Params, layout: Layout, log: Log, device: torch.device, dist:
         checkpoint.keep(path, kept)
         retain(before)
 
-    lin = lineage.collect(params, layout, loader.version, parent=pos.parent, run_id=run_id, data_change=pos.changed,
+    lin = lineage.collect(params, layout, loader.version, parent=pos.parent, run_id=run_id, shards_md5=shards_md5,
+                          data_change=pos.changed,
                           continued_from=pos.continued_from, rollbacks=ledger)
     if cfg.compile:
         net = torch.compile(net)
@@ -304,6 +307,6 @@ def _train(params: Params, layout: Layout, log: Log, device: torch.device, dist:
     if dist.rank == 0:  # figures over every step on record (train.jsonl), not only this process's
         rows = read_records(metrics)
         summary = {**summarize(rows, tokens_per_step), **summary}
-        fsio.write_json(layout.data / "metrics" / "train.json", summary)
-        write_derived(rows, layout.data / "metrics")
+        fsio.write_json(layout.train_summary, summary)
+        write_derived(rows, layout.metrics)
     return summary
