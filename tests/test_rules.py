@@ -42,3 +42,28 @@ def test_apply_counts_docs_and_bytes_per_rule():
     out, counts = run_rules("tiny", min_chars=10)
     assert out is None and counts["min_chars"] == [1, 4]
     assert "max_chars" not in counts  # rules after a drop never see the document
+
+
+def _reference(text: str) -> tuple[str, str, int, int]:
+    """The rules as plain regular expressions (how they were first written): the fast paths must
+    give exactly these strings and counts."""
+    import re
+
+    control = re.sub(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]", "", text)
+    ws = text.replace("\r\n", "\n").replace("\r", "\n")
+    ws = re.sub(r"\n{4,}", "\n\n\n", re.sub(r"[ \t]+(?=\n)", "", ws)).rstrip().lstrip("\n")
+    return control, ws, len(re.findall(rules.LETTER, text)), len(re.findall(rules.SPACE, text))
+
+
+def test_fast_rules_equal_the_regular_expressions_on_real_and_odd_text():
+    from pydoc_data import topics
+
+    from .conftest import stdlib_files
+
+    odd = ["x²y Ⅻ ½ ٣ ५ _ ß ǅ \u00a0\u2003\u3000 \x1c\x1d\x1e\x1f\x85 é e\u0301 中文 😀 \ud800 \U0001d400",
+           "a \t\r\n b\r c\t\n\n\n\n\n d \x00\x07\x9f", "", " ", "\n\n\n\n", "\t\n"]
+    texts = odd + list(topics.topics.values()) + [p.read_text() for p in stdlib_files(60)]
+    for text in texts:
+        letters, spaces = rules.letters_and_spaces(text)
+        assert (rules.strip_control(text), rules.whitespace(text), letters, spaces) == _reference(text)
+    assert rules.letters_and_spaces(odd[0]) == (12, 23)  # x y ² Ⅻ ½ ß ǅ é e 中 文 𝐀: re keeps ², Ⅻ, ½ (not \d)
