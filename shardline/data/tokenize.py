@@ -2,8 +2,8 @@
 
 Contract:
 - The tokenizer is trained (byte-level BPE, `shardline.data.tokenizer`) on the training side of the
-  cleaned text (never on held-out documents), parts taken round-robin across sources in params
-  order up to `tokenizer.train_max_mb`, or copied
+  cleaned text (never on held-out documents): an equal share of `tokenizer.train_max_mb` from
+  the start of every clean part, parts round-robin across sources in params order; or copied
   from `tokenizer.path`. `data/tokenizer/meta.json` records its key, sha256 (the tokenizer hash
   in every lineage), vocab size and EOS id; a re-run with the same key reuses it.
 - Each clean part becomes `part-NNNNN.bin` (the ids of its training documents, EOS after each;
@@ -73,15 +73,24 @@ def clean_parts(params: Params, layout: Layout) -> dict[str, list[Path]]:
 
 
 def _training_texts(parts: dict[str, list[Path]], max_bytes: float) -> Iterator[str]:
+    """The BPE sample: from every clean part (sources round-robin) its first documents, up to an
+    equal share of `max_bytes`; a part reads only the batches its share needs."""
+    share = max_bytes / sum(map(len, parts.values()))
     taken = 0
     for group in itertools.zip_longest(*parts.values()):
         for path in filter(None, group):
-            for batch in clean.documents(path, "train"):
+            mine = 0
+            for batch in clean.documents(path, "train", batch_size=256):
                 for text in batch:
-                    if taken >= max_bytes:
-                        return
-                    taken += len(text.encode())
+                    if taken >= max_bytes or mine >= share:
+                        break
+                    n = len(text.encode())
+                    taken += n
+                    mine += n
                     yield text
+                else:
+                    continue
+                break
 
 
 def prepare_tokenizer(params: Params, layout: Layout, parts: dict[str, list[Path]], log: Log = print):
