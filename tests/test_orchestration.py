@@ -115,8 +115,9 @@ def test_deployment_runs_the_line_like_dvc_repro(tmp_path, prefect_server):
     assert (root / "data/reports/evidence.md").exists()
     arts = api(prefect_server, "/artifacts/filter", {"artifacts": {"key": {"any_": ["evidence-card"]}}})
     assert any("Shardline evidence card" in (x.get("data") or "") for x in arts)
-    progress = api(prefect_server, "/artifacts/filter", {"artifacts": {"key": {"any_": ["training-progress"]}}})
-    assert progress and max(p["data"] for p in progress) == 100
+    for stage in ("download", "clean", "tokenize", "shard", "train"):  # one progress artifact per stage, to 100%
+        progress = api(prefect_server, "/artifacts/filter", {"artifacts": {"key": {"any_": [f"{stage}-progress"]}}})
+        assert progress and max(p["data"] for p in progress) == 100, stage
     retrain = api(prefect_server, "/deployments/name/shardline-retrain/retrain")
     assert not retrain["paused"] and retrain["schedules"][0]["schedule"]["cron"] == "0 3 * * *"
     assert retrain["schedules"][0]["active"]  # stopping the runner did not pause the schedule
@@ -189,5 +190,8 @@ def test_retrain_skips_unchanged_data_and_continues_on_new_data(tmp_path, prefec
     assert again["retrained"] is True and again["stages"]["train"] != "skipped"
     after = json.loads(run([SL, "lineage", "latest", "--json"], root).stdout)
     assert after["data_version"]["shards_sha256"] != before["data_version"]["shards_sha256"]
+    shard_md5 = yaml.safe_load((root / "dvc.lock").read_text())["stages"]["shard"]["outs"][0]["md5"]
+    assert after["data_version"]["dvc_md5"] == shard_md5 != before["data_version"]["dvc_md5"]  # from the flow
+    assert after["run"]["prefect_flow_run_id"] not in (None, before["run"]["prefect_flow_run_id"])
     assert after["parent"] == "step-000000004" and after["data_change"]
     assert json.loads((root / "data/checkpoints/step-000000008/train_state.json").read_text())["version_start_step"] == 4
