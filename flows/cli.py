@@ -50,12 +50,12 @@ def cmd_stage(args: argparse.Namespace) -> int:
 
         with dvcrepo.open_repo(layout.root) as repo:
             dvcrepo.ignore_outputs(repo)  # those an earlier failed `dvc repro` took out of .gitignore
-    if stages.uses_engine(params, args.name):
+    def elsewhere():
         from flows.stages import run_stage  # parts on a Prefect task runner (Dask, Ray, processes)
 
-        run_stage(args.name, str(layout.root), args.params, params)
-    else:
-        stages.runner(args.name)(params, layout, log=_log, **_train_context(args, layout))
+        return run_stage(args.name, str(layout.root), args.params, params)
+
+    stages.run(args.name, params, layout, elsewhere, log=_log, **_train_context(args, layout))
     _log(f"{args.name}: done in {time.perf_counter() - t0:.1f}s")
     if under_dvc:
         chaos.point("dvc.record", group=True)  # the stage done, dvc not yet told: dvc dies with it

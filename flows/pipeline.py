@@ -54,10 +54,8 @@ def run_stage(name: str, root: str, params_file: str, force: bool = False) -> st
             extra = {"run_id": str(flow_run.id), "on_step": lambda s, n: sink(name, s / max(n, 1), f"step {s}/{n}"),
                      "recoverable": dvcrepo.in_cache(layout.root), "recorded": True,  # dvc commit follows
                      "shards_md5": dvcrepo.shards_md5(layout)}
-        if stages.uses_engine(params, name):
-            stage_flows.run_stage(name, root, params_file, params)  # a sub-flow: parts on the engine's task runner
-        else:
-            stages.runner(name)(params, layout, log=logger.info, **extra)
+        stages.run(name, params, layout, lambda: stage_flows.run_stage(name, root, params_file, params),
+                   log=logger.info, **extra)  # elsewhere: a sub-flow, parts on the engine's task runner
         dvcrepo.commit(repo, name)
     took = f"ran in {time.perf_counter() - t0:.1f}s"
     logger.info(f"{name}: {took}, recorded in dvc.lock")

@@ -27,3 +27,12 @@ def uses_engine(params, name: str) -> bool:
 
 def runner(name: str) -> Callable:
     return importlib.import_module(f"shardline.{_MODULES[name]}").run
+
+
+def run(name: str, params, layout, elsewhere: Callable[[], object], **kw):
+    """Run stage `name` here with the orchestrator's `kw` (log, sink, what train needs), or, when
+    its parts go to the task runner params.yaml's `engine` names, through `elsewhere` (the
+    orchestrator's stage flow on that runner): the one place that decides where a stage runs."""
+    if uses_engine(params, name):
+        return elsewhere()
+    return runner(name)(params, layout, **kw)

@@ -4,6 +4,8 @@ Contract: a file that exists under its final name is complete. Writers go to a t
 same directory (`.<name>.tmp-<pid>`), fsync the data, rename over the final name, then fsync the
 directory so the rename itself survives a power cut. `remove_temps` sweeps what a killed writer
 left behind; nothing else ever looks at temp names.
+
+Design: docs/architecture.md (Crash safety).
 """
 
 from __future__ import annotations

@@ -13,6 +13,8 @@ A process pool's workers are spawned (never forked: the caller may hold threads)
 thread that makes the pool, and die with their parent (Linux PR_SET_PDEATHSIG): a stage killed
 leaves no worker writing behind it. A worker that dies (the OOM killer, a kill point) fails the
 stage with a message naming the fix, not a pool traceback.
+
+Design: docs/architecture.md (The stage frame: where the work runs).
 """
 
 from __future__ import annotations

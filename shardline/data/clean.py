@@ -27,6 +27,8 @@ Contract:
   decided the split), per rule docs and bytes dropped, dedup, training copies of held-out
   documents, bad records with `file:line` samples, invalid UTF-8 count. The stage fails with
   `BadInput` when a source's bad-record fraction exceeds max_bad_fraction.
+
+Design: docs/architecture.md (The stage frame; Data contracts: Clean parts).
 """
 
 from __future__ import annotations

@@ -18,6 +18,8 @@ the staged shards renamed over the old ones and the new index written. So a full
 at any point leaves either the old shards with their index, verified, or no index (the loader
 refuses, naming the fix): never an index over a mix of old and new. The output is a pure
 function of the token parts and params.
+
+Design: docs/architecture.md (Data contracts: Shards; The stage frame: why shard switches all at once).
 """
 
 from __future__ import annotations

@@ -17,6 +17,8 @@ Contract:
   vouches for a mix of two runs' parts.
 - The encoder is the fastest backend proven id-identical on a probe of this data; the choice
   and its reason go in `data/tokens/<source>/index.json` but never change a single id.
+
+Design: docs/architecture.md (The stage frame; Data contracts: Tokens).
 """
 
 from __future__ import annotations

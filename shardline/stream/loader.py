@@ -18,6 +18,8 @@ Contract:
 - With `shards_uri` the index files and shards come from object storage (shardline.stream.remote;
   shardline.stream.shardcache verifies on arrival, caches within cache_mb and prefetches in the exact
   order the coming steps need); the order and batches are those of the same shards on disk.
+
+Design: docs/architecture.md (Data contracts: Loader order and state).
 """
 
 from __future__ import annotations

@@ -51,7 +51,9 @@ def filesystem(uri: str):
     return fs, root.rstrip("/")
 
 
-def _failed(url: str, e: BaseException) -> FetchError:
+def fetch_failed(url: str, e: BaseException) -> FetchError:
+    """The error for a failed read of `url` from the store: names it and what to do, and is
+    transient (retried) when the cause is."""
     hint = ("not in the store: upload data/shards there or fix loader.shards_uri" if isinstance(e, FileNotFoundError)
             else "check the network and the AWS_* credentials/endpoint in the environment")
     return FetchError(f"{url}: {type(e).__name__}: {e}; {hint}", transient=is_transient(e))
@@ -74,7 +76,7 @@ def read_indexes(remote: Remote, names: Sequence[str]) -> list[dict]:
         try:
             out.append(json.loads(fs.cat_file(f"{root}/{name}/index.json")))
         except Exception as e:
-            raise _failed(f"{remote.uri.rstrip('/')}/{name}/index.json", e) from e
+            raise fetch_failed(f"{remote.uri.rstrip('/')}/{name}/index.json", e) from e
     return out
 
 
@@ -97,11 +99,11 @@ def upload_shards(shards_dir: str | Path, uri: str, names: Sequence[str], log=pr
                     continue
                 fs.put_file(str(local / entry["file"]), target)
             except Exception as e:
-                raise _failed(target, e) from e
+                raise fetch_failed(target, e) from e
             sent += 1
         try:
             fs.put_file(str(local / "index.json"), f"{root}/{name}/index.json")
         except Exception as e:
-            raise _failed(f"{root}/{name}/index.json", e) from e
+            raise fetch_failed(f"{root}/{name}/index.json", e) from e
         log(f"push-shards: {name}: {len(index['shards'])} shard(s) at {uri.rstrip('/')}/{name}")
     return sent + len(names)

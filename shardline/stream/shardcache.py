@@ -34,7 +34,7 @@ import numpy as np
 
 from shardline.core import fsio
 from shardline.core.errors import ShardCorrupt, is_transient
-from shardline.stream.remote import FetchError, Remote, _failed, filesystem
+from shardline.stream.remote import FetchError, Remote, fetch_failed, filesystem
 
 CHUNK = 8 << 20       # bytes per read while a shard streams in: few requests, bounded memory
 AHEAD_STEPS = 64      # how many coming steps the prefetch window may look through
@@ -258,7 +258,7 @@ class Fetcher:
                 raise
             except Exception as e:  # only transient faults are retried: a missing object fails at once
                 if not is_transient(e) or attempt == ATTEMPTS - 1:
-                    raise _failed(url, e) from e
+                    raise fetch_failed(url, e) from e
                 time.sleep(0.2 * 2**attempt)
 
 

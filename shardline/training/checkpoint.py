@@ -18,6 +18,8 @@ Contract:
 - `AsyncSaver` blocks training only for a copy of the state; the write (and retention) runs
   on a background thread. A kill before it finishes loses only that checkpoint: the previous
   one is still the newest valid.
+
+Design: docs/architecture.md (Data contracts: Checkpoints).
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ from torch.nn import functional as F
 from shardline.core import chaos, fsio
 from shardline.core.errors import BadInput, ShardCorrupt
 from shardline.core.layout import index_of
-from shardline.stream.remote import Remote, _failed, filesystem, read_indexes
+from shardline.stream.remote import Remote, fetch_failed, filesystem, read_indexes
 from shardline.data.shard import verify_shard
 from shardline.data.tokenize import DTYPES
 
@@ -146,7 +146,7 @@ def _shard(shard_dir: Path, entry: dict, dtype: np.dtype, remote: tuple[Remote, 
     try:
         data = fs.cat_file(url)
     except Exception as e:
-        raise _failed(url, e) from e
+        raise fetch_failed(url, e) from e
     got = fsio.sha256_bytes(data)
     if len(data) != entry["bytes"] or got != entry["sha256"]:
         raise ShardCorrupt(f"{url}: {len(data)} bytes, sha256 {got[:12]}…; val/index.json says {entry['bytes']} "

@@ -10,6 +10,8 @@ parent checkpoint, the training guards' rollbacks so far (shardline.training.gua
 checkpoint of another data version or mix, that checkpoint, what changed, its own eval and its
 eval on this run's held-out set (the "before" of a before/after). `describe` renders it, with
 the manifest's eval, for `shardline lineage`.
+
+Design: docs/architecture.md (Data contracts: Lineage; Layers: what orchestrators hand the engine).
 """
 
 from __future__ import annotations
