@@ -174,3 +174,16 @@ def test_a_clean_stage_killed_among_its_selections_is_never_read_half_done(tmp_p
     assert r.returncode == 2 and "interrupted); re-run 'dvc repro clean'" in r.stderr and "Traceback" not in r.stderr
     run([str(BIN / "shardline"), "stage", "clean"], tmp_path)
     run([str(BIN / "shardline"), "stage", "tokenize"], tmp_path)
+
+
+def test_a_part_built_batch_by_batch_is_the_same_file(tmp_path, code_dir, monkeypatch):
+    """clean hands rows to Arrow every clean._BATCH documents (memory); the parquet bytes must be
+    those of one table built at once."""
+    src = [{"name": "code", "uri": str(code_dir), "format": "txt"}]
+    monkeypatch.setattr(clean, "_BATCH", 10**9)
+    _, whole, _ = build(tmp_path / "whole", src)
+    monkeypatch.setattr(clean, "_BATCH", 7)
+    _, batched, _ = build(tmp_path / "batched", src)
+    parts = sorted(p.name for p in (whole.clean / "code").glob("part-*.parquet"))
+    assert parts and all(pq.ParquetFile(whole.clean / "code" / p).metadata.num_rows > 7 for p in parts)
+    assert all((whole.clean / "code" / p).read_bytes() == (batched.clean / "code" / p).read_bytes() for p in parts)

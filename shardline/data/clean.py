@@ -52,6 +52,7 @@ from shardline.core.parallel import Mapper, process_map
 from shardline.core.progress import Sink
 
 CODE_VERSION = 3  # bump when cleaning output changes for the same inputs and params
+_BATCH = 2048  # documents per Arrow batch while a part is cleaned
 _SCHEMA = pa.schema([("id", pa.string()), ("text", pa.string()), ("hash", pa.binary(16)), ("bytes", pa.int64()),
                      ("u", pa.uint64())])
 
@@ -129,7 +130,8 @@ def clean_part(part: frame.Part) -> tuple[list[Path], dict]:
     rstats = readers.ReadStats()
     counts: dict[str, list[int]] = {}
     cols: dict[str, list] = {"id": [], "text": [], "hash": [], "bytes": [], "u": []}
-    docs_in = bytes_in = 0
+    batches: list[pa.RecordBatch] = []
+    docs_in = bytes_in = kept = kept_bytes = 0
     for rel, _sha, span in w.files:
         for doc_id, text in readers.read(Path(w.raw_dir, rel), rel, w.source, rstats, readers.Span(*span)):
             docs_in += 1
@@ -142,11 +144,17 @@ def clean_part(part: frame.Part) -> tuple[list[Path], dict]:
                 cols["hash"].append(hashlib.blake2b(data, digest_size=16).digest())
                 cols["bytes"].append(len(data))
                 cols["u"].append(split.hash_id(w.source.name, doc_id))
+                kept += 1
+                kept_bytes += len(data)
+                if len(cols["id"]) == _BATCH:  # to Arrow as we go: Python strs cost 1-4 bytes a char
+                    batches.append(pa.RecordBatch.from_pydict(cols, schema=_SCHEMA))
+                    cols = {k: [] for k in cols}
+    batches.append(pa.RecordBatch.from_pydict(cols, schema=_SCHEMA))
     stats = {"docs_in": docs_in, "bytes_in": bytes_in, "records": rstats.records, "bad": rstats.bad,
-             "invalid_utf8": rstats.invalid_utf8, "samples": rstats.samples, "docs_kept": len(cols["id"]),
-             "bytes_kept": sum(cols["bytes"]), "rules": {k: {"docs": v[0], "bytes": v[1]} for k, v in counts.items()}}
-    with fsio.atomic_writer(w.out, point="clean.write") as f:
-        pq.write_table(pa.table(cols, schema=_SCHEMA), f, compression="zstd")
+             "invalid_utf8": rstats.invalid_utf8, "samples": rstats.samples, "docs_kept": kept,
+             "bytes_kept": kept_bytes, "rules": {k: {"docs": v[0], "bytes": v[1]} for k, v in counts.items()}}
+    with fsio.atomic_writer(w.out, point="clean.write") as f:  # one row group, as one table: the same bytes
+        pq.write_table(pa.Table.from_batches(batches, schema=_SCHEMA), f, compression="zstd")
     return [Path(w.out)], stats
 
 

@@ -171,15 +171,17 @@ def encode_part(part: frame.Part) -> tuple[list[Path], dict]:
     w: Work = part.work
     encoder = encoder_for(w.recipe)
     dtype = DTYPES[w.dtype]
+    eos = np.array([w.eos], dtype=np.uint32)
     docs = tokens = 0
     with fsio.atomic_writer(w.out, point="tokenize.write") as f:
         for batch in clean.documents(w.src, w.side):
-            ids = encoder.encode_batch(batch)
-            n = sum(map(len, ids)) + len(ids)
-            arr = np.fromiter(itertools.chain.from_iterable(x + [w.eos] for x in ids), dtype=dtype, count=n)
+            pieces = []
+            for ids in encoder.encode_arrays(batch):
+                pieces += (ids, eos)
+            arr = np.concatenate(pieces).astype(dtype)  # ids < vocab_size: uint16 holds them when it fits
             f.write(arr.tobytes())
-            docs += len(ids)
-            tokens += n
+            docs += len(batch)
+            tokens += len(arr)
     return [Path(w.out)], {"tokens": tokens, "docs": docs, "sha256": fsio.sha256_file(w.out)}
 
 

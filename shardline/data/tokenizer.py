@@ -17,10 +17,12 @@ Contract:
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
+import numpy as np
 import tiktoken
 import tokenizers
 from tokenizers import decoders, models, pre_tokenizers, trainers
@@ -184,8 +186,10 @@ class Encoder:
     backend: str  # "tiktoken" or "hf"
     reason: str   # why this backend was chosen
 
-    def __init__(self, backend: str, reason: str, fn: Callable[[list[str]], list[list[int]]]):
+    def __init__(self, backend: str, reason: str, fn: Callable[[list[str]], list[list[int]]],
+                 arrays: Callable[[list[str]], list[np.ndarray]] | None = None):
         self.backend, self.reason, self._fn = backend, reason, fn
+        self._arrays = arrays or (lambda texts: [np.asarray(ids, dtype=np.uint32) for ids in fn(texts)])
 
     def __repr__(self) -> str:
         return f"Encoder(backend={self.backend!r}, reason={self.reason!r})"
@@ -234,9 +238,21 @@ class Encoder:
         # (~20 us each, measured 1.8x slower on 360-byte docs) inside the caller's own pool.
         # encode_ordinary releases the GIL, so the caller's threads already run in parallel.
         one = enc.encode_ordinary
-        return cls("tiktoken", why, lambda texts: [one(t) for t in texts])
+        # encode_to_numpy with no special token allowed is encode_ordinary's BPE, returned as one
+        # uint32 buffer instead of a list of Python ints: ~20% faster, and no GIL-held list
+        # building between the threads (checked on the probe too)
+        arr = functools.partial(enc.encode_to_numpy, disallowed_special=())
+        if probes and any(a.tolist() != w for a, w in zip(map(arr, probes), want)):
+            return cls("tiktoken", why + "; lists only (encode_to_numpy differs)", lambda texts: [one(t) for t in texts])
+        return cls("tiktoken", why, lambda texts: [one(t) for t in texts], lambda texts: [arr(t) for t in texts])
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         texts = list(texts)
         _check_texts(texts)
         return self._fn(texts)
+
+    def encode_arrays(self, texts: list[str]) -> list[np.ndarray]:
+        """The same ids as `encode_batch`, one uint32 array per document."""
+        texts = list(texts)
+        _check_texts(texts)
+        return self._arrays(texts)
