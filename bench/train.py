@@ -186,7 +186,7 @@ def trainer_extras(params: config.Params, layout: Layout, bare: dict, tmp: Path)
     """Microseconds per step of what the trainer does that the bare loop does not (or does too)."""
     cfg, opt, model = params.train, bare["opt"], bare["model"]
     rng_state = torch.get_rng_state()  # manual_seed below must not leak into what runs next
-    loader = Loader.from_params(params, layout.shards)
+    loader = Loader.from_params(params, layout)
     it = iter(loader)
     for _ in range(8):
         next(it)  # every shard verified, order chunk warm
@@ -264,7 +264,7 @@ def forward_rates(params: config.Params, layout: Layout, reps: int) -> tuple[lis
     over the same number of blocks in training batches; interleaved."""
     from shardline.training.evaluate import HeldOut, evaluate
 
-    loader = Loader.from_params(params, layout.shards)
+    loader = Loader.from_params(params, layout)
     held = HeldOut.open(layout.shards, [s.name for s in params.sources], params.eval.blocks,
                         layout.tokenizer / "tokenizer.json")
     rng.seed_all(params.train.seed)
@@ -434,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
     params = make_params(args.steps)
     cfg = params.train
 
-    loader = Loader.from_params(params, layout.shards)
+    loader = Loader.from_params(params, layout)
     it = iter(loader)
     batches = [next(it) for _ in range(args.steps)]  # the trainer's batches: same params, same positions
     gcfg = model_config(params, layout, loader.seq_len)
