@@ -1,0 +1,170 @@
+"""params.yaml's data sections: sources, download, clean, tokenizer, shard, eval (one frozen,
+validated model each; the docstring under a field is its documentation). `Params` and loading:
+shardline.core.config.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+class Source(_Section):
+    name: str
+    """Folder name under data/raw, data/clean, data/tokens, data/shards; also the key in `mix`."""
+    uri: str
+    """Local path, glob or file:// URI; http(s):// URL; hf://<dataset>[/<config>]; or builtin://python-stdlib
+    and builtin://pydoc-topics (text that ships with every Python, found at run time)."""
+    format: Literal["txt", "jsonl", "parquet"]
+    """How records are read: txt (see txt_unit), jsonl (one JSON object per line), parquet."""
+    sha256: str | None = None
+    """Expected sha256 of the single file the uri names; a mismatch fails and nothing is promoted."""
+    text_field: str = "text"
+    """The JSON field (jsonl) or column (parquet, hf://) holding the document text."""
+    txt_unit: Literal["file", "blank_lines"] = "file"
+    """txt only: one document per file, or one per block separated by one or more blank lines."""
+    split: str = "train"
+    """hf:// only: the dataset split to read."""
+
+    @model_validator(mode="after")
+    def _check(self) -> "Source":
+        problems = []
+        if not _NAME.match(self.name):
+            problems.append(f"name: {self.name!r} must be letters, digits, '_', '-', '.' (it names folders)")
+        if self.sha256 is not None and not re.fullmatch(r"[0-9a-f]{64}", self.sha256):
+            problems.append("sha256: must be 64 lowercase hex digits")
+        if self.uri.startswith("hf://") and self.format != "parquet":
+            problems.append("format: hf:// sources are stored as parquet; set format: parquet")
+        if problems:
+            raise ValueError("\n".join(problems))
+        return self
+
+
+class Download(_Section):
+    attempts: int = Field(8, ge=1)
+    """Tries per remote file before the stage fails (transient faults only: connection, 5xx, 429)."""
+    backoff_s: float = Field(0.5, ge=0)
+    """First retry delay; doubles each try, with +/-50% jitter."""
+    max_backoff_s: float = Field(30.0, ge=0)
+    """Cap on one retry delay."""
+    timeout_s: float = Field(30.0, gt=0)
+    """Connect and read timeout of one HTTP request."""
+
+
+class Clean(_Section):
+    """Rules run in this fixed order: normalize, strip_control, whitespace, min/max_chars,
+    max_line_chars, max_repeated_line_fraction, min_alpha_fraction, max_replacement_fraction,
+    dedup. Set a rule to null (or false) to switch it off."""
+
+    normalize: Literal["NFC", "NFKC", "none"] = "NFC"
+    """Unicode normalisation form applied first."""
+    strip_control: bool = True
+    """Remove control characters other than newline and tab."""
+    whitespace: bool = True
+    """CRLF -> LF, strip trailing spaces per line, at most two consecutive blank lines, strip ends."""
+    min_chars: int | None = Field(64, ge=0)
+    """Drop documents shorter than this (characters, after the transforms above)."""
+    max_chars: int | None = Field(1_000_000, ge=1)
+    """Drop documents longer than this (a guard against runaway records)."""
+    max_line_chars: int | None = Field(2_000, ge=1)
+    """Drop documents with any line longer than this (minified or binary-ish content)."""
+    max_repeated_line_fraction: float | None = Field(0.3, ge=0, le=1)
+    """Drop documents whose non-blank lines repeat more than this fraction (boilerplate)."""
+    min_alpha_fraction: float | None = Field(0.25, ge=0, le=1)
+    """Drop documents where letters are less than this fraction of non-whitespace characters."""
+    max_replacement_fraction: float | None = Field(0.01, ge=0, le=1)
+    """Drop documents where U+FFFD (undecodable bytes) exceeds this fraction of characters."""
+    dedup: bool = True
+    """Exact dedup by content hash within and across sources; the first in params order wins."""
+    max_bad_fraction: float = Field(0.01, ge=0, le=1)
+    """Fail the stage when unreadable records (malformed JSON, missing field) exceed this
+    fraction of a source's records. Below it they are counted and sampled in stats.json."""
+    part_mb: float = Field(4.0, gt=0)
+    """Raw files are grouped into parts of about this many MB; a part is the unit of parallel
+    work and of resume."""
+
+    @model_validator(mode="after")
+    def _check(self) -> "Clean":
+        if self.min_chars is not None and self.max_chars is not None and self.min_chars > self.max_chars:
+            raise ValueError(f"min_chars: {self.min_chars} must be <= max_chars ({self.max_chars})")
+        return self
+
+
+class Tokenizer(_Section):
+    vocab_size: int = Field(8192, ge=300, le=1_000_000)
+    """BPE vocabulary size including the 256 byte tokens and the special tokens. <= 65535 stores
+    shards as uint16, else uint32."""
+    special_tokens: tuple[str, ...] = ("<|endoftext|>",)
+    """Special tokens, given the lowest ids in this order."""
+    eos_token: str = "<|endoftext|>"
+    """Appended after every document, so documents never run into each other."""
+    min_frequency: int = Field(2, ge=1)
+    """A pair must occur this often to be merged."""
+    path: str | None = None
+    """Use this tokenizer.json instead of training one (it is copied to data/tokenizer)."""
+    train_max_mb: float = Field(32.0, gt=0)
+    """Train on at most this many MB of cleaned training text: an equal share from the start of
+    every clean part (sources round-robin, in params order), so the sample spans the corpus, is
+    the same in every run, and its cost does not grow with the corpus. 32 MB trains an 8k
+    vocabulary in a few seconds; bench.data measures what a bigger sample would buy."""
+    backend: Literal["auto", "tiktoken", "hf"] = "auto"
+    """Encoding engine. auto: tiktoken when it is proven id-identical to the HF tokenizer on a
+    probe of the data, else HF encode_batch_fast."""
+
+    @model_validator(mode="after")
+    def _check(self) -> "Tokenizer":
+        if self.path is None and self.eos_token not in self.special_tokens:
+            raise ValueError(f"eos_token: {self.eos_token!r} must be one of special_tokens")
+        return self
+
+
+class Shard(_Section):
+    seq_len: int = Field(256, ge=1)
+    """Tokens per training sample; blocks hold seq_len + 1 ids (inputs plus shifted targets)."""
+    target_mb: float = Field(64.0, gt=0)
+    """Approximate shard size; a source's blocks are spread over shards of equal count (+/-1)."""
+
+
+class Eval(_Section):
+    """The held-out split (decided in the clean stage) and evaluation during training."""
+
+    fraction: float = Field(0.02, ge=0, lt=1)
+    """Share of each source's documents held out. A document is held out when the keyed hash of
+    its source and stable id falls below this share (within the clamps below), so it stays on the
+    same side in every run and data version, and a document added later never moves one across."""
+    min_docs: int = Field(4, ge=0)
+    """Hold out at least this many documents per source (the lowest hashes), so a small source still
+    has a held-out set. Never the last training document of a source."""
+    max_docs: int = Field(10_000, ge=1)
+    """Hold out at most this many documents per source (the lowest hashes): a huge source keeps a
+    held-out set of useful size, not fraction x terabytes."""
+    every: int = Field(50, ge=0)
+    """Evaluate every this many optimizer steps, at every checkpoint and at the last step
+    (0: no evaluation during training; `shardline eval` still works)."""
+    blocks: int = Field(64, ge=1)
+    """Budget: held-out blocks evaluated per source, spread evenly over its held-out shards (the
+    same blocks every time). 64 blocks of 257 ids ~ 16k tokens per source."""
+    drift_tolerance: float = Field(0.02, ge=0)
+    """The evidence card flags 'metric drift' when a source's val loss rises by more than this
+    fraction between two consecutive evals."""
+
+    @model_validator(mode="after")
+    def _check(self) -> "Eval":
+        if self.min_docs > self.max_docs:
+            raise ValueError(f"min_docs: {self.min_docs} must be <= max_docs ({self.max_docs})")
+        if self.every and self.fraction == 0 and self.min_docs == 0:
+            raise ValueError("every: evaluation needs held-out documents, but fraction and min_docs are 0; "
+                             "set eval.fraction or eval.min_docs, or eval.every: 0")
+        return self
+
+    def split(self) -> dict:
+        """The settings that decide the split (the clean stage's); cadence and budget are not."""
+        return {"fraction": self.fraction, "min_docs": self.min_docs, "max_docs": self.max_docs}
