@@ -4,12 +4,13 @@
 
 Runs bench.tokenize, bench.loader, bench.train (which includes the checkpoint benchmark),
 bench.pipeline (no-op and full `dvc repro` vs the Prefect pipeline flow, on the default line
-with 10 training steps) and bench.scale (tokenize on 2 Dask workers vs 1; the loader streaming
-from a local S3 server vs local disk) one after another, each in its own process, and writes their full
-output plus the headline lines to bench/REPORT.md. Every figure there is a median of >= 3
-interleaved repeats with min-max, and a same-run ratio against its baseline (raw HF/tiktoken,
-raw memmap, a bare torch loop, a bare torch.save, dvc repro). LitData's loader is not
-compared: installing it here would replace the CPU torch build.
+with 10 training steps), bench.scale (tokenize on 2 Dask workers vs 1; the loader streaming
+from a local S3 server vs local disk) and bench.data (the data stages as processes on a generated
+1 GB and 4 GB JSONL corpus; ~15 minutes, one run per size) one after another, each in its own
+process, and writes their full output plus the headline lines to bench/REPORT.md. Every figure
+there but bench.data's is a median of >= 3 interleaved repeats with min-max, and a same-run
+ratio against its baseline (raw HF/tiktoken, raw memmap, a bare torch loop, a bare torch.save,
+dvc repro). LitData's loader is not compared: installing it here would replace the CPU torch build.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-BENCHES = [("tokenize", []), ("loader", []), ("train", []), ("pipeline", []), ("scale", [])]
+BENCHES = [("tokenize", []), ("loader", []), ("train", []), ("pipeline", []), ("scale", []), ("data", [])]
 HEADLINE = re.compile(r"^\s*ratio |\(target|\((full|no-op)\)|identical: |^summary: |parts phase: ")
 
 
@@ -34,7 +35,8 @@ def main() -> None:
     args = ap.parse_args()
     sections, heads = [], []
     for name, extra in BENCHES:
-        cmd = [sys.executable, "-m", f"bench.{name}", *extra, *(["--repeats", "3"] if args.quick else [])]
+        quick = ["--repeats", "3"] if args.quick and name != "data" else []  # data: 1 run per size already
+        cmd = [sys.executable, "-m", f"bench.{name}", *extra, *quick]
         t0 = time.perf_counter()
         r = subprocess.run(cmd, cwd=HERE.parent, capture_output=True, text=True)
         took = time.perf_counter() - t0
