@@ -56,8 +56,12 @@ def part_mapper(params: Params, stage: str) -> Callable[..., list]:
             futures = [t.with_options(task_run_name=f"{stage}:{_label(x)}").submit(x) for x in items]
             index = {id(f): i for i, f in enumerate(futures)}
             for f in as_completed(futures):  # let running parts finish before a failure propagates
-                if on_done is not None and f.state.is_completed():
-                    on_done(index[id(f)], f.result())
+                try:
+                    result = f.result()
+                except Exception:  # raised below, once every part has finished
+                    continue
+                if on_done is not None:
+                    on_done(index[id(f)], result)
             return [f.result() for f in futures]
 
     return mapper

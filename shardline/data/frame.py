@@ -80,11 +80,11 @@ def run(stage: str, parts: Sequence[Part], do: Do, mapper: Mapper, log: Callable
         else:
             progress.advance(part.size, skipped=True)
 
-    def on_done(j: int, marker: dict) -> None:
-        markers[todo[j]] = marker
+    def on_done(j: int, _marker: dict) -> None:  # progress only: the results come back in order below
         progress.advance(parts[todo[j]].size)
 
-    mapper(functools.partial(_one, do=do), [parts[i] for i in todo], on_done=on_done)
+    for i, marker in zip(todo, mapper(functools.partial(_one, do=do), [parts[i] for i in todo], on_done=on_done)):
+        markers[i] = marker
     return markers, len(parts) - len(todo)  # type: ignore[return-value]
 
 
