@@ -11,7 +11,7 @@ every stage:
 - sweeping: `sweep` removes temps a killed writer left and every file under a stage's folder
   that the current plan does not produce.
 - stats: a part's tallies live in its marker, so a skipped part gives them back without being
-  redone; `merge` sums them for the stage's stats file.
+  redone; `run` returns every part's marker, and the stage sums them into its stats file.
 - progress: parts done of all, MB/s and ETA (`shardline.core.progress`).
 A marker is {key, files: {name: bytes}, stats}; names are relative to the marker's folder.
 """
@@ -93,14 +93,3 @@ def sweep(root: Path, keep: Iterable[Path]) -> None:
     fsio.remove_temps(root)
     fsio.prune(root, set(keep))
 
-
-def merge(into: dict, stats: dict) -> dict:
-    """Add `stats` into `into`: numbers summed, dicts merged the same way, lists concatenated."""
-    for k, v in stats.items():
-        if isinstance(v, dict):
-            merge(into.setdefault(k, {}), v)
-        elif isinstance(v, list):
-            into[k] = into.get(k, []) + v
-        else:
-            into[k] = into.get(k, 0) + v
-    return into
