@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import time
 from typing import Any, Callable, Sequence
 
 from prefect import task
@@ -69,13 +70,14 @@ def part_mapper(params: Params, stage: str) -> Callable[..., list]:
 
 def progress_sink(stage: str) -> Sink:
     """A `shardline.core.progress.Sink` that keeps one Prefect progress artifact per stage run."""
-    made: dict = {}
+    made: dict = {"at": 0.0}
 
     def sink(name: str, fraction: float, line: str) -> None:
-        pct = round(100 * fraction, 1)
-        if made.get("pct") == pct:
+        # every API call costs a round trip: a whole percent more, and at most one a second
+        pct, now = float(int(100 * fraction)), time.monotonic()
+        if made.get("pct") == pct or (pct < 100 and now - made["at"] < 1.0 and "id" in made):
             return
-        made["pct"] = pct
+        made["pct"], made["at"] = pct, now
         if "id" not in made:
             made["id"] = create_progress_artifact(progress=pct, key=f"{stage}-progress", description=line)
         else:
