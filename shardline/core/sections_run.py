@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from shardline.core.sections_data import _Section
+from shardline.core.section_base import _Section
 
 
 class Pipeline(_Section):

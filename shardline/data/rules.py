@@ -1,11 +1,15 @@
-"""Cleaning rules: each a small callable `text -> text | None` (None drops the document).
+"""Cleaning rules: each a small callable `text -> text | Drop` (a Drop removes the document and
+says which check removed it, what it measured and the limit it broke).
 
 Contract: `build(clean_cfg)` returns the enabled rules in the one documented order
 (normalize, strip_control, whitespace, min_chars, max_chars, max_line_chars,
-max_repeated_line_fraction, min_alpha_fraction, max_replacement_fraction). Transforms come
-first so that filters judge the text that will be kept. Rules hold no state; `apply` counts,
-per rule, documents dropped and UTF-8 bytes removed (by a drop or by a transform). Exact dedup
-is not here: it needs every earlier document, so the clean stage owns it.
+max_repeated_line_fraction, min_alpha_fraction, max_replacement_fraction, language, then the
+rule sets of `shardline.data.quality` in FineWeb's order). Transforms come first so that filters
+judge the text that will be kept. Rules hold no state and are picklable (they run in worker
+processes). A rule set is one rule with several checks (`checks`), each counted on its own;
+`apply` counts, per check, documents dropped and UTF-8 bytes removed (by a drop or by a
+transform). Exact and near dedup are not here: they need every earlier document, so the clean
+stage owns them.
 """
 
 from __future__ import annotations
@@ -14,13 +18,23 @@ import functools
 import re
 import unicodedata
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import numpy as np
 
 from shardline.core.config import Clean
 
-Rule = Callable[[str], "str | None"]
+class Drop(NamedTuple):
+    """Why a rule removed a document: `rule` is the check's name (a rule set's checks are named
+    `<set>.<field>`, e.g. gopher_quality.min_words), `value` what it measured, `limit` the setting."""
+
+    rule: str
+    value: float
+    limit: float
+    detail: str = ""  # what a number cannot say, e.g. the language detected
+
+
+Rule = Callable[[str], "str | Drop"]
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 _MANY_BLANK = re.compile(r"\n{4,}")
@@ -81,8 +95,8 @@ class MinChars:
     n: int
     name = "min_chars"
 
-    def __call__(self, text: str) -> str | None:
-        return text if len(text) >= self.n else None
+    def __call__(self, text: str) -> "str | Drop":
+        return text if len(text) >= self.n else Drop(self.name, len(text), self.n)
 
 
 @dataclass(frozen=True)
@@ -90,8 +104,8 @@ class MaxChars:
     n: int
     name = "max_chars"
 
-    def __call__(self, text: str) -> str | None:
-        return text if len(text) <= self.n else None
+    def __call__(self, text: str) -> "str | Drop":
+        return text if len(text) <= self.n else Drop(self.name, len(text), self.n)
 
 
 @dataclass(frozen=True)
@@ -99,8 +113,9 @@ class MaxLineChars:
     n: int
     name = "max_line_chars"
 
-    def __call__(self, text: str) -> str | None:
-        return text if max(map(len, text.split("\n"))) <= self.n else None
+    def __call__(self, text: str) -> "str | Drop":
+        longest = max(map(len, text.split("\n")))
+        return text if longest <= self.n else Drop(self.name, longest, self.n)
 
 
 @dataclass(frozen=True)
@@ -110,11 +125,12 @@ class RepeatedLines:
     limit: float
     name = "max_repeated_line_fraction"
 
-    def __call__(self, text: str) -> str | None:
+    def __call__(self, text: str) -> "str | Drop":
         lines = [ln.strip() for ln in text.split("\n") if ln.strip()]
         if not lines:
             return text
-        return text if 1 - len(set(lines)) / len(lines) <= self.limit else None
+        repeated = 1 - len(set(lines)) / len(lines)
+        return text if repeated <= self.limit else Drop(self.name, round(repeated, 4), self.limit)
 
 
 @dataclass(frozen=True)
@@ -122,10 +138,12 @@ class AlphaFraction:
     limit: float
     name = "min_alpha_fraction"
 
-    def __call__(self, text: str) -> str | None:
+    def __call__(self, text: str) -> "str | Drop":
         letters, spaces = letters_and_spaces(text)
         visible = len(text) - spaces
-        return text if visible == 0 or letters / visible >= self.limit else None
+        if visible == 0 or letters / visible >= self.limit:
+            return text
+        return Drop(self.name, round(letters / visible, 4), self.limit)
 
 
 @dataclass(frozen=True)
@@ -133,8 +151,9 @@ class ReplacementFraction:
     limit: float
     name = "max_replacement_fraction"
 
-    def __call__(self, text: str) -> str | None:
-        return text if not text or text.count("\ufffd") / len(text) <= self.limit else None
+    def __call__(self, text: str) -> "str | Drop":
+        share = text.count("\ufffd") / len(text) if text else 0.0
+        return text if share <= self.limit else Drop(self.name, round(share, 4), self.limit)
 
 
 strip_control.name = "strip_control"  # type: ignore[attr-defined]
@@ -143,6 +162,8 @@ whitespace.name = "whitespace"  # type: ignore[attr-defined]
 
 def build(cfg: Clean) -> list[Rule]:
     """The enabled rules, in the documented order."""
+    from shardline.data import language, quality  # they build on this module's Drop
+
     steps: list[Rule | None] = [
         Normalize(cfg.normalize) if cfg.normalize != "none" else None,
         strip_control if cfg.strip_control else None,
@@ -153,26 +174,36 @@ def build(cfg: Clean) -> list[Rule]:
         RepeatedLines(cfg.max_repeated_line_fraction) if cfg.max_repeated_line_fraction is not None else None,
         AlphaFraction(cfg.min_alpha_fraction) if cfg.min_alpha_fraction is not None else None,
         ReplacementFraction(cfg.max_replacement_fraction) if cfg.max_replacement_fraction is not None else None,
+        language.Language(cfg.language) if cfg.language is not None else None,
     ]
-    return [r for r in steps if r is not None]
+    return [r for r in steps if r is not None] + quality.build(cfg.gopher_quality, cfg.gopher_repetition, cfg.c4,
+                                                              cfg.fineweb)
 
 
 def names(cfg: Clean) -> list[str]:
-    return [r.name for r in build(cfg)]  # type: ignore[attr-defined]
+    """Every check the rules can drop or change a document by, in order (a rule set has several)."""
+    return [c for r in build(cfg) for c in getattr(r, "checks", (r.name,))]  # type: ignore[attr-defined]
 
 
-def apply(rules: list[Rule], text: str, counts: dict[str, list[int]]) -> str | None:
-    """Run `text` through `rules`; tally [docs_dropped, bytes_removed] per rule name in `counts`."""
+def apply(rules: list[Rule], text: str, counts: dict[str, list[int]], notes: dict | None = None) -> "str | Drop":
+    """Run `text` through `rules`: the text kept, or the first Drop. Tallies [docs_dropped,
+    bytes_removed] in `counts` per check (a drop) or rule (a transform); what a rule found (the
+    language) goes to `notes`."""
     size = len(text.encode())
     for rule in rules:
         out = rule(text)
-        c = counts.setdefault(rule.name, [0, 0])  # type: ignore[attr-defined]
-        if out is None:
+        if isinstance(out, Drop):
+            c = counts.setdefault(out.rule, [0, 0])
             c[0] += 1
             c[1] += size
-            return None
+            return out
+        if isinstance(out, tuple):  # language.Found: the text and what was measured
+            if notes is not None:
+                notes.update(out._asdict())
+            out = out.text
         if out is not text:
             new = len(out.encode())
+            c = counts.setdefault(rule.name, [0, 0])  # type: ignore[attr-defined]
             c[1] += size - new
             text, size = out, new
     return text
