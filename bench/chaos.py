@@ -57,6 +57,7 @@ BIN = Path(sys.executable).parent
 POINTS = {
     "download.file": ("download", 1, 2), "download.body": ("download", 4, 3),
     "clean.write": ("clean", 6, 2), "clean.part": ("clean", 3, 3), "clean.dedup": ("clean", 1, 2),
+    "minhash.write": ("clean", 2, 2), "minhash.part": ("clean", 3, 3), "clean.cluster": ("clean", 14, 2),
     "tokenize.write": ("tokenize", 3, 2), "tokenize.part": ("tokenize", 3, 3),
     "shard.write": ("shard", 3, 2), "shard.file": ("shard", 2, 3),
     "train.step": ("train", 9, None), "train.eval": ("train", 3, 2), "checkpoint.files": ("train", 2, 3),
@@ -276,6 +277,7 @@ def small_params(corpus: str, http_url: str | None = None) -> dict:
         params["mix"] = {"shakespeare": 0.5, "wiki": 0.5}
     params["download"]["backoff_s"] = 0.05  # the server cuts bodies short on purpose: retry at once
     params["clean"]["part_mb"] = 0.5
+    params["clean"]["near_dedup"] = {}  # its signature parts and clustering are killed too
     params["tokenizer"]["vocab_size"] = 1024
     params["shard"].update(seq_len=64, target_mb=0.1)
     params["model"].update(n_layer=1, n_head=2, d_model=32)

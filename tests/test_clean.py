@@ -35,7 +35,9 @@ def test_ids_are_stable_and_outputs_identical(tmp_path, code_dir):
     ra = rows(a, "code")
     assert ra == rows(b, "code") and len(ra) > 30
     assert ra[0]["id"].endswith(".py:1")
-    for pa_, pb in zip(sorted((a.clean / "code").iterdir()), sorted((b.clean / "code").iterdir())):
+    files = lambda layout: sorted(p for p in (layout.clean / "code").rglob("*") if p.is_file())  # noqa: E731
+    assert [p.relative_to(a.clean) for p in files(a)] == [p.relative_to(b.clean) for p in files(b)]
+    for pa_, pb in zip(files(a), files(b)):
         assert pa_.read_bytes() == pb.read_bytes()
 
 

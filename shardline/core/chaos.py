@@ -11,12 +11,15 @@ is the first the loader hands out): train.nan_loss (the loss becomes NaN), train
 gradient element becomes inf, after backward), train.spike (the loss, and so the gradient, x10).
 Keyed by batch, not step, as bad data is: a rollback that skips the batches cures it.
 
-Points after a piece of work: download.file, clean.part, clean.dedup, tokenize.part (token ids
+Points after a piece of work: download.file, clean.part, minhash.part (a part's near-dedup
+signatures written, their marker not yet), clean.cluster (after each LSH band is clustered),
+clean.dedup, tokenize.part (token ids
 written, their .json not yet), shard.file, train.step (+ @<step>:rank<r>, one rank of a torchrun
 job), train.eval (after each held-out batch of an evaluation), train.rollback (the rollback ledger
 written, nothing else done yet), checkpoint.files (+ @step), retention (+ @step). Points inside a
 write (`partway`: the k-th write call is cut in half, the first half flushed, then SIGKILL):
 download.body (an HTTP body into its .part), clean.write (a clean part's parquet),
+minhash.write (a part's signatures),
 tokenize.write (a token part's ids), shard.write (a shard's bytes). The orchestrator adapters
 (flows/) place and document three more, with `group=True` where the process holding the work is
 the orchestrator itself: that kills the whole process group, so run the command in a session of

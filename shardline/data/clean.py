@@ -4,37 +4,33 @@ Contract:
 - A source's raw files (manifest order) are grouped into parts of about `clean.part_mb`; a
   bigger file is cut into spans at record boundaries (`readers.spans`), a part each.
 - Phase 1 (per part, in the stage frame `shardline.data.frame`, on worker processes: the rules
-  are Python that holds the GIL): read records, run the rules (`shardline.data.rules`), write
-  every document they keep to the part: columns id, text, hash (of the text), bytes (UTF-8
-  length) and u (the split hash, `shardline.data.split`). Its done-marker `part-NNNNN.json`
-  holds `key` = hash(input files' sha256, reading options, the rules other than dedup, the
-  source name, code version) and the part's tallies; a re-run skips a part whose key matches,
-  so after a kill only unfinished parts are redone. A part never changes once written: what
-  other parts hold cannot invalidate it.
-- Phase 2 (sequential, cheap: reads only the hash, bytes and u columns): the held-out split
-  (a threshold per source from every part's u), then exact dedup in global order (sources in
-  params order, parts, rows) with the held-out documents first: a training document equal to a
-  held-out one is always dropped from training (split integrity, even with dedup off); with
-  `clean.dedup` the later copy of any other duplicate is dropped, on its side. Each part gets
-  `part-NNNNN.split.json` {key, ctx, heldout rows, dropped rows, tallies}: rows in neither list
-  are training documents. ctx = hash(every part key in order, the split settings, dedup): the
-  same in every selection of one run, and in data/clean/split.json (the thresholds), written
-  last; a selection is rewritten only when it changes.
+  are Python that holds the GIL): read records, run the source's rules (`Params.clean_for`,
+  `shardline.data.rules`), write every document they keep to the part: columns id, text, hash
+  (of the text), bytes (UTF-8 length), u (the split hash, `shardline.data.split`), lang and
+  lang_score (what the language rule found; null without one). Its done-marker `part-NNNNN.json`
+  holds `key` = hash(input files' sha256, reading options, the source's rules other than dedup
+  and near_dedup, the source name, code version) and the part's tallies; `part-NNNNN.dropped.json`
+  its sample of what the rules dropped (`shardline.data.dropped`). A re-run skips a part whose
+  key matches, so after a kill only unfinished parts are redone. A part never changes once
+  written: what other parts hold cannot invalidate it.
+- Phase 2 (`shardline.data.select`): the held-out split, near-dedup (its own frame of signature
+  parts) and exact dedup, one selection per part, then data/clean/split.json last. The
+  per-source dropped samples go to data/clean/<source>/dropped/<rule>.jsonl.
 - `documents(part, side)` reads one side's texts; the tokenize stage reads nothing else. It
   refuses a selection whose part key or ctx is not the finished stage's (a clean stage killed
   halfway through its selections), naming the remedy.
 - stats.json (written last) sums the tallies: docs/bytes in and out, held out (and which clamp
-  decided the split), per rule docs and bytes dropped, dedup, training copies of held-out
-  documents, bad records with `file:line` samples, invalid UTF-8 count. The stage fails with
-  `BadInput` when a source's bad-record fraction exceeds max_bad_fraction.
+  decided the split), per check docs and bytes dropped, dedup, near_dedup (and its clusters),
+  training copies and near-copies of held-out documents, bad records with `file:line` samples,
+  invalid UTF-8 count. The stage fails with `BadInput` when a source's bad-record fraction exceeds
+  max_bad_fraction.
 
-Design: docs/architecture.md (The stage frame; Data contracts: Clean parts).
+Design: docs/architecture.md (The stage frame; Curation; Data contracts: Clean parts).
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
@@ -43,18 +39,18 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from shardline.core import chaos, fsio
-from shardline.data import download, frame, readers, rules, split
+from shardline.core import fsio
+from shardline.data import download, dropped, frame, readers, rules, select, split
 from shardline.core.config import Clean, Params, Source
 from shardline.core.errors import BadInput
 from shardline.core.layout import Layout, clean_split_of
 from shardline.core.parallel import Mapper, process_map
 from shardline.core.progress import Sink
 
-CODE_VERSION = 3  # bump when cleaning output changes for the same inputs and params
+CODE_VERSION = 4  # bump when cleaning output changes for the same inputs and params
 _BATCH = 2048  # documents per Arrow batch while a part is cleaned
 _SCHEMA = pa.schema([("id", pa.string()), ("text", pa.string()), ("hash", pa.binary(16)), ("bytes", pa.int64()),
-                     ("u", pa.uint64())])
+                     ("u", pa.uint64()), ("lang", pa.string()), ("lang_score", pa.float32())])
 
 Log = Callable[[str], None]
 
@@ -70,12 +66,13 @@ class Work:
     cfg: Clean  # the clean section
 
 
-def selection_path(part: str | Path) -> Path:
-    return Path(part).with_suffix(".split.json")
-
-
 def marker_path(part: str | Path) -> Path:
     return Path(part).with_suffix(".json")
+
+
+def dropped_path(part: str | Path) -> Path:
+    """A part's sample of the documents its rules dropped (merged per source and rule at the end)."""
+    return Path(part).with_suffix(".dropped.json")
 
 
 def _group(source: Source, raw_dir: Path, files: list[dict], part_bytes: float) -> list[list[tuple]]:
@@ -98,9 +95,10 @@ def _span_bytes(span: readers.Span, file_bytes: int) -> int:
 
 def plan(params: Params, layout: Layout) -> list[frame.Part]:
     """Every part of every source, in global (dedup) order, with its key."""
-    rule_keys = {k: v for k, v in params.section("clean").items() if k not in ("max_bad_fraction", "dedup")}
     parts = []
     for source in params.sources:
+        cfg = params.clean_for(source)
+        rule_keys = cfg.model_dump(mode="json", exclude={"max_bad_fraction", "dedup", "near_dedup"})
         manifest = download.read_manifest(layout, source.name)
         reading = {k: getattr(source, k) for k in ("format", "text_field", "txt_unit")}
         raw_dir = layout.raw_files(source.name)
@@ -111,7 +109,7 @@ def plan(params: Params, layout: Layout) -> list[frame.Part]:
             out = layout.clean / source.name / f"part-{i:05d}.parquet"
             parts.append(frame.Part("clean", f"{source.name}/part-{i:05d}", key, str(marker_path(out)),
                                     sum(_span_bytes(span, size) for _, _, span, size in group),
-                                    Work(source, tuple(files), str(raw_dir), str(out), params.clean)))
+                                    Work(source, tuple(files), str(raw_dir), str(out), cfg)))
     return parts
 
 
@@ -124,108 +122,51 @@ def part_meta(path: str | Path) -> dict | None:
 
 
 def clean_part(part: frame.Part) -> tuple[list[Path], dict]:
-    """Phase 1 for one part: its parquet file and tallies (the frame skips a part already done)."""
+    """Phase 1 for one part: its parquet file, its dropped sample and tallies (the frame skips a
+    part already done)."""
     w: Work = part.work
     chain = rules.build(w.cfg)
     rstats = readers.ReadStats()
-    counts: dict[str, list[int]] = {}
-    cols: dict[str, list] = {"id": [], "text": [], "hash": [], "bytes": [], "u": []}
+    counts: dict[str, list[int]] = {name: [0, 0] for name in rules.names(w.cfg)}
+    cols: dict[str, list] = {name: [] for name in _SCHEMA.names}
     batches: list[pa.RecordBatch] = []
+    samples = dropped.Samples(w.cfg.drop_samples)
+    notes: dict = {}
     docs_in = bytes_in = kept = kept_bytes = 0
     for rel, _sha, span in w.files:
         for doc_id, text in readers.read(Path(w.raw_dir, rel), rel, w.source, rstats, readers.Span(*span)):
             docs_in += 1
             bytes_in += len(text.encode())
-            out = rules.apply(chain, text, counts)
-            if out is not None:
-                data = out.encode()
-                cols["id"].append(doc_id)
-                cols["text"].append(out)
-                cols["hash"].append(hashlib.blake2b(data, digest_size=16).digest())
-                cols["bytes"].append(len(data))
-                cols["u"].append(split.hash_id(w.source.name, doc_id))
-                kept += 1
-                kept_bytes += len(data)
-                if len(cols["id"]) == _BATCH:  # to Arrow as we go: Python strs cost 1-4 bytes a char
-                    batches.append(pa.RecordBatch.from_pydict(cols, schema=_SCHEMA))
-                    cols = {k: [] for k in cols}
+            notes.clear()
+            out = rules.apply(chain, text, counts, notes)
+            u = split.hash_id(w.source.name, doc_id)
+            if isinstance(out, rules.Drop):
+                samples.offer(out.rule, u, {"id": doc_id, "value": out.value, "limit": out.limit,
+                                            **({"detail": out.detail} if out.detail else {}),
+                                            "head": text[:dropped.HEAD_CHARS]})
+                continue
+            data = out.encode()
+            for name, value in (("id", doc_id), ("text", out), ("hash", hashlib.blake2b(data, digest_size=16).digest()),
+                                ("bytes", len(data)), ("u", u), ("lang", notes.get("lang")),
+                                ("lang_score", notes.get("score"))):
+                cols[name].append(value)
+            kept += 1
+            kept_bytes += len(data)
+            if len(cols["id"]) == _BATCH:  # to Arrow as we go: Python strs cost 1-4 bytes a char
+                batches.append(pa.RecordBatch.from_pydict(cols, schema=_SCHEMA))
+                cols = {k: [] for k in cols}
     batches.append(pa.RecordBatch.from_pydict(cols, schema=_SCHEMA))
     stats = {"docs_in": docs_in, "bytes_in": bytes_in, "records": rstats.records, "bad": rstats.bad,
              "invalid_utf8": rstats.invalid_utf8, "samples": rstats.samples, "docs_kept": kept,
              "bytes_kept": kept_bytes, "rules": {k: {"docs": v[0], "bytes": v[1]} for k, v in counts.items()}}
     with fsio.atomic_writer(w.out, point="clean.write") as f:  # one row group, as one table: the same bytes
         pq.write_table(pa.Table.from_batches(batches, schema=_SCHEMA), f, compression="zstd")
-    return [Path(w.out)], stats
-
-
-def _columns(part: frame.Part, *names: str) -> dict[str, np.ndarray | list]:
-    t = pq.read_table(part.work.out, columns=list(names))
-    return {n: t.column(n).to_pylist() if n == "hash" else t.column(n).to_numpy() for n in names}
-
-
-def select(parts: list[frame.Part], params: Params, log: Log) -> dict[str, split.Threshold]:
-    """Phase 2: the held-out split, then dedup (held-out documents first); one selection per part."""
-    thresholds = {s.name: split.threshold((_columns(p, "u")["u"] for p in parts if p.work.source.name == s.name),
-                                          params.eval) for s in params.sources}
-    dedup = params.clean.dedup
-    ctx = context(parts, params)
-    held: dict[str, tuple[list[int], list[int]]] = {}
-    seen_held: set[bytes] = set()
-    for part in parts:  # held-out documents, in global order: the first copy wins (with dedup)
-        c = _columns(part, "hash", "u")
-        keep, drop = [], []
-        for r in np.flatnonzero(thresholds[part.work.source.name].mask(c["u"])).tolist():
-            (drop if dedup and c["hash"][r] in seen_held else keep).append(r)
-            seen_held.add(c["hash"][r])
-        held[part.name] = (keep, drop)
-    seen: set[bytes] = set()
-    changed = 0
-    for part in parts:  # training documents: a copy of a held-out one always goes; a later copy with dedup
-        c = _columns(part, "hash", "bytes")
-        keep, vdrop = held[part.name]
-        skip = set(keep) | set(vdrop)
-        copies, dups = [], list(vdrop)
-        for r, h in enumerate(c["hash"]):
-            if r in skip:
-                continue
-            if h in seen_held:
-                copies.append(r)
-            elif dedup and h in seen:
-                dups.append(r)
-            seen.add(h)
-        size = lambda rows: int(c["bytes"][rows].sum()) if rows else 0  # noqa: E731
-        sel = {"key": part.key, "ctx": ctx, "heldout": keep, "dropped": sorted(copies + dups),
-               "tally": {"heldout": {"docs": len(keep), "bytes": size(keep)},
-                         "dedup": {"docs": len(dups), "bytes": size(dups)},
-                         "heldout_copies": {"docs": len(copies), "bytes": size(copies)}}}
-        if _write_selection(part, sel):
-            changed += 1
-            chaos.done("clean", f"{part.name} selection")
-            chaos.point("clean.dedup")
-    for name, t in thresholds.items():
-        log(f"clean: {name}: {t.held} document(s) held out ({split.DECIDED_BY[t.clamp]})")
-    if changed:
-        log(f"clean: {changed} part selection(s) updated")
-    return thresholds
-
-
-def context(parts: list[frame.Part], params: Params) -> str:
-    """What every selection of this run depends on: all parts (in order), the split settings, dedup."""
-    return fsio.stable_hash([[p.key for p in parts], params.eval.split(), params.clean.dedup])
-
-
-def _write_selection(part: frame.Part, sel: dict) -> bool:
-    """Write the selection unless the same bytes are there; True when written."""
-    data = (json.dumps(sel, sort_keys=True) + "\n").encode()
-    path = selection_path(part.work.out)
-    if path.exists() and path.read_bytes() == data:
-        return False
-    fsio.write_bytes(path, data)
-    return True
+    fsio.write_json(dropped_path(w.out), samples.result())
+    return [Path(w.out), dropped_path(w.out)], stats
 
 
 def read_selection(part: str | Path) -> dict:
-    path = selection_path(part)
+    path = select.selection_path(part)
     try:
         sel = fsio.read_json(path)
     except FileNotFoundError:
@@ -266,15 +207,17 @@ def documents(part: str | Path, side: str = "train", batch_size: int = 1024, col
             yield [t for t, k in zip(texts, keep) if k]
 
 
-def _summarise(parts: list[frame.Part], markers: list[dict], params: Params, thresholds: dict | None = None) -> dict:
-    out: dict = {"rules_order": rules.names(params.clean), "split": params.eval.split(), "sources": {}}
+def _summarise(parts: list[frame.Part], markers: list[dict], params: Params, thresholds: dict | None = None,
+               near: dict | None = None) -> dict:
+    out: dict = {"rules_order": {s.name: rules.names(params.clean_for(s)) for s in params.sources},
+                 "split": params.eval.split(), "sources": {}, **({"near_dedup": near} if near else {})}
     for part, marker in zip(parts, markers):
         st = marker["stats"]
-        tally = fsio.read_json(selection_path(part.work.out))["tally"] if thresholds else {}
+        tally = fsio.read_json(select.selection_path(part.work.out))["tally"] if thresholds else {}
         s = out["sources"].setdefault(part.work.source.name, {
             "parts": 0, "docs_in": 0, "bytes_in": 0, "records": 0, "bad": 0, "invalid_utf8": 0,
             "docs_out": 0, "bytes_out": 0, "samples": [], "rules": {},
-            **{k: {"docs": 0, "bytes": 0} for k in ("heldout", "dedup", "heldout_copies")}})
+            **{k: {"docs": 0, "bytes": 0} for k in ("heldout", *select.REASONS)}})
         s["parts"] += 1
         for k in ("docs_in", "bytes_in", "records", "bad", "invalid_utf8"):
             s[k] += st[k]
@@ -316,14 +259,15 @@ def run(params: Params, layout: Layout, log: Log = print, mapper: Mapper = proce
     markers, skipped = frame.run("clean", parts, clean_part, mapper, log, sink)
     log(f"clean: {len(parts)} part(s), {skipped} already done, {len(parts) - skipped} cleaned")
     check_bad_fraction(_summarise(parts, markers, params), params, layout)  # judged on input, before the split
-    thresholds = select(parts, params, log)
+    thresholds, near = select.select(parts, params, log, mapper, sink)
+    samples = dropped.write(parts, params, layout, dropped_path)
     outs = [Path(p.work.out) for p in parts]
-    frame.sweep(layout.clean, {f for o in outs for f in (o, marker_path(o), selection_path(o))}
-                | {layout.clean_stats, layout.clean_split})
-    summary = _summarise(parts, markers, params, thresholds)
+    frame.sweep(layout.clean, {f for o in outs for f in (o, marker_path(o), select.selection_path(o), dropped_path(o))}
+                | select.signature_files(parts, params) | samples | {layout.clean_stats, layout.clean_split})
+    summary = _summarise(parts, markers, params, thresholds, near)
     fsio.write_json(layout.clean_stats, summary)
     fsio.write_json(layout.clean_split, {  # last: every selection on disk is this run's
-        "ctx": context(parts, params), "settings": params.eval.split(),
+        "ctx": select.context(parts, params), "settings": params.eval.split(),
         "thresholds": {n: {"below": t.value, "held": t.held, "decided_by": split.DECIDED_BY[t.clamp]}
                        for n, t in thresholds.items()}})
     t = summary["totals"]
