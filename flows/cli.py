@@ -7,6 +7,7 @@
                             serving the 'line' and scheduled 'retrain' deployments
   shardline params          validate params.yaml and print the resolved settings
   shardline checkpoints     list checkpoints, valid or not and why
+  shardline explain DOC_ID  why the clean stage dropped a document (rule, value, limit), or where it kept it
   shardline lineage CKPT    what a checkpoint was trained on (data version, mix, rules, code) and its eval
   shardline eval CKPT       its loss and bits per byte on the current held-out shards
   shardline export CKPT OUT a Hugging Face transformers model directory (GPT-2, safetensors, tokenizer,
@@ -166,6 +167,15 @@ def cmd_lineage(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_explain(args: argparse.Namespace) -> int:
+    from shardline.data import dropped
+
+    layout = Layout.at(args.root)
+    e = dropped.explain(config.load(Path(args.root, args.params)), layout, args.doc_id, args.source)
+    print(json.dumps(e, indent=2) if args.json else dropped.render(e))
+    return 0
+
+
 def cmd_push_shards(args: argparse.Namespace) -> int:
     from shardline.stream import remote
 
@@ -228,6 +238,12 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("checkpoint", help=CHECKPOINT_HELP)
     s.add_argument("--json", action="store_true", help="the raw lineage as JSON")
     s.set_defaults(fn=cmd_lineage)
+    s = sub.add_parser("explain", help="why the clean stage dropped a document, or where it kept it")
+    s.add_argument("doc_id", help="a document id, <file under data/raw/<source>/files>:<line or row> (as in "
+                   "data/clean/<source>/dropped/*.jsonl)")
+    s.add_argument("--source", help="the source, when two have a file of that name")
+    s.add_argument("--json", action="store_true", help="the verdict as JSON")
+    s.set_defaults(fn=cmd_explain)
     s = sub.add_parser("eval", help="loss and bits per byte of a checkpoint on the current held-out shards")
     s.add_argument("checkpoint", help=CHECKPOINT_HELP)
     s.add_argument("--json", action="store_true", help="the full result as JSON")

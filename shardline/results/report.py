@@ -84,6 +84,31 @@ def _heldout(params: Params, layout: Layout, stats: dict) -> list[str]:
     return lines
 
 
+def _drops(stats: dict) -> list[str]:
+    """Per source, every check that removed documents, in the order they run, then phase 2."""
+    lines = ["## What cleaning removed", "", "| source | rule | docs | of docs in | MB | sample |", "|---|---|---|---|---|---|"]
+    quiet = []
+    for name, st in stats["sources"].items():
+        order = stats.get("rules_order", {})
+        order = order.get(name, []) if isinstance(order, dict) else order
+        tallies = [(r, st["rules"].get(r, {"docs": 0, "bytes": 0})) for r in order]
+        tallies += [(r, st[r]) for r in ("dedup", "near_dedup", "heldout_copies", "heldout_near_copies") if r in st]
+        for rule, c in tallies:
+            if not c["docs"]:
+                quiet.append(f"{name}: {rule}")
+                continue
+            share = c["docs"] / st["docs_in"] if st["docs_in"] else 0
+            lines.append(f"| {name} | {rule} | {c['docs']:,} | {share:.2%} | {c['bytes'] / 1e6:.2f} | "
+                         f"data/clean/{name}/dropped/{rule}.jsonl |")
+    near = stats.get("near_dedup")
+    if near:
+        lines += ["", f"Near-duplicates: {near['docs_in_clusters']:,} documents in {near['clusters']:,} clusters "
+                      f"(MinHash LSH, 50% detection at Jaccard {near['threshold']}); each cluster keeps its first."]
+    if quiet:
+        lines += ["", "Removed nothing: " + ", ".join(quiet) + "."]
+    return lines + ["", "`shardline explain <doc-id>` says why any one document went, or where it was kept.", ""]
+
+
 def _evaluation(rows: list[dict], manifest: dict | None) -> list[str]:
     evals = eval_rows(rows)
     lines = ["## Held-out evaluation", ""]
@@ -158,6 +183,7 @@ def build(params: Params, layout: Layout) -> str:
         lines += ["No valid checkpoint yet.", ""]
     stats = fsio.read_json(layout.clean_stats)
     lines += _heldout(params, layout, stats)
+    lines += _drops(stats)
 
     lines += ["## Shards", "", "| source | shards | blocks | blocks/shard min-max | tokens | tail dropped |",
               "|---|---|---|---|---|---|"]

@@ -58,6 +58,7 @@ def collect(params: Params, layout: Layout, shards_version: str, *, parent: str 
         "data_version": {"shards_sha256": shards_version, "dvc_md5": shards_md5,
                          "tokenizer_sha256": fsio.read_json(tok_meta)["sha256"] if tok_meta.exists() else None},
         "clean_rules": params.section("clean"),
+        "source_clean_rules": {s.name: s.clean for s in params.sources if s.clean},
         "mix": params.mix,
         "sources": sources(params, layout),
         "params": {k: params.section(k) for k in ("model", "train", "loader", "shard", "tokenizer")},
@@ -101,6 +102,8 @@ def describe(manifest: dict) -> str:
         n = len(s["files"]) if s["files"] else "?"
         lines.append(f"  source {s['name']}: {s['uri']} ({n} files)")
     lines.append("  clean rules: " + json.dumps(lin["clean_rules"], sort_keys=True))
+    for name, own in (lin.get("source_clean_rules") or {}).items():
+        lines.append(f"  clean rules of {name}: " + json.dumps(own, sort_keys=True))
     lines.append("  params: " + json.dumps(lin["params"], sort_keys=True))
     lines.append("  versions: " + json.dumps(manifest["versions"], sort_keys=True))
     return "\n".join(lines)
