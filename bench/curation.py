@@ -1,0 +1,156 @@
+"""Curation on bench.data's corpus: the clean stage with FineWeb's rule sets, near-dedup, each set alone.
+
+    python -m bench.curation [--gb 1] [--no-scale]      (python -m bench.data runs it too)
+
+Each size: a fresh project (bench.data's: one jsonl source, clean.part_mb 64) whose clean section
+is FineWeb-like: language (en, 0.65), gopher_repetition, gopher_quality, c4, fineweb, all at their
+defaults. `shardline stage download`, then `shardline stage clean` (timed as a process: wall, CPU,
+peak RSS of the largest process and of the process tree), then near_dedup switched on and clean
+run again: its parts are done (near_dedup is not in their key), so that run is near-dedup's own
+cost (sign every part, cluster, select). Then, on 64 MB of the corpus's documents in one process
+(one core): MB/s of each rule set alone, and of MinHash signing with rensa's C-MinHash (64-bit),
+R-MinHash (32-bit) and datasketch (when installed; `pip install -e .[bench]`), the same shingles.
+Targets (exit 1 on a miss): clean with the FineWeb-like set >= 15 MB/s; near-dedup >= 20 MB/s; peak
+RSS <= 1.5 GiB at every size and, at 4x, <= 1.1x the base size's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import yaml
+
+from bench import data as bd
+
+WEB = {"language": {}, "gopher_repetition": {}, "gopher_quality": {}, "c4": {}, "fineweb": {}}
+SAMPLE_MB = 64
+
+
+def _set_clean(root: Path, **clean) -> None:
+    p = yaml.safe_load((root / "params.yaml").read_text())
+    p["clean"].update(clean)
+    (root / "params.yaml").write_text(yaml.safe_dump(p, sort_keys=False))
+
+
+def one_run(path: Path) -> dict:
+    root = bd.project(path)
+    _set_clean(root, **WEB)
+    bd.run_stage(root, "download")
+    r = {"clean": bd.run_stage(root, "clean")}
+    _set_clean(root, near_dedup={})
+    r["near"] = bd.run_stage(root, "clean")
+    stats = json.loads((root / "data/clean/stats.json").read_text())
+    r["stats"], r["near_stats"] = stats["sources"]["web"], stats.get("near_dedup", {})
+    bd.shutil.rmtree(root, ignore_errors=True)
+    return r
+
+
+def per_set(path: Path) -> dict:
+    """One core: MB/s of each rule set alone, and of MinHash signing by library (in a child)."""
+    from shardline.core.sections_data import Clean, NearDedup
+    from shardline.data import minhash, rules
+
+    texts, size = [], 0
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            texts.append(t := json.loads(line)["text"])
+            size += len(t.encode())
+            if size >= SAMPLE_MB * bd.MiB:
+                break
+    mb, out = size / 1e6, {"mb": size / 1e6}
+    for name in WEB:
+        chain = rules.build(Clean(**{name: {}}))[-1:]
+        t0 = time.perf_counter()
+        for t in texts:
+            rules.apply(chain, t, {})
+        out[name] = mb / (time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    h = [minhash.shingle_hashes(texts[i:i + 2048], 5) for i in range(0, len(texts), 2048)]
+    out["shingles"] = mb / (time.perf_counter() - t0)
+    for bits in (64, 32):
+        t0 = time.perf_counter()
+        for i in range(0, len(texts), 2048):
+            minhash.sign(texts[i:i + 2048], NearDedup(hash_bits=bits))
+        out[f"rensa{bits}"] = mb / (time.perf_counter() - t0)
+    try:
+        from datasketch import MinHash
+    except ImportError:
+        out["datasketch"] = None
+    else:
+        some, t0 = 200, time.perf_counter()  # datasketch is slow: a subset, scaled
+        for hashes, offsets in h[:1]:
+            for d in range(min(some, len(offsets) - 1)):
+                # from our 64-bit shingle hashes, as rensa gets them
+                m = MinHash(num_perm=112, seed=1, hashfunc=int, scheme="affine64")
+                m.update_batch(hashes[int(offsets[d]):int(offsets[d + 1])].tolist())
+        done = sum(len(t.encode()) for t in texts[:min(some, len(h[0][1]) - 1)]) / 1e6
+        out["datasketch"] = done / (time.perf_counter() - t0)
+    return out
+
+
+def report(gb: float, meta: dict, r: dict) -> None:
+    mb = meta["bytes"] / 1e6
+    st = r["stats"]
+    print(f"\n{meta['bytes'] / bd.GB:.2f} GB corpus, {meta['docs']:,} docs: clean with the FineWeb-like set, "
+          "then near-dedup")
+    print("| run | wall s | CPU s | cores used | peak RSS MB | tree PSS MB | rate |")
+    print("|---|---|---|---|---|---|---|")
+    for key, what in (("clean", "clean, FineWeb-like set"), ("near", "near-dedup (parts done: sign, cluster, select)")):
+        s = r[key]
+        print(f"| {what} | {s['wall']:.1f} | {s['cpu']:.1f} | {s['cpu'] / s['wall']:.2f} | {s['rss']:.0f} | "
+              f"{s['tree']:.0f} | {mb / s['wall']:.1f} MB/s |")
+    drops = sorted(((c["docs"], k) for k, c in st["rules"].items() if c["docs"]), reverse=True)
+    print(f"kept {st['docs_out']:,} of {st['docs_in']:,} docs; dropped by: "
+          + ", ".join(f"{k} {n:,}" for n, k in drops)
+          + f"; near_dedup {st['near_dedup']['docs']:,} ({r['near_stats'].get('clusters', 0):,} clusters), "
+            f"exact dedup {st['dedup']['docs']:,}")
+
+
+def main(argv: list[str] | None = None) -> list[str]:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--gb", type=float, default=1.0)
+    ap.add_argument("--scale", action=argparse.BooleanOptionalAction, default=True)
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args(argv)
+    sizes = [a.gb] + ([4 * a.gb] if a.scale else [])
+    runs, metas = {}, {}
+    for gb in sizes:
+        path, metas[gb] = bd.corpus(gb, a.seed)
+        print(f"curation at {gb:g} GB ...", flush=True)
+        runs[gb] = one_run(path)
+        report(gb, metas[gb], runs[gb])
+    with ProcessPoolExecutor(1) as ex:  # its texts must not raise this process's peak RSS
+        one = ex.submit(per_set, bd.corpus(a.gb, a.seed)[0]).result()
+    print(f"\none core, {one['mb']:.0f} MB of the corpus's documents, MB/s of each rule set alone: "
+          + ", ".join(f"{k} {one[k]:.1f}" for k in WEB))
+    ds = f"{one['datasketch']:.1f}" if one["datasketch"] else "not installed (pip install -e .[bench])"
+    print(f"MinHash signing, one core, MB/s (shingling included, {one['shingles']:.1f} MB/s alone): rensa "
+          f"C-MinHash 64-bit {one['rensa64']:.1f}, rensa R-MinHash 32-bit {one['rensa32']:.1f}, datasketch {ds}\n")
+    fails: list[str] = []
+
+    def target(what: str, v: float, op: str, lim: float, unit: str) -> None:
+        ok = v <= lim if op == "<=" else v >= lim
+        line = f"{what}: {v:.2f}{unit} (target {op} {lim:g}{unit})"
+        print(f"{line}: PASS" if ok else f"{line}: FAIL by {abs(v - lim):.2f}{unit}")
+        fails.extend([] if ok else [f"{line}, off by {abs(v - lim):.2f}{unit}"])
+
+    base, mb = runs[a.gb], metas[a.gb]["bytes"] / 1e6
+    target(f"clean with the FineWeb-like set at {a.gb:g} GB", mb / base["clean"]["wall"], ">=", 15, " MB/s")
+    target(f"near-dedup at {a.gb:g} GB", mb / base["near"]["wall"], ">=", 20, " MB/s")
+    peak = {gb: max(max(r[k]["rss"], r[k]["tree"]) for k in ("clean", "near")) for gb, r in runs.items()}
+    for gb in sizes:
+        target(f"curation peak RSS at {gb:g} GB", peak[gb], "<=", 1536, " MiB")
+    if a.scale:
+        target(f"curation peak RSS {4 * a.gb:g} / {a.gb:g} GB", peak[4 * a.gb] / peak[a.gb], "<=", 1.1, "x")
+    return fails
+
+
+if __name__ == "__main__":
+    missed = main()
+    if missed:
+        sys.exit(f"\n{len(missed)} target(s) missed:\n  " + "\n  ".join(missed))
