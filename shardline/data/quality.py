@@ -47,7 +47,6 @@ _PUNCT_CHARS = "!/—”:％１〈&(、━\\【#%「」，】；+^]~“《„';�
     chr(c) for c in [*range(9), *range(11, 32), *range(127, 160)] if not chr(c).isspace())
 _PUNCT = re.compile("[" + re.escape(_PUNCT_CHARS) + "]+")
 _SPACE, _PUNCTUATION, _LETTER = 1, 2, 4
-_PARAGRAPHS = re.compile(r"\n{2,}")
 _BASE, _MIX = np.uint64(0x100000001B3), np.uint64(0x9E3779B97F4A7C15)  # odd: FNV's prime, the golden ratio
 _CITATION = re.compile(r"\[\d*]|\[edit]|\[citation needed]")
 _POLICY = ("terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies", "use cookies")
@@ -106,7 +105,7 @@ def _paragraphs(text: str) -> list[str]:
     """re.split(r"\n{2,}", text.strip()) as datatrove splits, 5x faster: a run of k newlines leaves
     str.split("\n\n") k // 2 - 1 empty parts and, k odd, a newline before the next."""
     parts = (text := text.strip()).split("\n\n")
-    return [p[1:] if p[:1] == "\n" else p for p in parts if p] or [""] if "\n\n\n" in text else parts
+    return ([p[1:] if p[:1] == "\n" else p for p in parts if p] or [""]) if "\n\n\n" in text else parts
 
 
 def _lines(text: str) -> list[str]:
