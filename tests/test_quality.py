@@ -217,7 +217,7 @@ def test_each_check_keeps_drops_and_switches_off(cls, check, limit, keeps, drops
     name = f"{rule.name}.{check}" + (f".{setting[0][0]}" if check.endswith("_n_grams") else "")
     got = rule(drops)
     assert got[:3] == (name, value, setting[0][1] if check.endswith("_n_grams") else 0 if setting is True else setting)
-    assert rule.checks == (name,) + (("c4.all_lines_removed",) if cls is C4 else ())
+    assert rule.checks == (("c4", name, "c4.all_lines_removed") if cls is C4 else (name,))  # c4: lines removed first
     off = only(cls, **{check: False if setting is True else None})
     assert off(drops) is drops
 
@@ -340,7 +340,8 @@ def test_build_order_checks_and_pickling():
                                   "gopher_repetition.top_n_grams.2")
     assert sets[0].checks[-1] == "gopher_repetition.dup_n_grams.10" and len(sets[0].checks) == 13
     assert sets[1].checks == tuple(f"gopher_quality.{f}" for f in quality.GopherQualityRule.FIELDS)
-    assert sets[2].checks[-2:] == ("c4.min_num_sentences", "c4.all_lines_removed") and len(sets[2].checks) == 10
+    assert sets[2].checks == ("c4", "c4.filter_lorem_ipsum", "c4.filter_curly_bracket", "c4.min_num_sentences",
+                              "c4.all_lines_removed")  # "c4": the lines its other checks remove (bytes)
     assert sets[3].checks == tuple(f"fineweb.{f}" for f in quality.FineWebRule.FIELDS)
     for rule in sets:
         back = pickle.loads(pickle.dumps(rule))

@@ -185,6 +185,10 @@ def names(cfg: Clean) -> list[str]:
     return [c for r in build(cfg) for c in getattr(r, "checks", (r.name,))]  # type: ignore[attr-defined]
 
 
+def _plain(v):
+    return v.item() if hasattr(v, "item") else v
+
+
 def apply(rules: list[Rule], text: str, counts: dict[str, list[int]], notes: dict | None = None) -> "str | Drop":
     """Run `text` through `rules`: the text kept, or the first Drop. Tallies [docs_dropped,
     bytes_removed] in `counts` per check (a drop) or rule (a transform); what a rule found (the
@@ -193,6 +197,7 @@ def apply(rules: list[Rule], text: str, counts: dict[str, list[int]], notes: dic
     for rule in rules:
         out = rule(text)
         if isinstance(out, Drop):
+            out = out._replace(value=_plain(out.value), limit=_plain(out.limit))  # numpy counts -> JSON-able
             c = counts.setdefault(out.rule, [0, 0])
             c[0] += 1
             c[1] += size

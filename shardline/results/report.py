@@ -86,7 +86,8 @@ def _heldout(params: Params, layout: Layout, stats: dict) -> list[str]:
 
 def _drops(stats: dict) -> list[str]:
     """Per source, every check that removed documents, in the order they run, then phase 2."""
-    lines = ["## What cleaning removed", "", "| source | rule | docs | of docs in | MB | sample |", "|---|---|---|---|---|---|"]
+    lines = ["## What cleaning removed", "", "A transform (whitespace, c4's line removal) drops no document: its MB are "
+             "the bytes it took out.", "", "| source | rule | docs | of docs in | MB | sample |", "|---|---|---|---|---|---|"]
     quiet = []
     for name, st in stats["sources"].items():
         order = stats.get("rules_order", {})
@@ -94,12 +95,12 @@ def _drops(stats: dict) -> list[str]:
         tallies = [(r, st["rules"].get(r, {"docs": 0, "bytes": 0})) for r in order]
         tallies += [(r, st[r]) for r in ("dedup", "near_dedup", "heldout_copies", "heldout_near_copies") if r in st]
         for rule, c in tallies:
-            if not c["docs"]:
+            if not c["docs"] and not c["bytes"]:
                 quiet.append(f"{name}: {rule}")
                 continue
             share = c["docs"] / st["docs_in"] if st["docs_in"] else 0
-            lines.append(f"| {name} | {rule} | {c['docs']:,} | {share:.2%} | {c['bytes'] / 1e6:.2f} | "
-                         f"data/clean/{name}/dropped/{rule}.jsonl |")
+            sample = f"data/clean/{name}/dropped/{rule}.jsonl" if c["docs"] else ""
+            lines.append(f"| {name} | {rule} | {c['docs']:,} | {share:.2%} | {c['bytes'] / 1e6:.2f} | {sample} |")
     near = stats.get("near_dedup")
     if near:
         lines += ["", f"Near-duplicates: {near['docs_in_clusters']:,} documents in {near['clusters']:,} clusters "
