@@ -6,7 +6,8 @@ Runs bench.tokenize, bench.loader, bench.train (which includes the checkpoint be
 bench.pipeline (no-op and full `dvc repro` vs the Prefect pipeline flow, on the default line
 with 10 training steps), bench.scale (tokenize on 2 Dask workers vs 1; the loader streaming
 from a local S3 server vs local disk) and bench.data (the data stages as processes on a generated
-1 GB and 4 GB JSONL corpus; ~15 minutes, one run per size) one after another, each in its own
+1 GB and 4 GB JSONL corpus; ~15 minutes, one run per size) and bench.curation (the clean stage
+with FineWeb's rule sets, and near-dedup, on the same corpora; ~15 minutes) one after another, each in its own
 process, and writes their full output plus the headline lines to bench/REPORT.md. Every figure
 there but bench.data's is a median of >= 3 interleaved repeats with min-max, and a same-run
 ratio against its baseline (raw HF/tiktoken, raw memmap, a bare torch loop, a bare torch.save,
@@ -25,7 +26,8 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-BENCHES = [("tokenize", []), ("loader", []), ("train", []), ("pipeline", []), ("scale", []), ("data", [])]
+BENCHES = [("tokenize", []), ("loader", []), ("train", []), ("pipeline", []), ("scale", []), ("data", ["--no-curation"]),
+           ("curation", [])]
 HEADLINE = re.compile(r"^\s*ratio |\(target|\((full|no-op)\)|identical: |^summary: |parts phase: ")
 
 
