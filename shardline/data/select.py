@@ -110,33 +110,22 @@ class _Pass:
         self.train_rep: dict[int, int] = {}
 
     def held(self, g: int, h: bytes) -> tuple[str, int] | None:
-        root = self.roots.get(g)
-        if self.dedup and h in self.held_hash:
-            why = ("dedup", self.held_hash[h])
-        elif root is not None and root in self.held_rep:
-            why = ("near_dedup", self.held_rep[root])
-        else:
-            why = None
-            if root is not None:
-                self.held_rep[root] = g
-        self.held_hash.setdefault(h, g)
-        return why
+        return self._first(g, h, [], self.held_hash, self.held_rep)
 
     def train(self, g: int, h: bytes) -> tuple[str, int] | None:
         root = self.roots.get(g)
-        if h in self.held_hash:
-            why = ("heldout_copies", self.held_hash[h])
-        elif root is not None and root in self.held_rep:
-            why = ("heldout_near_copies", self.held_rep[root])
-        elif self.dedup and h in self.train_hash:
-            why = ("dedup", self.train_hash[h])
-        elif root is not None and root in self.train_rep:
-            why = ("near_dedup", self.train_rep[root])
-        else:
-            why = None
-            if root is not None:
-                self.train_rep[root] = g
-        self.train_hash.setdefault(h, g)
+        split = [("heldout_copies", self.held_hash.get(h)), ("heldout_near_copies", self.held_rep.get(root))]
+        return self._first(g, h, split, self.train_hash, self.train_rep)
+
+    def _first(self, g: int, h: bytes, before: list, hashes: dict, reps: dict) -> tuple[str, int] | None:
+        """The first reason in order (`before`, then dedup, then near_dedup) with the document it
+        repeats; None keeps the document, which becomes its cluster's representative on this side."""
+        root = self.roots.get(g)
+        reasons = [*before, ("dedup", hashes.get(h) if self.dedup else None), ("near_dedup", reps.get(root))]
+        why = next(((r, of) for r, of in reasons if of is not None), None)
+        if why is None and root is not None:
+            reps[root] = g
+        hashes.setdefault(h, g)
         return why
 
     def name_of(self, g: int) -> list:
