@@ -77,7 +77,7 @@ import yaml
 
 from shardline.core import config, fsio
 from shardline.training import rng
-from shardline.training import checkpoint, lineage
+from shardline.training import checkpoint, lineage, saving
 from shardline.training import train as T
 from shardline.core.layout import Layout
 from shardline.stream.loader import Loader
@@ -480,7 +480,7 @@ def main(argv: list[str] | None = None) -> int:
     def do_bare(i):
         bare_save(bare_dir / f"step-{i:09d}.pt", bare_objs)
 
-    saver = checkpoint.AsyncSaver()
+    saver = saving.AsyncSaver()
 
     def do_block(i):  # what the trainer's checkpoint branch blocks for: a snapshot, then a background write
         st = {**state, "loader": loader.state_dict()}

@@ -10,7 +10,10 @@ import pytest
 import torch
 
 from shardline.training import rng
-from shardline.training import checkpoint
+from shardline.core.errors import BadInput
+from shardline.training import checkpoint, sharded
+from shardline.training.dist import Dist
+from shardline.training.saving import Saving
 from shardline.core.config import Train
 from shardline.training.model import GPT, GPTConfig, configure_optimizer
 from shardline.training.schedule import lr_at
@@ -41,7 +44,10 @@ def test_round_trip_in_a_fresh_process(tmp_path):
     code = f"""
 import torch, json
 from shardline.training import rng
-from shardline.training import checkpoint
+from shardline.core.errors import BadInput
+from shardline.training import checkpoint, sharded
+from shardline.training.dist import Dist
+from shardline.training.saving import Saving
 from shardline.training.model import GPT, GPTConfig, configure_optimizer
 t, state, manifest = checkpoint.load({str(path)!r})
 model = GPT(GPTConfig(vocab_size=64, seq_len=8, n_layer=1, n_head=2, d_model=16))
@@ -82,6 +88,39 @@ def test_malicious_pickle_is_not_executed(tmp_path):
     path = checkpoint.save(tmp_path, 1, {"model.pt": {"w": Boom()}}, {"step": 1}, {})
     with pytest.raises(Exception, match="(?i)weights_only|unsupported|global"):
         checkpoint.load(path)
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_a_sharded_checkpoint_in_one_process_round_trips_is_kept_whole_and_never_runs_code(tmp_path):
+    model, opt = trained_state()
+    saving = Saving(Train(checkpoint_format="sharded"), Dist(Train(), torch.device("cpu")))
+    path = saving.submit(tmp_path / "ck", 3, model, opt, lambda: ({"rng.pt": rng.capture()}, {"step": 3}),
+                         {"x": 1}, None, then=lambda _: None)
+    saving.wait()
+    manifest = json.loads((path / checkpoint.MANIFEST).read_text())
+    assert checkpoint.verify(path) == (True, "ok") and manifest["format"] == "sharded"
+    assert manifest["ranks"] == [["dcp/.metadata", "dcp/__0_0.distcp"]]
+    assert sorted(manifest["files"]) == ["dcp/.metadata", "dcp/__0_0.distcp", "rng.pt", checkpoint.STATE]
+    other, other_opt = trained_state(steps=1)
+    sharded.load_into(path, other, other_opt, world=1)
+    for k, v in model.state_dict().items():
+        assert torch.equal(other.state_dict()[k], v), k
+    for a, b in zip(opt.state_dict()["state"].values(), other_opt.state_dict()["state"].values()):
+        assert all(torch.equal(a[k], b[k]) for k in ("step", "exp_avg", "exp_avg_sq"))
+    assert all(torch.equal(sharded.full_state(path)[k], v) for k, v in model.state_dict().items())
+    kept = checkpoint.keep(path, tmp_path / "kept")  # hard links, dcp/ included, manifest last
+    assert checkpoint.verify(kept) == (True, "ok")
+    assert (kept / "dcp/__0_0.distcp").stat().st_ino == (path / "dcp/__0_0.distcp").stat().st_ino
+
+    class Boom:
+        def __reduce__(self):
+            return (exec, (f"open({str(tmp_path / 'pwned')!r}, 'w').write('x')",))
+
+    import pickle
+
+    (path / "dcp/.metadata").write_bytes(pickle.dumps(Boom()))
+    with pytest.raises(BadInput, match=r"dcp/\.metadata: not DCP metadata .* refers to builtins\.exec"):
+        sharded.full_state(path)
     assert not (tmp_path / "pwned").exists()
 
 

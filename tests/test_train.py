@@ -15,7 +15,7 @@ import pytest
 import torch
 import yaml
 
-from shardline.training import checkpoint
+from shardline.training import checkpoint, sharded
 from tests.conftest import BIN, env_for, make_project, run, write_params
 
 pytestmark = pytest.mark.slow
@@ -65,8 +65,12 @@ def losses(root: Path) -> list[float]:
 
 
 def final_state(root: Path) -> dict:
+    """The newest checkpoint's step, loader, model and optimizer state (by parameter index when
+    full, by name when sharded: compare checkpoints of one format)."""
     path = checkpoint.latest_valid(root / "data/checkpoints", lambda _: None)
-    tensors, state, _ = checkpoint.load(path)
+    tensors, state, manifest = checkpoint.load(path)
+    if manifest["format"] == "sharded":
+        tensors = {"model.pt": sharded.full_state(path), "optimizer.pt": {"state": sharded.full_state(path, "optim")}}
     return {"step": state["step"], "model": tensors["model.pt"], "opt": tensors["optimizer.pt"]["state"],
             "loader": state["loader"]}
 

@@ -16,7 +16,8 @@ signatures written, their marker not yet), clean.cluster (after each LSH band is
 clean.dedup, tokenize.part (token ids
 written, their .json not yet), shard.file, train.step (+ @<step>:rank<r>, one rank of a torchrun
 job), train.eval (after each held-out batch of an evaluation), train.rollback (the rollback ledger
-written, nothing else done yet), checkpoint.files (+ @step), retention (+ @step). Points inside a
+written, nothing else done yet), checkpoint.files (+ @step), checkpoint.shard (+ @<step>:rank<r>: a
+rank's shards of a sharded checkpoint written, not yet gathered), retention (+ @step). Points inside a
 write (`partway`: the k-th write call is cut in half, the first half flushed, then SIGKILL):
 download.body (an HTTP body into its .part), clean.write (a clean part's parquet),
 minhash.write (a part's signatures),

@@ -157,7 +157,12 @@ class Train(_Section):
     strategy: Literal["ddp", "fsdp"] = "ddp"
     """Multi-process training: ddp replicates the model on every rank; fsdp shards parameters,
     gradients and optimizer state over the ranks (for models that do not fit one device).
-    Checkpoints hold the full state either way, so they resume at any world size and strategy."""
+    Checkpoints of either format resume at any world size and strategy."""
+    checkpoint_format: Literal["full", "sharded"] | None = None
+    """full: rank 0 gathers model and optimizer and writes them as one process would (a gather of
+    everything into one host's memory); sharded: every rank writes its own shards through
+    torch.distributed.checkpoint, and any world size reads them back resharded. Unset: sharded
+    under fsdp with more than one process, else full. Resume reads either."""
     dist_timeout_s: float = Field(60.0, gt=0)
     """Process-group timeout: a dead rank fails the job after this, not after 30 minutes."""
 

@@ -2,8 +2,9 @@
 
 Contract:
 - `load_model(path)` refuses (BadInput, naming why) a checkpoint whose manifest does not verify,
-  reads only its weights (`torch.load(weights_only=True)`; never the optimizer, scaler or RNG
-  files), its train state and its manifest, and rebuilds the GPT: vocab_size and seq_len from
+  reads only its weights (full: model.pt by `torch.load(weights_only=True)`; sharded: the model's
+  chunks from dcp/, gathered into full tensors in this process; never the optimizer, scaler or
+  RNG), its train state and its manifest, and rebuilds the GPT: vocab_size and seq_len from
   the tensors, every other hyperparameter from the lineage's params["model"]. It returns
   (model on CPU in eval mode, train state, manifest) and leaves the global RNG as it was.
   `judge`, `export` and `sample` all open checkpoints through it, so none can rebuild a model
@@ -22,7 +23,7 @@ from pathlib import Path
 import torch
 
 from shardline.core import fsio
-from shardline.training import checkpoint
+from shardline.training import checkpoint, sharded
 from shardline.core.errors import BadInput
 from shardline.core.layout import Layout
 from shardline.training.model import GPT, GPTConfig
@@ -36,11 +37,11 @@ def load_model(path: Path) -> tuple[GPT, dict, dict]:
     if not ok:
         raise BadInput(f"{path}: not a valid checkpoint ({why}); 'shardline checkpoints' lists them")
     files = fsio.read_json(path / checkpoint.MANIFEST)["files"]
-    if WEIGHTS not in files:
+    if WEIGHTS not in files and f"{sharded.DIR}/.metadata" not in files:
         raise BadInput(f"{path}: the manifest lists no {WEIGHTS} (files: {sorted(files)}); not a checkpoint "
                        "of 'shardline stage train'")
     tensors, state, manifest = checkpoint.load(path, skip=tuple(n for n in files if n != WEIGHTS))
-    weights = tensors[WEIGHTS]
+    weights = sharded.full_state(path) if manifest.get("format") == "sharded" else tensors[WEIGHTS]
     cfg = GPTConfig(vocab_size=weights["lm_head.weight"].shape[0], seq_len=weights["transformer.wpe.weight"].shape[0],
                     **manifest["lineage"]["params"]["model"])
     with torch.random.fork_rng(devices=[]):  # GPT() draws its (discarded) init: keep the caller's RNG as it was

@@ -15,9 +15,10 @@ Contract:
 - `load` uses `torch.load(weights_only=True)`: a checkpoint is data, never code.
 - `keep` hard-links a saved checkpoint outside data/ (the trainer keeps those nothing records
   yet under .shardline/kept/), so no checkout that replaces data/checkpoints loses one.
-- `AsyncSaver` blocks training only for a copy of the state; the write (and retention) runs
-  on a background thread. A kill before it finishes loses only that checkpoint: the previous
-  one is still the newest valid.
+- Two formats, told apart by the manifest's "format": "full" (model.pt and optimizer.pt as one
+  process saves them) and "sharded" (shardline.training.sharded: every rank's shards under dcp/,
+  written by the ranks into the temp dir rank 0 names; `save` then adds rank 0's files and the
+  manifest, listing the gathered ranks' files too). Both verify, retain, keep and remove alike.
 
 Design: docs/architecture.md (Data contracts: Checkpoints).
 """
@@ -29,7 +30,6 @@ import json
 import os
 import platform
 import shutil
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +38,7 @@ from typing import Any, Callable
 import torch
 
 from shardline.core import chaos, fsio
+from shardline.training import sharded
 
 MANIFEST = "manifest.json"
 STATE = "train_state.json"
@@ -89,23 +90,35 @@ def _write(path: Path, fill: Callable[[Any], None]) -> dict:
     return {"bytes": out.n, "sha256": out.h.hexdigest()}
 
 
-def save(root: Path, step: int, tensors: dict[str, Any], state: dict, lineage: dict, eval: dict | None = None) -> Path:
+def temp_dir(root: Path, step: int) -> Path:
+    """Where checkpoint `step` is written before its rename (this process's name for it)."""
+    return fsio.temp_name(step_dir(root, step))
+
+
+def save(root: Path, step: int, tensors: dict[str, Any], state: dict, lineage: dict, eval: dict | None = None,
+         shards: list[dict[str, dict]] | None = None) -> Path:
     """Write checkpoint `step`: `tensors` (name -> torch-saveable) and `state` (JSON); the manifest
-    also holds the lineage and `eval`, the held-out evaluation at this step (None: eval off)."""
+    also holds the lineage and `eval`, the held-out evaluation at this step (None: eval off).
+    `shards`: a sharded checkpoint, whose ranks have written their files into `temp_dir`, each
+    rank's {file: {bytes, sha256}} in rank order."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     final = step_dir(root, step)
-    tmp = fsio.temp_name(final)
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
+    tmp = temp_dir(root, step)
+    if shards is None:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
     try:
-        files = {}
+        files = {name: meta for mine in shards or [] for name, meta in mine.items()}
+        if shards is not None:
+            fsio.fsync_dir(tmp / sharded.DIR)
         for name, obj in tensors.items():
             files[name] = _write(tmp / name, lambda out, obj=obj: torch.save(obj, out))
         files[STATE] = _write(tmp / STATE, lambda out: out.write(json.dumps(state, indent=2, sort_keys=True).encode()))
         chaos.point("checkpoint.files", str(step))
-        manifest = {"step": step, "files": files, "lineage": lineage, "eval": eval, "versions": versions(),
-                    "created": time.time()}
+        manifest = {"step": step, "format": "full" if shards is None else "sharded", "files": files,
+                    "lineage": lineage, "eval": eval, "versions": versions(), "created": time.time(),
+                    **({"ranks": [sorted(mine) for mine in shards]} if shards is not None else {})}
         # compact: the C encoder (indent= forces the pure-Python one, ~5x slower on a big lineage)
         _write(tmp / MANIFEST, lambda out: out.write(json.dumps(manifest, sort_keys=True).encode()))
         fsio.fsync_dir(tmp)
@@ -156,6 +169,10 @@ def _verify(path: Path) -> tuple[bool, str]:
             return False, f"{name} is {p.stat().st_size} bytes, manifest says {meta['bytes']} (truncated)"
         if fsio.sha256_file(p) != meta["sha256"]:
             return False, f"{name} sha256 differs from the manifest (corrupt)"
+    if manifest.get("format") == "sharded":
+        why = sharded.files_check(path, manifest)
+        if why:
+            return False, why
     return True, "ok"
 
 
@@ -186,7 +203,7 @@ def load(path: Path, skip: tuple[str, ...] = ()) -> tuple[dict[str, Any], dict, 
     path = Path(path)
     manifest = json.loads((path / MANIFEST).read_text())
     tensors = {name: torch.load(path / name, map_location="cpu", weights_only=True)
-               for name in manifest["files"] if name != STATE and name not in skip}
+               for name in manifest["files"] if name.endswith(".pt") and name not in skip}  # not dcp/
     return tensors, json.loads((path / STATE).read_text()), manifest
 
 
@@ -225,13 +242,15 @@ def keep(path: Path, kept: Path) -> Path:
     tmp = fsio.temp_name(dest)
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    names = sorted(p.name for p in path.iterdir())
+    names = sorted(str(p.relative_to(path)) for p in path.rglob("*") if p.is_file())
     for name in [n for n in names if n != MANIFEST] + [MANIFEST]:
+        (tmp / name).parent.mkdir(exist_ok=True)
         try:
             os.link(path / name, tmp / name)
         except OSError:  # another filesystem, or no hard links: a copy (fsynced)
             fsio.copy_file(path / name, tmp / name)
-    fsio.fsync_dir(tmp)
+    for d in sorted({(tmp / n).parent for n in names}, reverse=True):
+        fsio.fsync_dir(d)
     if dest.exists():
         remove(dest)
     os.rename(tmp, dest)
@@ -257,49 +276,3 @@ def tidy_kept(kept: Path, root: Path, recoverable: Callable[[Path], bool] | None
         if d.is_dir() and not any(d.iterdir()):
             d.rmdir()
     return alone
-
-
-def snapshot(obj: Any) -> Any:
-    """A deep copy of every tensor in a nested state (on CPU), so training can go on mutating
-    the originals while the copy is written."""
-    if isinstance(obj, torch.Tensor):
-        return obj.detach().to("cpu", copy=True)
-    if isinstance(obj, dict):
-        return {k: snapshot(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(snapshot(v) for v in obj)
-    return obj
-
-
-class AsyncSaver:
-    """One checkpoint write at a time on a background thread; errors surface at the next call."""
-
-    def __init__(self) -> None:
-        self._thread: threading.Thread | None = None
-        self._error: BaseException | None = None
-
-    def submit(self, root: Path, step: int, tensors: dict, state: dict, lineage: dict,
-               then: Callable[[Path], None] | None = None, eval: dict | None = None) -> Path:
-        self.wait()
-        snap = snapshot(tensors)
-        state, lineage, eval = (json.loads(json.dumps(x)) for x in (state, lineage, eval))
-
-        def work() -> None:
-            try:
-                path = save(root, step, snap, state, lineage, eval)
-                if then:
-                    then(path)
-            except BaseException as e:  # re-raised in the training thread by wait()
-                self._error = e
-
-        self._thread = threading.Thread(target=work, name=f"checkpoint-{step}")
-        self._thread.start()
-        return step_dir(root, step)
-
-    def wait(self) -> None:
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
-        if self._error is not None:
-            err, self._error = self._error, None
-            raise err

@@ -15,10 +15,11 @@ Contract:
 - `wrap` applies train.strategy before the optimizer is built: ddp replicates the model and
   all-reduces gradients; fsdp (FSDP2 `fully_shard`, each block and the root) shards parameters,
   gradients and optimizer state. With one process both are plain single-process training.
-- Checkpoints hold what a single process writes, whatever the strategy: the full
-  `model.state_dict()` and `optimizer.state_dict()` keyed by parameter index. `full_state` and
-  `load_full_state` convert from and to the live, possibly sharded, state (collectives under
-  fsdp: every rank calls them), so a checkpoint resumes at any world size and strategy.
+- A full checkpoint (train.checkpoint_format full) holds what a single process writes,
+  whatever the strategy: the full `model.state_dict()` and `optimizer.state_dict()` keyed by
+  parameter index. `full_state` and `load_full_state` convert from and to the live, possibly
+  sharded, state (collectives under fsdp: every rank calls them), so a checkpoint resumes at
+  any world size and strategy. Sharded checkpoints: shardline.training.sharded.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ SHAPING = ("grad_accum", "lr", "min_lr", "warmup_steps", "schedule", "decay_frac
            "beta2", "grad_clip", "precision", "seed")
 # how far to train, and how to run and keep it: a change continues the same run
 RUNNING = ("steps", "compile", "deterministic", "device", "threads", "nproc_per_node", "checkpoint_every",
-           "keep_last", "keep_every", "allow_data_change", "fresh_on_data_change", "slow_step_factor", "strategy",
+           "keep_last", "keep_every", "allow_data_change", "fresh_on_data_change", "slow_step_factor", "strategy", "checkpoint_format",
            "dist_timeout_s", "spike_factor", "spike_patience", "spike_window", "max_skipped", "max_rollbacks")
 Log = Callable[[str], None]
 

@@ -1,8 +1,8 @@
 """Where training stands, and getting back there from a checkpoint.
 
-Contract: `resume(latest, changes, ...)` loads a verified checkpoint into the loader, model,
-optimizer, GradScaler and RNGs (under fsdp, ranks > 0 get model and optimizer broadcast by rank
-0) and returns a `Position`: the counters the checkpoint holds (step, tokens seen, resumes, the
+Contract: `resume(latest, changes, ...)` loads a verified checkpoint of either format into the
+loader, model, optimizer, GradScaler and RNGs (full under fsdp: ranks > 0 get model and
+optimizer broadcast by rank 0; sharded: DCP reshards onto this job's ranks) and returns a `Position`: the counters the checkpoint holds (step, tokens seen, resumes, the
 step this data version began at, the rollback-ledger entries it knew, the guards' state) plus
 what changed at this resume. `changes` (allowed identity changes) make this step the new data
 version's start and record the parent's eval, the "before" of a before/after. A start after a
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from shardline.training import rng
-from shardline.training import checkpoint
+from shardline.training import checkpoint, sharded
 from shardline.training.dist import Dist
 from shardline.stream.loader import Loader
 
@@ -41,7 +41,10 @@ def resume(latest: Path, changes: list[str], loader: Loader, dist: Dist, model, 
     skip = () if dist.holds_full_state else ("model.pt", "optimizer.pt")
     tensors, state, manifest = checkpoint.load(latest, skip=skip)
     loader.load_state_dict(state["loader"], allow_change=bool(changes))
-    dist.load_full_state(model, opt, tensors.get("model.pt"), tensors.get("optimizer.pt"))
+    if manifest.get("format") == "sharded":  # every rank reads the chunks its own shards need
+        sharded.load_into(latest, model, opt, dist.world)
+    else:
+        dist.load_full_state(model, opt, tensors.get("model.pt"), tensors.get("optimizer.pt"))
     scaler.load_state_dict(tensors["scaler.pt"])
     rng.restore(tensors["rng.pt"])
     step, lin = state["step"], manifest["lineage"]

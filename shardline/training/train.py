@@ -27,8 +27,9 @@ Contract:
   retention removes the checkpoint, or when a later start finds it `recoverable`.
 - Under torchrun (RANK/WORLD_SIZE set, one node or many) ranks share each global batch (the
   loader's elastic slices); gradients are averaged by DDP or FSDP (train.strategy, see
-  shardline.training.dist); global rank 0 writes checkpoints (always the full, single-process state)
-  and metrics, everyone waits at a barrier. `train.nproc_per_node > 1` makes `run` relaunch
+  shardline.training.dist); checkpoints are written as train.checkpoint_format says
+  (shardline.training.saving: full, by rank 0; sharded, every rank its shards), metrics by
+  global rank 0; everyone waits at a barrier. `train.nproc_per_node > 1` makes `run` relaunch
   itself under torchrun on this machine.
 - Per step, data/metrics/train.jsonl gets tokens, step/data-wait/compute time, tokens/s, MFU
   (shardline.training.monitor); a resumed run first drops lines past its checkpoint.
@@ -51,6 +52,7 @@ import torch
 from shardline.core import chaos, fsio
 from shardline.training import rng
 from shardline.training import checkpoint, guard, identity, lineage
+from shardline.training.saving import Saving
 from shardline.core.config import Params, Train
 from shardline.training.dist import Dist, grad_norm, relaunch_under_torchrun
 from shardline.core.errors import BadInput
@@ -208,7 +210,7 @@ def _train(params: Params, layout: Layout, log: Log, device: torch.device, dist:
                       slow_factor=cfg.slow_step_factor, log=log, device=device,
                       progress=None if dist.rank == 0 else False)
     batches = iter(loader)
-    saved, saver = [], checkpoint.AsyncSaver()
+    saved, saver = [], Saving(cfg, dist)
     if step >= target:
         log(f"train: already at step {step} = this data version's start {pos.version_start} + train.steps "
             f"{cfg.steps}: nothing to train (raise train.steps to continue)")
@@ -278,16 +280,16 @@ def _train(params: Params, layout: Layout, log: Log, device: torch.device, dist:
         if on_step:
             on_step(step, target)
         if step % cfg.checkpoint_every == 0 or step == target:
-            full = dist.full_state(model, opt)  # every rank: a collective under fsdp
-            if dist.rank == 0:
-                state = {"step": step, "tokens_seen": tokens_seen, "loader": loader.state_dict(),
+            def rank0() -> tuple[dict, dict]:
+                return ({"scaler.pt": scaler.state_dict(), "rng.pt": rng.capture()},
+                        {"step": step, "tokens_seen": tokens_seen, "loader": loader.state_dict(),
                          "grad_accum": cfg.grad_accum, "world_size": dist.world, "strategy": dist.strategy,
                          "resumes": pos.resumes, "version_start_step": pos.version_start,
-                         "guard": guards.state_dict()}
-                path = saver.submit(ckpts, step, {"model.pt": full[0], "optimizer.pt": full[1],
-                                                  "scaler.pt": scaler.state_dict(), "rng.pt": rng.capture()},
-                                    state, lin, eval=ev, then=functools.partial(
-                                        after_save, before=guards.run[0]["step"] if guards.run else None))
+                         "guard": guards.state_dict()})
+
+            path = saver.submit(ckpts, step, model, opt, rank0, lin, ev, then=functools.partial(
+                after_save, before=guards.run[0]["step"] if guards.run else None))
+            if path is not None:
                 saved.append(path.name)
                 lin = {**lin, "parent": path.name, "data_change": []}
             dist.barrier()

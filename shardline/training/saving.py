@@ -1,0 +1,143 @@
+"""The trainer's checkpoint writes, in the format train.checkpoint_format names.
+
+Contract:
+- `Saving(cfg, dist).format` is train.checkpoint_format; unset, "sharded" under fsdp with more
+  than one process (no rank gathers the full state) and "full" otherwise.
+- `submit(...)` is called by every rank at a checkpoint step. Training waits only for a copy:
+  full: the gathered single-process state (under fsdp a collective, on rank 0 the whole model
+  and optimizer); sharded: each rank's own shards. The writes run on each rank's saver thread:
+  full: rank 0 writes the checkpoint (checkpoint.save);
+  sharded: every rank writes and hashes its shards into the temp dir rank 0 named
+  (shardline.training.sharded), the ranks' file lists are gathered to rank 0 on a gloo group
+  of the checkpoint's own, and rank 0 writes scaler, RNG, state and the manifest last: a
+  manifest exists only once every rank's files are durable.
+  It returns the checkpoint's dir on rank 0 (None elsewhere); `then(path)` runs on rank 0's
+  saver thread once the checkpoint is valid (retention, kept links).
+- `wait()` re-raises a background write's error; every rank calls it before it reports success.
+- `AsyncSaver` (under both) blocks training only for a copy of the state; the write (and
+  retention) runs on a background thread. A kill before it finishes loses only that
+  checkpoint: the previous one is still the newest valid.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import shutil
+import threading
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from shardline.core import chaos
+from shardline.core.config import Train
+from shardline.training import checkpoint, sharded
+from shardline.training.dist import Dist
+
+
+class Saving:
+    def __init__(self, cfg: Train, dist: Dist):
+        self.dist = dist
+        self.format = cfg.checkpoint_format or ("sharded" if dist.strategy == "fsdp" else "full")
+        self.timeout = datetime.timedelta(seconds=cfg.dist_timeout_s)
+        self.group = None
+        self.saver = AsyncSaver()
+
+    def submit(self, root: Path, step: int, model: torch.nn.Module, opt: torch.optim.Optimizer,
+               rank0: Callable[[], tuple[dict, dict]], lineage: dict, eval: dict | None,
+               then: Callable[[Path], None]) -> Path | None:
+        """`rank0()` gives rank 0's (tensors besides model and optimizer, train state)."""
+        dist = self.dist
+        if self.format == "full":
+            full = dist.full_state(model, opt)  # every rank: a collective under fsdp
+            if dist.rank != 0:
+                return None
+            tensors, state = rank0()
+            return self.saver.submit(root, step, {"model.pt": full[0], "optimizer.pt": full[1], **tensors}, state,
+                                     lineage, then=then, eval=eval)
+        self.saver.wait()  # the previous save's collectives are over before this one's begin
+        if dist.world > 1 and self.group is None:  # gloo: a CPU copy's metadata, whatever the device
+            self.group = torch.distributed.new_group(backend="gloo", timeout=self.timeout)
+        tmp = Path(dist.share(str(checkpoint.temp_dir(root, step)) if dist.rank == 0 else None))
+        local = snapshot(sharded.local_state(model, opt))
+        tensors, state = rank0() if dist.rank == 0 else ({}, {})
+        tensors = snapshot(tensors)
+        state, lineage, eval = (json.loads(json.dumps(x)) for x in (state, lineage, eval))
+        group, rank, world = self.group, dist.rank, dist.world
+
+        def work() -> None:
+            if rank == 0:
+                shutil.rmtree(tmp, ignore_errors=True)
+            if group is not None:
+                torch.distributed.barrier(group=group)  # rank 0 has cleared the temp dir
+            mine = sharded.write(tmp, local, rank, group)
+            chaos.point("checkpoint.shard", f"{step}:rank{rank}")  # a rank dies with its shards written
+            every = [None] * world if rank == 0 else None
+            if group is None:
+                every = [mine]
+            else:
+                torch.distributed.gather_object(mine, every, dst=0, group=group)
+            if rank == 0:
+                then(checkpoint.save(root, step, tensors, state, lineage, eval, shards=every))
+
+        self.saver.run(work, f"checkpoint-{step}")
+        return checkpoint.step_dir(root, step) if rank == 0 else None
+
+    def wait(self) -> None:
+        self.saver.wait()
+
+
+def snapshot(obj: Any) -> Any:
+    """A deep copy of every tensor in a nested state (on CPU), so training can go on mutating
+    the originals while the copy is written."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().to("cpu", copy=True)
+    if isinstance(obj, dict):
+        return {k: snapshot(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(snapshot(v) for v in obj)
+    return obj
+
+
+class AsyncSaver:
+    """One checkpoint write at a time on a background thread; errors surface at the next call."""
+
+    def __init__(self) -> None:
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    def submit(self, root: Path, step: int, tensors: dict, state: dict, lineage: dict,
+               then: Callable[[Path], None] | None = None, eval: dict | None = None) -> Path:
+        self.wait()
+        snap = snapshot(tensors)
+        state, lineage, eval = (json.loads(json.dumps(x)) for x in (state, lineage, eval))
+
+        def work() -> None:
+            path = checkpoint.save(root, step, snap, state, lineage, eval)
+            if then:
+                then(path)
+
+        self.run(work, f"checkpoint-{step}")
+        return checkpoint.step_dir(root, step)
+
+    def run(self, work: Callable[[], None], name: str) -> None:
+        """Run `work` on the background thread (after the previous one); its error surfaces at `wait`."""
+        self.wait()
+
+        def guarded() -> None:
+            try:
+                work()
+            except BaseException as e:  # re-raised in the training thread by wait()
+                self._error = e
+
+        self._thread = threading.Thread(target=guarded, name=name)
+        self._thread.start()
+
+    def wait(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._error is not None:
+            err, self._error = self._error, None
+            raise err

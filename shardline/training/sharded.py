@@ -1,0 +1,136 @@
+"""Sharded checkpoints through torch.distributed.checkpoint (DCP): each rank writes its own shards.
+
+Contract:
+- A sharded checkpoint is a checkpoint (shardline.training.checkpoint: temp dir, manifest last,
+  valid iff it verifies) whose model and optimizer live in `dcp/`: DCP's `__<rank>_<i>.distcp`
+  files, each written, fsynced and hashed by the rank that holds those shards, and `.metadata`
+  from rank 0. Beside them, as in a full checkpoint, rank 0's scaler.pt, rng.pt and
+  train_state.json. The manifest lists every file with its bytes and sha256 (the ranks' lists
+  gathered), which rank wrote it, and "format": "sharded"; a file in dcp/ it does not list makes
+  the checkpoint invalid, as does one it lists that is missing.
+- DCP holds tensors only: {"model": model state, "optim": {"state": per parameter name}}. The
+  optimizer's param_groups are not saved: they come from params.train (identity refuses a
+  change to them) and the LR is set every step. So loading never unpickles a tensor file's
+  objects, and `.metadata` (a pickle) is read by an unpickler that admits only DCP's metadata
+  classes, torch sizes and dtypes: a checkpoint is data, never code.
+- `local_state` is this rank's view: under fsdp, DTensor shards; no rank ever gathers the full
+  state, so a save costs each rank its shard and one copy of it (the snapshot the background
+  write reads while training goes on).
+- `write` runs on the saver thread of every rank, over a gloo process group of its own (a
+  checkpoint's collectives never interleave with training's). `load_into` reshards: any world
+  size and strategy read any sharded checkpoint (DCP maps saved chunks onto the live layout).
+- `full_weights` reads the model alone into full tensors in one process (export, eval, sample),
+  without building a process group.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+import warnings
+from pathlib import Path
+
+import torch
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.metadata import Metadata, TensorStorageMetadata
+from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_state_dict, set_model_state_dict,
+                                                     set_optimizer_state_dict)
+
+from shardline.core import fsio
+from shardline.core.errors import BadInput
+
+DIR = "dcp"
+
+
+def local_state(model: torch.nn.Module, opt: torch.optim.Optimizer) -> dict:
+    """This rank's model and optimizer state in the form DCP saves (no collective, no gather)."""
+    msd, osd = get_state_dict(model, opt)
+    return {"model": msd, "optim": {"state": osd["state"]}}
+
+
+def write(ckpt_tmp: Path, state: dict, rank: int, group) -> dict[str, dict]:
+    """Save this rank's `state` into ckpt_tmp/dcp (every rank calls it; `group` None: one process);
+    returns {file: {bytes, sha256}} for the files this rank wrote, each fsynced."""
+    out = Path(ckpt_tmp) / DIR
+    writer = dcp.FileSystemWriter(out, sync_files=True, thread_count=1)
+    with warnings.catch_warnings():  # one process: DCP says it assumes so, which is the point
+        warnings.simplefilter("ignore", UserWarning)
+        dcp.save(state, storage_writer=writer, process_group=group, no_dist=group is None)
+    mine = sorted(out.glob(f"__{rank}_*.distcp")) + ([out / ".metadata"] if rank == 0 else [])
+    return {f"{DIR}/{p.name}": {"bytes": p.stat().st_size, "sha256": fsio.sha256_file(p)} for p in mine}
+
+
+def files_check(path: Path, manifest: dict) -> str | None:
+    """Why a sharded checkpoint's dcp/ disagrees with its manifest (None: it agrees)."""
+    listed = {n for n in manifest["files"] if n.startswith(f"{DIR}/")}
+    present = {f"{DIR}/{p.name}" for p in (Path(path) / DIR).iterdir()} if (Path(path) / DIR).is_dir() else set()
+    if f"{DIR}/.metadata" not in listed:
+        return f"{DIR}/.metadata is not in the manifest"
+    extra = sorted(present - listed)
+    if extra:
+        return f"{extra[0]} is not in the manifest (a rank's file the save did not gather)"
+    return None
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    """DCP's .metadata holds its dataclasses, torch.Size, dtypes and paths: nothing else loads."""
+
+    def find_class(self, module: str, name: str):
+        if (module.startswith("torch.distributed.checkpoint.") or (module, name) in _ALLOWED
+                or (module == "torch" and isinstance(getattr(torch, name, None), torch.dtype))):
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"it refers to {module}.{name}, which a checkpoint never holds")
+
+
+_ALLOWED = {("torch", "Size"), ("torch.serialization", "_get_layout"), ("pathlib", "PosixPath"),
+            ("pathlib", "PurePosixPath"), ("pathlib", "WindowsPath"), ("pathlib", "PureWindowsPath"),
+            ("collections", "OrderedDict")}
+
+
+class _Reader(dcp.FileSystemReader):
+    def read_metadata(self, *args, **kwargs) -> Metadata:
+        path = Path(self.path) / ".metadata"
+        try:
+            metadata = _MetadataUnpickler(io.BytesIO(path.read_bytes())).load()
+        except (pickle.UnpicklingError, EOFError, AttributeError, ImportError) as e:
+            raise BadInput(f"{path}: not DCP metadata this checkpoint can be read from ({e}); nothing was loaded") from None
+        if getattr(metadata, "storage_meta", None) is not None:
+            metadata.storage_meta.load_id = self.load_id
+        return metadata
+
+
+def metadata(path: Path) -> Metadata:
+    return _Reader(Path(path) / DIR).read_metadata()
+
+
+def load_into(path: Path, model: torch.nn.Module, opt: torch.optim.Optimizer, world: int) -> None:
+    """Load a sharded checkpoint into the live (possibly sharded) model and optimizer; every rank
+    calls it. The optimizer's param_groups stay the live ones (see the contract)."""
+    msd, osd = get_state_dict(model, opt)  # initialises an empty optimizer's state (a step at lr 0)
+    state = {"model": msd, "optim": {"state": osd["state"]}}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        dcp.load(state, storage_reader=_Reader(Path(path) / DIR), no_dist=world == 1)
+    set_model_state_dict(model, state["model"], options=StateDictOptions(strict=True))
+    set_optimizer_state_dict(model, opt, {"state": state["optim"]["state"], "param_groups": osd["param_groups"]})
+
+
+def full_state(path: Path, what: str = "model") -> dict:
+    """Full tensors of one part of a sharded checkpoint, in one process: "model" -> {name: tensor};
+    "optim" -> {parameter name: {step, exp_avg, exp_avg_sq}}."""
+    prefix = f"{what}." if what == "model" else "optim.state."
+    md = metadata(path)
+    flat = {k: torch.empty(m.size, dtype=m.properties.dtype) for k, m in md.state_dict_metadata.items()
+            if k.startswith(prefix) and isinstance(m, TensorStorageMetadata)}
+    nested: dict = {}
+    for k, t in flat.items():
+        if what == "model":
+            nested[k[len(prefix):]] = t
+        else:
+            name, field = k[len(prefix):].rsplit(".", 1)
+            nested.setdefault(name, {})[field] = t
+    state = {"model": nested} if what == "model" else {"optim": {"state": nested}}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        dcp.load(state, storage_reader=_Reader(Path(path) / DIR), no_dist=True)
+    return nested
