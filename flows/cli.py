@@ -5,6 +5,9 @@
                             an ephemeral server)
   shardline serve           local Prefect server on 127.0.0.1 (state in .prefect/) + a runner
                             serving the 'line' and scheduled 'retrain' deployments
+  shardline deploy          the same deployments from prefect.yaml on a process work pool
+                            (created if missing) of the server at PREFECT_API_URL
+  shardline worker          mark a dead worker's runs Crashed, then prefect worker start --pool
   shardline params          validate params.yaml and print the resolved settings
   shardline checkpoints     list checkpoints, valid or not and why
   shardline explain DOC_ID  why the clean stage dropped a document (rule, value, limit), or where it kept it
@@ -213,6 +216,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_pool(args: argparse.Namespace) -> int:
+    from flows import deploy
+
+    if args.command == "deploy":
+        deploy.deploy_to_pool(Layout.at(args.root).root, args.params)
+    else:
+        deploy.start_worker(args.pool)  # returns only by raising: it execs the worker
+    return 0
+
+
 CHECKPOINT_HELP = "a step-NNNNNNNNN directory (or its name, or 'latest')"
 
 
@@ -234,6 +247,11 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("serve", help="start a local Prefect server (if none) and serve the deployments")
     s.add_argument("--port", type=int, default=4200)
     s.set_defaults(fn=cmd_serve)
+    sub.add_parser("deploy", help="create the work pool prefect.yaml names (process, if missing) and deploy "
+                   "its deployments there").set_defaults(fn=cmd_pool)
+    s = sub.add_parser("worker", help="mark runs of a dead worker Crashed, then prefect worker start --pool")
+    s.add_argument("--pool", default="shardline", help="the work pool (default: shardline, as in prefect.yaml)")
+    s.set_defaults(fn=cmd_pool)
     s = sub.add_parser("lineage", help="print what a checkpoint was trained on")
     s.add_argument("checkpoint", help=CHECKPOINT_HELP)
     s.add_argument("--json", action="store_true", help="the raw lineage as JSON")
