@@ -5,7 +5,8 @@
 Runs bench.tokenize, bench.loader, bench.train (which includes the checkpoint benchmark),
 bench.pipeline (no-op and full `dvc repro` vs the Prefect pipeline flow, on the default line
 with 10 training steps), bench.scale (tokenize on 2 Dask workers vs 1; the loader streaming
-from a local S3 server vs local disk) and bench.data (the data stages as processes on a generated
+from a local S3 server vs local disk), bench.sharded (sharded vs full checkpoints under FSDP:
+peak memory and save time per rank) and bench.data (the data stages as processes on a generated
 1 GB and 4 GB JSONL corpus; ~15 minutes, one run per size) and bench.curation (the clean stage
 with FineWeb's rule sets, and near-dedup, on the same corpora; ~15 minutes) one after another, each in its own
 process, and writes their full output plus the headline lines to bench/REPORT.md. Every figure
@@ -26,8 +27,8 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-BENCHES = [("tokenize", []), ("loader", []), ("train", []), ("pipeline", []), ("scale", []), ("data", ["--no-curation"]),
-           ("curation", [])]
+BENCHES = [("tokenize", []), ("loader", []), ("train", []), ("pipeline", []), ("scale", []), ("sharded", []),
+           ("data", ["--no-curation"]), ("curation", [])]
 HEADLINE = re.compile(r"^\s*ratio |\(target|\((full|no-op)\)|identical: |^summary: |parts phase: ")
 
 
