@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from shardline.training import rng
+from shardline.core import fsio
 from shardline.core.errors import BadInput
 from shardline.training import checkpoint, sharded
 from shardline.training.dist import Dist
@@ -44,10 +45,7 @@ def test_round_trip_in_a_fresh_process(tmp_path):
     code = f"""
 import torch, json
 from shardline.training import rng
-from shardline.core.errors import BadInput
-from shardline.training import checkpoint, sharded
-from shardline.training.dist import Dist
-from shardline.training.saving import Saving
+from shardline.training import checkpoint
 from shardline.training.model import GPT, GPTConfig, configure_optimizer
 t, state, manifest = checkpoint.load({str(path)!r})
 model = GPT(GPTConfig(vocab_size=64, seq_len=8, n_layer=1, n_head=2, d_model=16))
@@ -118,9 +116,34 @@ def test_a_sharded_checkpoint_in_one_process_round_trips_is_kept_whole_and_never
 
     import pickle
 
+    good = (path / "dcp/.metadata").read_bytes()
     (path / "dcp/.metadata").write_bytes(pickle.dumps(Boom()))
     with pytest.raises(BadInput, match=r"dcp/\.metadata: not DCP metadata .* refers to builtins\.exec"):
         sharded.full_state(path)
+
+    def short(text: str) -> bytes:  # SHORT_BINUNICODE
+        return b"\x8c" + bytes([len(text)]) + text.encode()
+
+    # a dotted name under an allowed module: pickle would resolve it to os.system
+    dotted = (b"\x80\x04" + short("torch.distributed.checkpoint.filesystem") + short("os.system") + b"\x93"
+              + short(f"touch {tmp_path / 'pwned'}") + b"\x85R.")
+    (path / "dcp/.metadata").write_bytes(dotted)
+    with pytest.raises(BadInput, match=r"refers to torch\.distributed\.checkpoint\.filesystem\.os\.system"):
+        sharded.full_state(path)
+    # an entry declared as bytes: DCP would torch.load it with weights_only=False
+    from torch.distributed.checkpoint.metadata import BytesStorageMetadata
+
+    md = pickle.loads(good)
+    md.state_dict_metadata["model.lm_head.weight"] = BytesStorageMetadata()
+    (path / "dcp/.metadata").write_bytes(pickle.dumps(md))
+    with pytest.raises(BadInput, match=r"'model\.lm_head\.weight' is not a tensor"):
+        sharded.full_state(path)
+    m = json.loads((path / checkpoint.MANIFEST).read_text())  # a manifest that vouches for it, as a forger's would
+    m["files"]["dcp/.metadata"] = {"bytes": (path / "dcp/.metadata").stat().st_size,
+                                   "sha256": fsio.sha256_file(path / "dcp/.metadata")}
+    (path / checkpoint.MANIFEST).write_text(json.dumps(m))
+    ok, why = checkpoint.verify(path)
+    assert not ok and "'model.lm_head.weight' is not a tensor" in why
     assert not (tmp_path / "pwned").exists()
 
 

@@ -118,15 +118,18 @@ def test_export_eval_and_lineage_read_a_sharded_checkpoint(fsdp2, tmp_path):
     path = latest(fsdp2)
     model, st, manifest = load_model(path)
     assert st["step"] == 8 and manifest["format"] == "sharded"
-    full = sharded.full_state(path)
-    assert all(torch.equal(model.state_dict()[k], v) for k, v in full.items())
     lin = json.loads(run([SL, "lineage", "latest", "--json"], fsdp2).stdout)
     assert lin == manifest["lineage"]
+    # judged in one process from the gathered shards, the checkpoint scores what the two FSDP ranks
+    # recorded for it while training (their sums in another order: close, not equal)
     ev = json.loads(run([SL, "eval", "latest", "--json"], fsdp2).stdout)
-    assert ev["step"] == 8 and ev["total"]["loss"] > 0
+    assert ev["step"] == 8 and ev["recorded"] == manifest["eval"]
+    assert close([ev["total"]["loss"]] + [v["loss"] for v in ev["sources"].values()],
+                 [manifest["eval"]["total"]["loss"]] + [manifest["eval"]["sources"][n]["loss"] for n in ev["sources"]],
+                 rel=1e-5)
     out = tmp_path / "hf"
     run([SL, "export", "latest", str(out)], fsdp2)
     from safetensors.torch import load_file
 
     hf = load_file(out / "model.safetensors")
-    assert torch.equal(hf["transformer.wte.weight"], full["transformer.wte.weight"])
+    assert torch.equal(hf["transformer.wte.weight"], model.state_dict()["transformer.wte.weight"])

@@ -38,6 +38,7 @@ from typing import Any, Callable
 import torch
 
 from shardline.core import chaos, fsio
+from shardline.core.errors import ShardlineError
 from shardline.training import sharded
 
 MANIFEST = "manifest.json"
@@ -111,6 +112,12 @@ def save(root: Path, step: int, tensors: dict[str, Any], state: dict, lineage: d
     try:
         files = {name: meta for mine in shards or [] for name, meta in mine.items()}
         if shards is not None:
+            for name, meta in files.items():  # what another rank wrote must be here too, whole
+                p = tmp / name
+                if not p.is_file() or p.stat().st_size != meta["bytes"]:
+                    raise ShardlineError(
+                        f"checkpoint: {p} (a rank's shard, {meta['bytes']} bytes) is not in rank 0's temp dir whole; "
+                        f"{root} must be on a filesystem every rank shares (at the same path)")
             fsio.fsync_dir(tmp / sharded.DIR)
         for name, obj in tensors.items():
             files[name] = _write(tmp / name, lambda out, obj=obj: torch.save(obj, out))

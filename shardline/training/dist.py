@@ -48,6 +48,8 @@ class Dist:
     def __init__(self, cfg: Train, device: torch.device, log: Log = print):
         self.world = int(os.environ.get("WORLD_SIZE", "1"))
         self.rank = int(os.environ.get("RANK", "0"))
+        self.timeout = datetime.timedelta(seconds=cfg.dist_timeout_s)
+        self._side = None
         self.strategy = cfg.strategy if self.world > 1 else "single"
         if cfg.strategy == "fsdp" and self.world == 1 and self.rank == 0:
             log("train: train.strategy is fsdp but this is one process (train.nproc_per_node 1, no torchrun): "
@@ -56,7 +58,7 @@ class Dist:
             if device.type == "cuda":
                 torch.cuda.set_device(device)  # NCCL and FSDP's default mesh use the current device
             torch.distributed.init_process_group("nccl" if device.type == "cuda" else "gloo",
-                                                 timeout=datetime.timedelta(seconds=cfg.dist_timeout_s))
+                                                 timeout=self.timeout)
 
     @property
     def holds_full_state(self) -> bool:
@@ -110,6 +112,14 @@ class Dist:
         set_model_state_dict(model, model_sd if self.rank == 0 else {}, options=options)
         set_optimizer_state_dict(model, opt, _by_name(opt_sd, model, opt) if self.rank == 0 else {},
                                  options=options)
+
+    def side_group(self):
+        """A gloo group of every rank for work off the training thread (checkpoint writes), whose
+        collectives never interleave with training's; made once per process (a collective: every
+        rank's first call is at the same point). None in one process."""
+        if self.world > 1 and self._side is None:
+            self._side = torch.distributed.new_group(backend="gloo", timeout=self.timeout)
+        return self._side
 
     def barrier(self) -> None:
         if self.world > 1:

@@ -13,7 +13,8 @@ Contract:
   manifest exists only once every rank's files are durable.
   It returns the checkpoint's dir on rank 0 (None elsewhere); `then(path)` runs on rank 0's
   saver thread once the checkpoint is valid (retention, kept links).
-- `wait()` re-raises a background write's error; every rank calls it before it reports success.
+- `wait()` re-raises a background write's error, on every rank if any rank's failed; every rank
+  calls it before it reports success (and `submit` calls it first).
 - `AsyncSaver` (under both) blocks training only for a copy of the state; the write (and
   retention) runs on a background thread. A kill before it finishes loses only that
   checkpoint: the previous one is still the newest valid.
@@ -21,7 +22,6 @@ Contract:
 
 from __future__ import annotations
 
-import datetime
 import json
 import shutil
 import threading
@@ -31,6 +31,7 @@ from typing import Any, Callable
 import torch
 
 from shardline.core import chaos
+from shardline.core.errors import ShardlineError
 from shardline.core.config import Train
 from shardline.training import checkpoint, sharded
 from shardline.training.dist import Dist
@@ -40,8 +41,7 @@ class Saving:
     def __init__(self, cfg: Train, dist: Dist):
         self.dist = dist
         self.format = cfg.checkpoint_format or ("sharded" if dist.strategy == "fsdp" else "full")
-        self.timeout = datetime.timedelta(seconds=cfg.dist_timeout_s)
-        self.group = None
+        self.group = dist.side_group()  # every rank builds its Saving at the same point: a collective
         self.saver = AsyncSaver()
 
     def submit(self, root: Path, step: int, model: torch.nn.Module, opt: torch.optim.Optimizer,
@@ -49,6 +49,7 @@ class Saving:
                then: Callable[[Path], None]) -> Path | None:
         """`rank0()` gives rank 0's (tensors besides model and optimizer, train state)."""
         dist = self.dist
+        self.wait()  # the previous save is over on every rank (or its failure raises on every rank)
         if self.format == "full":
             full = dist.full_state(model, opt)  # every rank: a collective under fsdp
             if dist.rank != 0:
@@ -56,9 +57,6 @@ class Saving:
             tensors, state = rank0()
             return self.saver.submit(root, step, {"model.pt": full[0], "optimizer.pt": full[1], **tensors}, state,
                                      lineage, then=then, eval=eval)
-        self.saver.wait()  # the previous save's collectives are over before this one's begin
-        if dist.world > 1 and self.group is None:  # gloo: a CPU copy's metadata, whatever the device
-            self.group = torch.distributed.new_group(backend="gloo", timeout=self.timeout)
         tmp = Path(dist.share(str(checkpoint.temp_dir(root, step)) if dist.rank == 0 else None))
         local = snapshot(sharded.local_state(model, opt))
         tensors, state = rank0() if dist.rank == 0 else ({}, {})
@@ -85,7 +83,21 @@ class Saving:
         return checkpoint.step_dir(root, step) if rank == 0 else None
 
     def wait(self) -> None:
-        self.saver.wait()
+        """Every rank calls it at the same points: a background failure on any rank raises on all
+        of them here, not only on its own (whose peers would otherwise wait out dist_timeout_s)."""
+        err = None
+        try:
+            self.saver.wait()
+        except BaseException as e:
+            err = e
+        if self.group is not None:
+            failed = torch.tensor([float(err is not None)])
+            torch.distributed.all_reduce(failed, group=self.group)
+            if err is None and failed.item():
+                raise ShardlineError("checkpoint: another rank's checkpoint write failed (its log says why); the "
+                                     "previous checkpoint stays the newest valid")
+        if err is not None:
+            raise err
 
 
 def snapshot(obj: Any) -> Any:

@@ -10,17 +10,18 @@ Contract:
   the checkpoint invalid, as does one it lists that is missing.
 - DCP holds tensors only: {"model": model state, "optim": {"state": per parameter name}}. The
   optimizer's param_groups are not saved: they come from params.train (identity refuses a
-  change to them) and the LR is set every step. So loading never unpickles a tensor file's
-  objects, and `.metadata` (a pickle) is read by an unpickler that admits only DCP's metadata
-  classes, torch sizes and dtypes: a checkpoint is data, never code.
+  change to them) and the LR is set every step. `.metadata` (a pickle) is read by an unpickler
+  that admits only DCP's metadata classes, torch sizes and dtypes, and refused (BadInput; verify
+  says why) if it declares anything but tensors, which DCP would unpickle unrestricted: a
+  checkpoint is data, never code.
 - `local_state` is this rank's view: under fsdp, DTensor shards; no rank ever gathers the full
   state, so a save costs each rank its shard and one copy of it (the snapshot the background
   write reads while training goes on).
 - `write` runs on the saver thread of every rank, over a gloo process group of its own (a
   checkpoint's collectives never interleave with training's). `load_into` reshards: any world
   size and strategy read any sharded checkpoint (DCP maps saved chunks onto the live layout).
-- `full_weights` reads the model alone into full tensors in one process (export, eval, sample),
-  without building a process group.
+- `full_state` reads the model (or the optimizer) alone into full tensors in one process
+  (export, eval, sample, tests), without building a process group.
 """
 
 from __future__ import annotations
@@ -69,22 +70,29 @@ def files_check(path: Path, manifest: dict) -> str | None:
     extra = sorted(present - listed)
     if extra:
         return f"{extra[0]} is not in the manifest (a rank's file the save did not gather)"
+    try:
+        metadata(path)
+    except BadInput as e:
+        return str(e)
     return None
 
 
 class _MetadataUnpickler(pickle.Unpickler):
-    """DCP's .metadata holds its dataclasses, torch.Size, dtypes and paths: nothing else loads."""
+    """DCP's .metadata holds its dataclasses, torch.Size, dtypes and paths: nothing else loads
+    (names are matched whole: pickle resolves a dotted name through a module's attributes)."""
 
     def find_class(self, module: str, name: str):
-        if (module.startswith("torch.distributed.checkpoint.") or (module, name) in _ALLOWED
-                or (module == "torch" and isinstance(getattr(torch, name, None), torch.dtype))):
+        if (module, name) in _ALLOWED or (module == "torch" and isinstance(getattr(torch, name, None), torch.dtype)):
             return super().find_class(module, name)
         raise pickle.UnpicklingError(f"it refers to {module}.{name}, which a checkpoint never holds")
 
 
-_ALLOWED = {("torch", "Size"), ("torch.serialization", "_get_layout"), ("pathlib", "PosixPath"),
-            ("pathlib", "PurePosixPath"), ("pathlib", "WindowsPath"), ("pathlib", "PureWindowsPath"),
-            ("collections", "OrderedDict")}
+_ALLOWED = {("torch.distributed.checkpoint.metadata", n) for n in (
+    "Metadata", "TensorStorageMetadata", "BytesStorageMetadata", "ChunkStorageMetadata", "TensorProperties",
+    "MetadataIndex", "StorageMeta", "_MEM_FORMAT_ENCODING")} | {
+    ("torch.distributed.checkpoint.filesystem", "_StorageInfo"), ("torch", "Size"),
+    ("torch.serialization", "_get_layout"), ("pathlib", "PosixPath"), ("pathlib", "PurePosixPath"),
+    ("pathlib", "WindowsPath"), ("pathlib", "PureWindowsPath"), ("collections", "OrderedDict")}
 
 
 class _Reader(dcp.FileSystemReader):
@@ -92,8 +100,16 @@ class _Reader(dcp.FileSystemReader):
         path = Path(self.path) / ".metadata"
         try:
             metadata = _MetadataUnpickler(io.BytesIO(path.read_bytes())).load()
-        except (pickle.UnpicklingError, EOFError, AttributeError, ImportError) as e:
+        except (pickle.UnpicklingError, EOFError, AttributeError, ImportError, OSError) as e:
             raise BadInput(f"{path}: not DCP metadata this checkpoint can be read from ({e}); nothing was loaded") from None
+        entries = getattr(metadata, "state_dict_metadata", None)
+        if not isinstance(metadata, Metadata) or not isinstance(entries, dict):
+            raise BadInput(f"{path}: not DCP metadata ({type(metadata).__name__}); nothing was loaded")
+        # DCP unpickles a non-tensor entry with torch.load(weights_only=False): ours hold none
+        odd = next((k for k, m in entries.items() if not isinstance(m, TensorStorageMetadata)), None)
+        if odd is not None:
+            raise BadInput(f"{path}: {odd!r} is not a tensor, and a Shardline checkpoint holds only tensors; "
+                           "nothing was loaded")
         if getattr(metadata, "storage_meta", None) is not None:
             metadata.storage_meta.load_id = self.load_id
         return metadata

@@ -141,7 +141,7 @@ def _train(params: Params, layout: Layout, log: Log, device: torch.device, dist:
     if dist.rank == 0:
         checkpoint.tidy_kept(layout.kept, ckpts, recoverable, log)
     dist.barrier()
-    latest = checkpoint.latest_valid(ckpts, log)
+    latest = dist.share(checkpoint.latest_valid(ckpts, log) if dist.rank == 0 else None)  # hashed once, not per rank
     changes: list[str] = []
     if latest is not None:  # verified: its JSON is what the tensors were saved with
         old = identity.saved(fsio.read_json(latest / checkpoint.STATE), fsio.read_json(latest / checkpoint.MANIFEST))
