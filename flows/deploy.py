@@ -18,14 +18,15 @@ params.yaml's `retrain.cron` as the only schedule. They upsert the same deployme
 
 Orphans: a flow-run process dying with its runner or worker (machine crash, OOM kill of the
 group) leaves its run Running; that holds the concurrency slots, so the next run would wait.
-When a runner or a process-pool worker starts, each Running/Pending run of these deployments
-(in that pool) whose flow-run process is not alive on this machine is marked Crashed; the next
-run then resumes (finished stages skipped, training from its last checkpoint). A process pool's
-runs execute in the checkout on this machine, so the pid its worker recorded
-(infrastructure_pid) is checked here; a run without one (serve's, or one its worker never
-started) counts as orphaned, as under serve always. Docker and Kubernetes pools get no sweep.
-(A worker SIGKILLed alone needs none of this: with Prefect 3.9 the flow-run process, in its
-own session, reports Crashed and exits within about a second.)
+When `shardline serve` starts, every Running/Pending run of its own deployments (served: no
+work pool) is marked Crashed: one runner serves a project, so they are a dead runner's. When
+`shardline worker` starts on a process pool, each Running run in that pool whose flow-run
+process (the pid its worker recorded, infrastructure_pid) is gone from this machine is marked
+Crashed; Pending runs are left alone (another worker may be about to start one). So a process
+pool's workers must all run on one machine: a pid is only meaningful there. Docker and
+Kubernetes pools get no sweep. The next run then resumes (finished stages skipped, training
+from its last checkpoint). (A worker SIGKILLed alone needs none of this: with Prefect 3.9 the
+flow-run process, in its own session, reports Crashed and exits within about a second.)
 
 Errors a user can fix (no server answering, no prefect.yaml, `prefect deploy` refusing) are
 ShardlineError: one line, exit 2.
@@ -75,15 +76,21 @@ def _alive(pid: str | None) -> bool:
 
 
 def mark_orphans_crashed(log=_say, pool: str | None = None, who: str = "serve") -> int:
-    """Mark Crashed the runs of our deployments (in `pool`, if given) left Running/Pending by a
-    runner or worker that died; a run whose flow-run process is alive here is left alone."""
+    """Mark Crashed the runs of our deployments left active by a runner or worker that died.
+    serve (`pool` None): its own runs (no work pool), Running or Pending: one runner per
+    project, so any of them is a dead runner's. A process pool: only Running runs whose
+    flow-run process (the pid the worker recorded) is gone from this machine; a Pending run
+    may be another worker's, about to start, and a pool's workers are on one machine."""
+    states = [StateType.RUNNING] if pool else [StateType.RUNNING, StateType.PENDING]
     with get_client(sync_client=True) as client:
         runs = client.read_flow_runs(
-            flow_run_filter=FlowRunFilter(state=FlowRunFilterState(
-                type=FlowRunFilterStateType(any_=[StateType.RUNNING, StateType.PENDING]))),
+            flow_run_filter=FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(any_=states))),
             deployment_filter=DeploymentFilter(name=DeploymentFilterName(any_=list(DEPLOYMENTS))),
             work_pool_filter=WorkPoolFilter(name=WorkPoolFilterName(any_=[pool])) if pool else None)
-        runs = [r for r in runs if not _alive(r.infrastructure_pid)]
+        if pool:
+            runs = [r for r in runs if r.infrastructure_pid and not _alive(r.infrastructure_pid)]
+        else:
+            runs = [r for r in runs if r.work_pool_name is None]
         for run in runs:
             client.set_flow_run_state(run.id, Crashed(message="its runner or worker died while this run was "
                                                           "active; run the deployment again to resume"),
@@ -174,8 +181,14 @@ def deploy_to_pool(root: str | Path = ".", params_file: str = "params.yaml", log
     if r.returncode != 0:
         tail = " | ".join(ln.strip() for ln in (r.stdout + r.stderr).strip().splitlines()[-6:] if ln.strip())
         raise ShardlineError(f"prefect deploy --prefect-file {spec} failed (exit {r.returncode}): {tail}")
+    from prefect.exceptions import ObjectNotFound
+
     with get_client(sync_client=True) as client:
-        d = client.read_deployment_by_name("shardline-retrain/retrain")
+        try:
+            d = client.read_deployment_by_name("shardline-retrain/retrain")
+        except ObjectNotFound:
+            raise ShardlineError(f"{spec} deployed no 'retrain' deployment of flow shardline-retrain; compare "
+                                 "its deployments with the repository's prefect.yaml") from None
     crons = [getattr(s.schedule, "cron", None) for s in d.schedules]
     if crons != [params.retrain.cron]:  # prefect.yaml hard-coded a schedule of its own
         raise ShardlineError(f"shardline-retrain/retrain was deployed with cron {crons}, not params.yaml's "
@@ -198,4 +211,8 @@ def start_worker(pool: str = POOL, log=_say) -> None:
         log(f"worker: a {kind} pool: no orphan sweep")
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execve(PREFECT, [PREFECT, "worker", "start", "--pool", pool], {**os.environ, **OFFLINE})
+    try:
+        os.execve(PREFECT, [PREFECT, "worker", "start", "--pool", pool], {**os.environ, **OFFLINE})
+    except OSError as e:
+        raise ShardlineError(f"worker: cannot start {PREFECT} ({e}); is prefect installed in this environment "
+                             "(pip install -e .)?") from None

@@ -95,3 +95,16 @@ def test_worker_killed_mid_training_resumes_to_the_same_weights(tmp_path, prefec
     assert ckpt.name == ref_ckpt.name
     files = [json.loads((c / "manifest.json").read_text())["files"] for c in (ckpt, ref_ckpt)]
     assert files[0]["model.pt"] == files[1]["model.pt"] and files[0]["optimizer.pt"] == files[1]["optimizer.pt"]
+
+
+def test_deploy_and_worker_without_a_server_say_so_in_one_line(tmp_path):
+    from flows.server import free_port, server_env
+
+    root = make(tmp_path / "p")
+    shutil.copy(REPO / "prefect.yaml", root)
+    url = f"http://127.0.0.1:{free_port()}/api"  # nothing listens there
+    for cmd in ([SL, "deploy"], [SL, "worker"]):
+        r = run(cmd, root, check=False, env={**server_env(tmp_path / "home", 1), "PREFECT_API_URL": url})
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+        assert f"no Prefect server answers at PREFECT_API_URL={url}" in r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1, r.stderr
