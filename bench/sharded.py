@@ -19,6 +19,7 @@ Target: during a sharded save no rank's peak grows by as much as the full optimi
 from __future__ import annotations
 
 import argparse
+import ctypes
 import gc
 import json
 import os
@@ -63,6 +64,7 @@ def worker(args: argparse.Namespace) -> None:
     root, fmt = Path(args.dir), args.format
     saving = Saving(cfg.model_copy(update={"checkpoint_format": fmt}), dist)
     gc.collect()
+    ctypes.CDLL("libc.so.6").malloc_trim(0)  # memory freed so far (the gradients) leaves the baseline
     dist.barrier()
     base = _kb("VmRSS")
     Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS from here
