@@ -1,3 +1,5 @@
+import unicodedata
+
 from shardline.data import rules
 from shardline.core.config import Clean
 
@@ -64,7 +66,14 @@ def test_fast_rules_equal_the_regular_expressions_on_real_and_odd_text():
     odd = ["x²y Ⅻ ½ ٣ ५ _ ß ǅ \u00a0\u2003\u3000 \x1c\x1d\x1e\x1f\x85 é e\u0301 中文 😀 \ud800 \U0001d400",
            "a \t\r\n b\r c\t\n\n\n\n\n d \x00\x07\x9f", "", " ", "\n\n\n\n", "\t\n"]
     texts = odd + list(topics.topics.values()) + [p.read_text() for p in stdlib_files(60)]
+    texts += ["a" * 9 + "\n" + "b" * 10, "b" * 10 + "\n" + "a" * 9, "ab\n" * 7 + "c" * 11, "x" * 21]
     for text in texts:
         letters, spaces = rules.letters_and_spaces(text)
         assert (rules.strip_control(text), rules.whitespace(text), letters, spaces) == _reference(text)
+        lines = text.split("\n")
+        for n in (1, 9, 10, 11, 80, 2000):  # the block test must never pass a line over n
+            longest = max(map(len, lines))
+            assert rules.MaxLineChars(n)(text) == (text if longest <= n else rules.Drop("max_line_chars", longest, n))
+        for form in ("NFC", "NFKC"):
+            assert rules.Normalize(form)(text) == unicodedata.normalize(form, text)
     assert rules.letters_and_spaces(odd[0]) == (12, 23)  # x y ² Ⅻ ½ ß ǅ é e 中 文 𝐀: re keeps ², Ⅻ, ½ (not \d)

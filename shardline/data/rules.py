@@ -57,7 +57,18 @@ def _classes() -> tuple[np.ndarray, np.ndarray]:
     return where(LETTER), where(SPACE)
 
 
+@functools.cache
+def _ascii_sets() -> tuple[bytes, bytes]:
+    """The ASCII letters and spaces as the tables class them, for bytes.translate."""
+    letter, space = _classes()
+    return bytes(np.flatnonzero(letter[:128]).tolist()), bytes(np.flatnonzero(space[:128]).tolist())
+
+
 def letters_and_spaces(text: str) -> tuple[int, int]:
+    if text.isascii():  # bytes.translate counts ~3x faster than a table lookup per character
+        letters, spaces = _ascii_sets()
+        data = text.encode("ascii")
+        return len(data) - len(data.translate(None, letters)), len(data) - len(data.translate(None, spaces))
     letter, space = _classes()
     cps = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), np.uint32)
     return int(np.count_nonzero(letter[cps])), int(np.count_nonzero(space[cps]))
@@ -72,8 +83,15 @@ class Normalize:
         return text if unicodedata.is_normalized(self.form, text) else unicodedata.normalize(self.form, text)
 
 
+_CONTROL_ASCII = bytes([*range(0x09), 0x0b, 0x0c, *range(0x0e, 0x20), 0x7f])
+
+
 def strip_control(text: str) -> str:
     """Control characters other than \\t \\n \\r (CR is handled by the whitespace rule)."""
+    if text.isascii():  # no \x80-\x9f: bytes.translate finds the rest ~5x faster than a search
+        data = text.encode("ascii")
+        if len(data.translate(None, _CONTROL_ASCII)) == len(data):
+            return text
     return _CONTROL.sub("", text) if _CONTROL.search(text) else text
 
 
@@ -114,6 +132,11 @@ class MaxLineChars:
     name = "max_line_chars"
 
     def __call__(self, text: str) -> "str | Drop":
+        # a line of 2b or more characters holds a whole aligned block of b = (n + 1) // 2: when
+        # every whole block has a newline, no line is longer than 2b - 1 <= n
+        b = (self.n + 1) // 2
+        if all(text.find("\n", i, i + b) >= 0 for i in range(0, len(text) - b + 1, b)):
+            return text
         longest = max(map(len, text.split("\n")))
         return text if longest <= self.n else Drop(self.name, longest, self.n)
 
@@ -126,7 +149,7 @@ class RepeatedLines:
     name = "max_repeated_line_fraction"
 
     def __call__(self, text: str) -> "str | Drop":
-        lines = [ln.strip() for ln in text.split("\n") if ln.strip()]
+        lines = [ln for ln in map(str.strip, text.split("\n")) if ln]
         if not lines:
             return text
         repeated = 1 - len(set(lines)) / len(lines)
