@@ -150,6 +150,17 @@ def test_enospc_at_the_kth_fsync_of_the_clean_stage_never_mixes_old_and_new(tmp_
     assert _files(layout.clean) == _files(ref_layout.clean)
 
 
+def test_token_parts_count_each_side_once_in_the_progress(tmp_path, code_src):
+    params, layout = _clean_project(tmp_path / "p", code_src)
+    clean.run(params, layout, log=lambda _: None)
+    parts = tokenize.clean_parts(params, layout)
+    _, tmeta = tokenize.prepare_tokenizer(params, layout, parts, log=lambda _: None)
+    jobs = tokenize.plan(params, layout, parts, tokenize.Recipe("", "", "hf"), tmeta)
+    whole = sum(p.stat().st_size for ps in parts.values() for p in ps)
+    # the held-out side was counted at its whole part's size, so progress read more bytes than there are
+    assert any(j.work.side == "val" for j in jobs) and whole - len(jobs) <= sum(j.size for j in jobs) <= whole
+
+
 @pytest.mark.parametrize("k", [1, 3, 8, 17, 30])  # a new tokenizer and 5 parts (2 sides): 34 fsyncs
 def test_enospc_at_the_kth_fsync_of_the_tokenize_stage_never_mixes_old_and_new(tmp_path, monkeypatch, k, code_src):
     params, layout = _clean_project(tmp_path / "p", code_src)

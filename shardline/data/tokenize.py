@@ -200,11 +200,14 @@ def plan(params: Params, layout: Layout, parts: dict[str, list[Path]], recipe: R
     out = []
     for name, ps in parts.items():
         for p in ps:
-            for side in SIDES if clean.read_selection(p)["heldout"] else ("train",):
+            sel, rows = clean.read_selection(p), clean.part_meta(p)["stats"]["docs_kept"]
+            docs = {"val": len(sel["heldout"]), "train": rows - len(set(sel["heldout"]) | set(sel["dropped"]))}
+            for side in SIDES if sel["heldout"] else ("train",):
                 tok = layout.tokens_of(name, side) / f"{p.stem}.bin"
                 key = fsio.stable_hash([clean.side_key(p, side), tmeta["sha256"], tmeta["eos_id"], tmeta["dtype"]])
+                size = p.stat().st_size * docs[side] // max(rows, 1)  # progress: the side's share of the part
                 out.append(frame.Part("tokenize", f"{name}/{'' if side == 'train' else 'val/'}{p.stem}", key,
-                                      str(tok.with_suffix(".json")), p.stat().st_size,
+                                      str(tok.with_suffix(".json")), size,
                                       Work(name, str(p), side, str(tok), recipe, tmeta["eos_id"], tmeta["dtype"])))
     return out
 
