@@ -17,7 +17,9 @@ clean.dedup, tokenize.part (token ids
 written, their .json not yet), shard.file, train.step (+ @<step>:rank<r>, one rank of a torchrun
 job), train.eval (after each held-out batch of an evaluation), train.rollback (the rollback ledger
 written, nothing else done yet), checkpoint.files (+ @step), checkpoint.shard (+ @<step>:rank<r>: a
-rank's shards of a sharded checkpoint written, not yet gathered), retention (+ @step). Points inside a
+rank's shards of a sharded checkpoint written, not yet gathered), retention (+ @step). One point
+raises instead (`disk_full`: ENOSPC, as a disk full on one node): checkpoint.hash (+ @<step>:rank<r>:
+DCP has written a rank's shards; hashing them fails). Points inside a
 write (`partway`: the k-th write call is cut in half, the first half flushed, then SIGKILL):
 download.body (an HTTP body into its .part), clean.write (a clean part's parquet),
 minhash.write (a part's signatures),
@@ -33,6 +35,7 @@ already finished (the suite points both variables at one file: one log, in time 
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 from collections import Counter
@@ -51,20 +54,33 @@ def in_worker() -> None:
     _worker = True
 
 
-def point(name: str, qualifier: str | None = None, group: bool = False) -> None:
-    """SIGKILL this process (`group`: its whole process group) if SHARDLINE_CHAOS names this hit."""
+def _named(name: str, qualifier: str | None) -> bool:
+    """Count a hit of `name`; whether SHARDLINE_CHAOS names this one (and record that it fired)."""
     spec = os.environ.get("SHARDLINE_CHAOS")
     if not spec:
-        return
+        return False
     _hits[name] += 1
     wanted = spec.split(",")
     if name in wanted or f"{name}#{_hits[name]}" in wanted or (qualifier and f"{name}@{qualifier}" in wanted):
         _record(f"{name}#{_hits[name]}")  # which point fired, for the suite's table
+        return True
+    return False
+
+
+def point(name: str, qualifier: str | None = None, group: bool = False) -> None:
+    """SIGKILL this process (`group`: its whole process group) if SHARDLINE_CHAOS names this hit."""
+    if _named(name, qualifier):
         if group:
             os.killpg(os.getpgid(0), signal.SIGKILL)
         if _worker:
             os.kill(os.getppid(), signal.SIGKILL)
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def disk_full(name: str, qualifier: str | None = None) -> None:
+    """Raise ENOSPC here if SHARDLINE_CHAOS names this hit: a disk that fills on one rank only."""
+    if _named(name, qualifier):
+        raise OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} (planted: SHARDLINE_CHAOS={name})")
 
 
 def done(stage: str, unit: str) -> None:

@@ -10,7 +10,8 @@ Contract:
   sharded: every rank writes and hashes its shards into the temp dir rank 0 named
   (shardline.training.sharded), the ranks' file lists are gathered to rank 0 on a gloo group
   of the checkpoint's own, and rank 0 writes scaler, RNG, state and the manifest last: a
-  manifest exists only once every rank's files are durable.
+  manifest exists only once every rank's files are durable. A rank whose write fails still
+  joins the gather with its error, so rank 0 writes no manifest and names that rank at once.
   It returns the checkpoint's dir on rank 0 (None elsewhere); `then(path)` runs on rank 0's
   saver thread once the checkpoint is valid (retention, kept links).
 - `wait()` re-raises a background write's error, on every rank if any rank's failed; every rank
@@ -69,15 +70,26 @@ class Saving:
                 shutil.rmtree(tmp, ignore_errors=True)
             if group is not None:
                 torch.distributed.barrier(group=group)  # rank 0 has cleared the temp dir
-            mine = sharded.write(tmp, local, rank, group)
+            failed: BaseException | None = None
+            try:
+                mine = sharded.write(tmp, local, rank, group, f"{step}:rank{rank}")
+            except Exception as e:  # still joins the gather: rank 0 must not wait out dist_timeout_s for it
+                mine, failed = None, e
             chaos.point("checkpoint.shard", f"{step}:rank{rank}")  # a rank dies with its shards written
             every = [None] * world if rank == 0 else None
+            sent = (mine, failed and f"{type(failed).__name__}: {failed}")
             if group is None:
-                every = [mine]
+                every = [sent]
             else:
-                torch.distributed.gather_object(mine, every, dst=0, group=group)
+                torch.distributed.gather_object(sent, every, dst=0, group=group)
+            if failed is not None:
+                raise failed
             if rank == 0:
-                then(checkpoint.save(root, step, tensors, state, lineage, eval, shards=every))
+                bad = [(r, why) for r, (_, why) in enumerate(every) if why]
+                if bad:
+                    raise ShardlineError(f"checkpoint step {step}: rank {bad[0][0]} could not write its shards "
+                                         f"({bad[0][1]}); the previous checkpoint stays the newest valid")
+                then(checkpoint.save(root, step, tensors, state, lineage, eval, shards=[m for m, _ in every]))
 
         self.saver.run(work, f"checkpoint-{step}")
         return checkpoint.step_dir(root, step) if rank == 0 else None

@@ -33,12 +33,13 @@ from pathlib import Path
 
 import torch
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import Metadata, TensorStorageMetadata
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_state_dict, set_model_state_dict,
                                                      set_optimizer_state_dict)
 
-from shardline.core import fsio
-from shardline.core.errors import BadInput
+from shardline.core import chaos, fsio
+from shardline.core.errors import BadInput, ShardlineError
 
 DIR = "dcp"
 
@@ -49,14 +50,22 @@ def local_state(model: torch.nn.Module, opt: torch.optim.Optimizer) -> dict:
     return {"model": msd, "optim": {"state": osd["state"]}}
 
 
-def write(ckpt_tmp: Path, state: dict, rank: int, group) -> dict[str, dict]:
+def write(ckpt_tmp: Path, state: dict, rank: int, group, qualifier: str = "") -> dict[str, dict]:
     """Save this rank's `state` into ckpt_tmp/dcp (every rank calls it; `group` None: one process);
-    returns {file: {bytes, sha256}} for the files this rank wrote, each fsynced."""
+    returns {file: {bytes, sha256}} for the files this rank wrote, each fsynced. A failure on any
+    rank inside DCP's write raises on every rank (DCP gathers them): as the failed rank's own error."""
     out = Path(ckpt_tmp) / DIR
     writer = dcp.FileSystemWriter(out, sync_files=True, thread_count=1)
     with warnings.catch_warnings():  # one process: DCP says it assumes so, which is the point
         warnings.simplefilter("ignore", UserWarning)
-        dcp.save(state, storage_writer=writer, process_group=group, no_dist=group is None)
+        try:
+            dcp.save(state, storage_writer=writer, process_group=group, no_dist=group is None)
+        except CheckpointException as e:  # {rank: (exception, traceback)}: the first failed rank's own
+            rank_, (err, _) = min(e.failures.items())
+            if isinstance(err, OSError):  # e.g. ENOSPC: the CLI says what to do
+                raise err
+            raise ShardlineError(f"checkpoint: rank {rank_}'s shard write failed: {err!r}") from e
+    chaos.disk_full("checkpoint.hash", qualifier)
     mine = sorted(out.glob(f"__{rank}_*.distcp")) + ([out / ".metadata"] if rank == 0 else [])
     return {f"{DIR}/{p.name}": {"bytes": p.stat().st_size, "sha256": fsio.sha256_file(p)} for p in mine}
 
