@@ -72,17 +72,19 @@ def test_a_rank_killed_mid_save_leaves_the_previous_checkpoint_and_resume_is_exa
 
 
 @pytest.mark.timeout(300)
-def test_a_save_failing_on_one_rank_fails_every_rank_at_once_and_keeps_the_previous_checkpoint(built, tmp_path):
+@pytest.mark.parametrize("point", ["checkpoint.dcp", "checkpoint.hash"])
+def test_a_save_failing_on_one_rank_fails_every_rank_at_once_and_keeps_the_previous_checkpoint(built, tmp_path, point):
     # dist_timeout_s 600: a rank 0 left waiting in the gather for rank 1 would outlast the run's timeout
     crash = elastic(built, tmp_path / "crash", nproc_per_node=2, strategy="fsdp", dist_timeout_s=600)
-    # DCP has written both ranks' shards for step 8; rank 1's disk fills before it can hash its own
-    r = run([SL, "stage", "train"], crash, check=False, timeout=150,
-            env=env_for(SHARDLINE_CHAOS="checkpoint.hash@8:rank1"))
+    # at step 8's save, rank 1's disk fills: inside DCP's write (DCP tells every rank), or after it,
+    # while rank 1 hashes its shards (rank 1 tells rank 0 in the gather)
+    r = run([SL, "stage", "train"], crash, check=False, timeout=150, env=env_for(SHARDLINE_CHAOS=f"{point}@8:rank1"))
     assert r.returncode == 2 and "torchrun with 2 processes failed" in r.stderr
-    assert "error: no space left on the device" in r.stderr  # rank 1, in one line
-    assert ("error: checkpoint step 8: rank 1 could not write its shards (OSError: [Errno 28] No space left on "
-            "device (planted: SHARDLINE_CHAOS=checkpoint.hash)); the previous checkpoint stays the newest valid") \
-        in r.stderr  # rank 0, which wrote no manifest
+    full = "error: no space left on the device while writing data/; free space and re-run"
+    named = ("error: checkpoint step 8: rank 1 could not write its shards (OSError: [Errno 28] No space left on "
+             f"device (planted: SHARDLINE_CHAOS={point})); the previous checkpoint stays the newest valid")
+    assert r.stderr.count(full) == (2 if point == "checkpoint.dcp" else 1)  # rank 1 (and rank 0), one line each
+    assert (named in r.stderr) == (point == "checkpoint.hash")  # rank 0, which wrote no manifest
     assert "shardline/training" not in r.stderr  # no traceback through our code (torchrun prints its own report)
     assert [e.step for e in checkpoint.entries(crash / "data/checkpoints")] == [4]
 

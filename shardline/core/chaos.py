@@ -17,9 +17,10 @@ clean.dedup, tokenize.part (token ids
 written, their .json not yet), shard.file, train.step (+ @<step>:rank<r>, one rank of a torchrun
 job), train.eval (after each held-out batch of an evaluation), train.rollback (the rollback ledger
 written, nothing else done yet), checkpoint.files (+ @step), checkpoint.shard (+ @<step>:rank<r>: a
-rank's shards of a sharded checkpoint written, not yet gathered), retention (+ @step). One point
-raises instead (`disk_full`: ENOSPC, as a disk full on one node): checkpoint.hash (+ @<step>:rank<r>:
-DCP has written a rank's shards; hashing them fails). Points inside a
+rank's shards of a sharded checkpoint written, not yet gathered), retention (+ @step). Two points
+raise instead (`disk_full`: ENOSPC, as a disk full on one node), each + @<step>:rank<r>:
+checkpoint.dcp (a rank's write phase inside DCP's save) and checkpoint.hash (DCP has written a
+rank's shards; hashing them fails). Points inside a
 write (`partway`: the k-th write call is cut in half, the first half flushed, then SIGKILL):
 download.body (an HTTP body into its .part), clean.write (a clean part's parquet),
 minhash.write (a part's signatures),

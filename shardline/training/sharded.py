@@ -50,12 +50,24 @@ def local_state(model: torch.nn.Module, opt: torch.optim.Optimizer) -> dict:
     return {"model": msd, "optim": {"state": osd["state"]}}
 
 
+class _Writer(dcp.FileSystemWriter):
+    """DCP's file writer (each file fsynced), with chaos point checkpoint.dcp in its write phase."""
+
+    def __init__(self, path: Path, qualifier: str):
+        super().__init__(path, sync_files=True, thread_count=1)
+        self._qualifier = qualifier
+
+    def write_data(self, plan, planner):
+        chaos.disk_full("checkpoint.dcp", self._qualifier)
+        return super().write_data(plan, planner)
+
+
 def write(ckpt_tmp: Path, state: dict, rank: int, group, qualifier: str = "") -> dict[str, dict]:
     """Save this rank's `state` into ckpt_tmp/dcp (every rank calls it; `group` None: one process);
     returns {file: {bytes, sha256}} for the files this rank wrote, each fsynced. A failure on any
     rank inside DCP's write raises on every rank (DCP gathers them): as the failed rank's own error."""
     out = Path(ckpt_tmp) / DIR
-    writer = dcp.FileSystemWriter(out, sync_files=True, thread_count=1)
+    writer = _Writer(out, qualifier)
     with warnings.catch_warnings():  # one process: DCP says it assumes so, which is the point
         warnings.simplefilter("ignore", UserWarning)
         try:
