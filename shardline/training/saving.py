@@ -60,9 +60,7 @@ class Saving:
                                      lineage, then=then, eval=eval)
         tmp = Path(dist.share(str(checkpoint.temp_dir(root, step)) if dist.rank == 0 else None))
         local = snapshot(sharded.local_state(model, opt))
-        tensors, state = rank0() if dist.rank == 0 else ({}, {})
-        tensors = snapshot(tensors)
-        state, lineage, eval = (json.loads(json.dumps(x)) for x in (state, lineage, eval))
+        tensors, state, lineage, eval = frozen(*(rank0() if dist.rank == 0 else ({}, {})), lineage, eval)
         group, rank, world = self.group, dist.rank, dist.world
 
         def work() -> None:
@@ -124,6 +122,12 @@ def snapshot(obj: Any) -> Any:
     return obj
 
 
+def frozen(tensors: dict, *plain: Any) -> tuple:
+    """What a background write reads, as of now: a snapshot of the tensors and a JSON round trip
+    of each plain value (training goes on changing the originals)."""
+    return (snapshot(tensors), *(json.loads(json.dumps(x)) for x in plain))
+
+
 class AsyncSaver:
     """One checkpoint write at a time on a background thread; errors surface at the next call."""
 
@@ -134,8 +138,7 @@ class AsyncSaver:
     def submit(self, root: Path, step: int, tensors: dict, state: dict, lineage: dict,
                then: Callable[[Path], None] | None = None, eval: dict | None = None) -> Path:
         self.wait()
-        snap = snapshot(tensors)
-        state, lineage, eval = (json.loads(json.dumps(x)) for x in (state, lineage, eval))
+        snap, state, lineage, eval = frozen(tensors, state, lineage, eval)
 
         def work() -> None:
             path = checkpoint.save(root, step, snap, state, lineage, eval)
