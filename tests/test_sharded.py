@@ -84,8 +84,8 @@ def test_a_save_failing_on_one_rank_fails_every_rank_at_once_and_keeps_the_previ
     full = "error: no space left on the device while writing data/; free space and re-run"
     named = ("error: checkpoint step 8: rank 1 could not write its shards (OSError: [Errno 28] No space left on "
              f"device (planted: SHARDLINE_CHAOS={point})); the previous checkpoint stays the newest valid")
-    assert r.stderr.count(full) == (2 if point == "checkpoint.dcp" else 1)  # rank 1 (and rank 0), one line each
-    assert (named in r.stderr) == (point == "checkpoint.hash")  # rank 0, which wrote no manifest
+    assert r.stderr.count(full) == 1  # rank 1, whose disk is full, in one line
+    assert named in r.stderr  # rank 0, which wrote no manifest and does not blame its own disk
     assert "shardline/training" not in r.stderr  # no traceback through our code (torchrun prints its own report)
     assert [e.step for e in checkpoint.entries(crash / "data/checkpoints")] == [4]
 

@@ -68,25 +68,25 @@ class Saving:
                 shutil.rmtree(tmp, ignore_errors=True)
             if group is not None:
                 torch.distributed.barrier(group=group)  # rank 0 has cleared the temp dir
-            failed: BaseException | None = None
+            failed: Exception | None = None
             try:
                 mine = sharded.write(tmp, local, rank, group, f"{step}:rank{rank}")
             except Exception as e:  # still joins the gather: rank 0 must not wait out dist_timeout_s for it
                 mine, failed = None, e
-            chaos.point("checkpoint.shard", f"{step}:rank{rank}")  # a rank dies with its shards written
-            every = [None] * world if rank == 0 else None
-            sent = (mine, failed and f"{type(failed).__name__}: {failed}")
-            if group is None:
-                every = [sent]
-            else:
+            chaos.point("checkpoint.shard", f"{step}:rank{rank}")  # a rank dies after its write, before the gather
+            own = failed is not None and not isinstance(failed, sharded.RankFailed)
+            sent = (mine, f"{type(failed).__name__}: {failed}" if own else None)
+            every = [sent] if group is None else [None] * world if rank == 0 else None
+            if group is not None:
                 torch.distributed.gather_object(sent, every, dst=0, group=group)
-            if failed is not None:
-                raise failed
+            if own:  # this rank's own error (an ENOSPC stays one line in the CLI)
+                raise failed  # type: ignore[misc]
+            bad = [(r, why) for r, (_, why) in enumerate(every or []) if why]
+            if bad or failed is not None:  # rank 0 names the rank; another rank learnt it from DCP
+                r, why = bad[0] if bad else (failed.rank, f"{type(failed.error).__name__}: {failed.error}")
+                raise ShardlineError(f"checkpoint step {step}: rank {r} could not write its shards ({why}); "
+                                     "the previous checkpoint stays the newest valid")
             if rank == 0:
-                bad = [(r, why) for r, (_, why) in enumerate(every) if why]
-                if bad:
-                    raise ShardlineError(f"checkpoint step {step}: rank {bad[0][0]} could not write its shards "
-                                         f"({bad[0][1]}); the previous checkpoint stays the newest valid")
                 then(checkpoint.save(root, step, tensors, state, lineage, eval, shards=[m for m, _ in every]))
 
         self.saver.run(work, f"checkpoint-{step}")

@@ -50,6 +50,15 @@ def local_state(model: torch.nn.Module, opt: torch.optim.Optimizer) -> dict:
     return {"model": msd, "optim": {"state": osd["state"]}}
 
 
+class RankFailed(ShardlineError):
+    """Another rank's shard write failed inside DCP (`rank`, its own `error`): that rank reports
+    its error itself; this one only knows that the save is lost."""
+
+    def __init__(self, rank: int, error: BaseException):
+        self.rank, self.error = rank, error
+        super().__init__(f"rank {rank} could not write its shards ({type(error).__name__}: {error})")
+
+
 class _Writer(dcp.FileSystemWriter):
     """DCP's file writer (each file fsynced), with chaos point checkpoint.dcp in its write phase."""
 
@@ -65,18 +74,19 @@ class _Writer(dcp.FileSystemWriter):
 def write(ckpt_tmp: Path, state: dict, rank: int, group, qualifier: str = "") -> dict[str, dict]:
     """Save this rank's `state` into ckpt_tmp/dcp (every rank calls it; `group` None: one process);
     returns {file: {bytes, sha256}} for the files this rank wrote, each fsynced. A failure on any
-    rank inside DCP's write raises on every rank (DCP gathers them): as the failed rank's own error."""
+    rank inside DCP's write raises on every rank (DCP gathers them): the failed rank's own error
+    there, RankFailed on the others."""
     out = Path(ckpt_tmp) / DIR
     writer = _Writer(out, qualifier)
     with warnings.catch_warnings():  # one process: DCP says it assumes so, which is the point
         warnings.simplefilter("ignore", UserWarning)
         try:
             dcp.save(state, storage_writer=writer, process_group=group, no_dist=group is None)
-        except CheckpointException as e:  # {rank: (exception, traceback)}: the first failed rank's own
-            rank_, (err, _) = min(e.failures.items())
-            if isinstance(err, OSError):  # e.g. ENOSPC: the CLI says what to do
-                raise err
-            raise ShardlineError(f"checkpoint: rank {rank_}'s shard write failed: {err!r}") from e
+        except CheckpointException as e:  # {rank: (exception, traceback)}, the same on every rank
+            failed, (err, _) = min(e.failures.items())
+            if failed == rank:  # its own: an ENOSPC stays an OSError, which the CLI explains in a line
+                raise err from None
+            raise RankFailed(failed, err) from None
     chaos.disk_full("checkpoint.hash", qualifier)
     mine = sorted(out.glob(f"__{rank}_*.distcp")) + ([out / ".metadata"] if rank == 0 else [])
     return {f"{DIR}/{p.name}": {"bytes": p.stat().st_size, "sha256": fsio.sha256_file(p)} for p in mine}
