@@ -71,10 +71,12 @@ def test_sigkill_during_eval_resumes_bit_identically(built, tmp_path):
     run([SL, "stage", "train"], ref)
     crash = project(built, tmp_path / "crash", train={"steps": 14}, eval=EVAL)
     # evals at steps 4, 6, 8, 12, 14, each 2 sources x 24 blocks / 4 per batch = 12 batches: kill
-    # after the 3rd batch of the eval at step 12 (before its checkpoint), then, resumed from step 8,
-    # after the 8th batch of the eval at step 14. Saves are asynchronous: under load the kill can
-    # land while the previous step's save is still being written, and the run rightly resumes from
-    # the one before; each run must resume from the newest checkpoint the disk holds.
+    # after the 3rd batch of the eval at step 12 (before its checkpoint), then, resumed, after the
+    # 20th eval batch of that run (step 14's eval when it resumed from step 8). Saves are
+    # asynchronous: under load a kill can land while the previous save is still being written (CI
+    # saw it), and the next run rightly resumes from the one before, so each kill still lands in an
+    # eval but which one depends on timing; what must hold is that every run resumes from the
+    # newest checkpoint on disk and the end is bit-identical.
     newest = None
     for spec in ("train.eval#39", "train.eval#20"):
         r = run([SL, "stage", "train"], crash, check=False, env=env_for(SHARDLINE_CHAOS=spec))
@@ -82,7 +84,6 @@ def test_sigkill_during_eval_resumes_bit_identically(built, tmp_path):
         if newest:
             assert f"resuming from {newest}" in r.stderr
         newest = max(p.parent.name for p in (crash / "data/checkpoints").glob("step-*/manifest.json"))
-    assert newest in ("step-000000008", "step-000000012")
     resumes = json.loads((crash / "data/checkpoints" / newest / "train_state.json").read_text())["resumes"] + 1
     r = run([SL, "stage", "train"], crash)
     assert f"resuming from {newest}" in r.stderr
