@@ -134,7 +134,7 @@ class MaxLineChars:
     def __call__(self, text: str) -> "str | Drop":
         # a line of 2b or more characters holds a whole aligned block of b = (n + 1) // 2: when
         # every whole block has a newline, no line is longer than 2b - 1 <= n
-        b = (self.n + 1) // 2
+        b = max((self.n + 1) // 2, 1)
         if all(text.find("\n", i, i + b) >= 0 for i in range(0, len(text) - b + 1, b)):
             return text
         longest = max(map(len, text.split("\n")))

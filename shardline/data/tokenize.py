@@ -205,7 +205,7 @@ def plan(params: Params, layout: Layout, parts: dict[str, list[Path]], recipe: R
             for side in SIDES if sel["heldout"] else ("train",):
                 tok = layout.tokens_of(name, side) / f"{p.stem}.bin"
                 key = fsio.stable_hash([clean.side_key(p, side), tmeta["sha256"], tmeta["eos_id"], tmeta["dtype"]])
-                size = p.stat().st_size * docs[side] // max(rows, 1)  # progress: the side's share of the part
+                size = p.stat().st_size * docs[side] // max(rows, 1)  # progress: the side's share of the part, by documents
                 out.append(frame.Part("tokenize", f"{name}/{'' if side == 'train' else 'val/'}{p.stem}", key,
                                       str(tok.with_suffix(".json")), size,
                                       Work(name, str(p), side, str(tok), recipe, tmeta["eos_id"], tmeta["dtype"])))
