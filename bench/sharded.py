@@ -45,17 +45,18 @@ def worker(args: argparse.Namespace) -> None:
 
     from shardline.core.config import Train
     from shardline.training.dist import Dist
-    from shardline.training.model import GPT, GPTConfig, configure_optimizer
+    from shardline.model import ModelConfig, build
+    from shardline.training.optimizer import configure_optimizer
     from shardline.training.saving import Saving
 
     torch.set_num_threads(1)
     cfg = Train.model_validate({"strategy": "fsdp", "nproc_per_node": args.nproc, "dist_timeout_s": 1800})
     dist = Dist(cfg, torch.device("cpu"), log=lambda _: None)
     torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=50304, seq_len=1024, n_layer=args.layers, n_head=16, d_model=args.d_model,
-                          dropout=0.0))
+    model = build(ModelConfig("gpt2", vocab_size=50304, seq_len=1024, n_layer=args.layers, n_head=16,
+                              d_model=args.d_model, dropout=0.0))
     n_params = model.num_params()
-    dist.wrap(model, model.transformer.h)
+    dist.wrap(model, model.blocks)
     opt = configure_optimizer(model, lr=1e-4, weight_decay=0.1, betas=(0.9, 0.95), device_type="cpu")
     for p in model.parameters():
         p.grad = torch.full_like(p, 1e-3)

@@ -13,7 +13,7 @@
   shardline explain DOC_ID  why the clean stage dropped a document (rule, value, limit), or where it kept it
   shardline lineage CKPT    what a checkpoint was trained on (data version, mix, rules, code) and its eval
   shardline eval CKPT       its loss and bits per byte on the current held-out shards
-  shardline export CKPT OUT a Hugging Face transformers model directory (GPT-2, safetensors, tokenizer,
+  shardline export CKPT OUT a Hugging Face transformers model directory (Llama or GPT-2, safetensors, tokenizer,
                             lineage.json, model card)
   shardline sample CKPT     continue --prompt TEXT (greedy with --temperature 0, or seeded sampling)
   shardline push-shards URI publish data/shards at an fsspec URL (s3://...) for loader.shards_uri
@@ -267,7 +267,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help="the full result as JSON")
     s.set_defaults(fn=cmd_eval)
     s = sub.add_parser("export", help="write a checkpoint as a Hugging Face transformers model directory",
-                       description="Write OUT_DIR: model.safetensors + config.json (GPT2LMHeadModel, logits equal "
+                       description="Write OUT_DIR: model.safetensors + config.json (LlamaForCausalLM, Qwen3ForCausalLM with "
+                       "qk_norm, or GPT2LMHeadModel; logits equal "
                        "ours), generation_config.json, the checkpoint's tokenizer (tokenizer.json, "
                        "tokenizer_config.json, special_tokens_map.json), lineage.json and a README.md model card. "
                        "Loads offline with AutoModelForCausalLM/AutoTokenizer.from_pretrained(OUT_DIR). Refuses an "

@@ -16,14 +16,15 @@ from shardline.training import checkpoint, sharded
 from shardline.training.dist import Dist
 from shardline.training.saving import Saving
 from shardline.core.config import Train
-from shardline.training.model import GPT, GPTConfig, configure_optimizer
+from shardline.model import ModelConfig, build
+from shardline.training.optimizer import configure_optimizer
 from shardline.training.schedule import lr_at
 from tests.conftest import env_for
 
 
 def trained_state(steps: int = 3):
     rng.seed_all(0)
-    model = GPT(GPTConfig(vocab_size=64, seq_len=8, n_layer=1, n_head=2, d_model=16))
+    model = build(ModelConfig("gpt2", vocab_size=64, seq_len=8, n_layer=1, n_head=2, d_model=16, dropout=0.1))
     opt = configure_optimizer(model, lr=1e-2, weight_decay=0.1, betas=(0.9, 0.95), device_type="cpu")
     for _ in range(steps):
         x = torch.randint(0, 64, (2, 8))
@@ -46,9 +47,10 @@ def test_round_trip_in_a_fresh_process(tmp_path):
 import torch, json
 from shardline.training import rng
 from shardline.training import checkpoint
-from shardline.training.model import GPT, GPTConfig, configure_optimizer
+from shardline.model import ModelConfig, build
+from shardline.training.optimizer import configure_optimizer
 t, state, manifest = checkpoint.load({str(path)!r})
-model = GPT(GPTConfig(vocab_size=64, seq_len=8, n_layer=1, n_head=2, d_model=16))
+model = build(ModelConfig("gpt2", vocab_size=64, seq_len=8, n_layer=1, n_head=2, d_model=16, dropout=0.1))
 opt = configure_optimizer(model, lr=1e-2, weight_decay=0.1, betas=(0.9, 0.95), device_type="cpu")
 model.load_state_dict(t["model.pt"]); opt.load_state_dict(t["optimizer.pt"]); rng.restore(t["rng.pt"])
 checkpoint.save({str(tmp_path / 'again')!r}, 3, {{"model.pt": model.state_dict(), "optimizer.pt": opt.state_dict()}},

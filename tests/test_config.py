@@ -38,8 +38,18 @@ def test_cross_field_checks_name_the_field():
     assert problems({"sources": [SRC, SRC]}) == ["sources: duplicate name 'a'"]
     assert problems({"sources": [{**SRC, "uri": "hf://x/y"}]}) == \
         ["sources[0].format: hf:// sources are stored as parquet; set format: parquet"]
-    assert problems({"sources": [SRC], "tokenizer": {"eos_token": "<eos>"}}) == \
-        ["tokenizer.eos_token: '<eos>' must be one of special_tokens"]
+    assert problems({"sources": [SRC], "tokenizer": {"eos_token": "<eos>", "bos_token": "<s>"}}) == \
+        ["tokenizer.eos_token: '<eos>' must be one of special_tokens ['<|endoftext|>']",
+         "tokenizer.bos_token: '<s>' must be one of special_tokens ['<|endoftext|>']"]
+    assert problems({"sources": [SRC], "tokenizer": {"bos_token": "<|endoftext|>"}}) == \
+        ["tokenizer.bos_token: '<|endoftext|>' is also eos_token; a document boundary needs two different ids, "
+         "or leave bos_token unset"]
+    # a given tokenizer is checked when the tokenize stage reads it; two given tokenizers are one too many
+    assert config.parse({"sources": [SRC], "tokenizer": {"path": "t.json", "eos_token": "</s>"}}).tokenizer_given \
+        == "t.json"
+    assert problems({"sources": [SRC], "tokenizer": {"path": "t.json"}, "train": {"init_from": "m"}}) == \
+        ["tokenizer.path: train.init_from brings its model's own tokenizer.json, which becomes the line's; remove "
+         "tokenizer.path (or train.init_from)"]
     assert problems({"sources": []}) == ["sources: must list at least one source"]
 
 

@@ -191,6 +191,47 @@ def test_fsdp_trains_like_ddp_and_checkpoints_cross_strategies(built, ddp2, tmp_
         torch.testing.assert_close(v, a["model"][k], rtol=1e-3, atol=1e-5)
 
 
+MIXED = """
+import json, torch
+from shardline.core.config import Train
+from shardline.training.dist import Dist
+from shardline.model import ModelConfig, build
+dist = Dist(Train(strategy="fsdp", precision="bf16", nproc_per_node=2), torch.device("cpu"))
+torch.manual_seed(0)
+model = build(ModelConfig("llama", vocab_size=64, seq_len=16, n_layer=2, n_head=2, d_model=16, ffn_hidden=32))
+seen = []
+model.blocks[0].mlp.up_proj.register_forward_pre_hook(lambda m, a: seen.append([str(m.weight.dtype), str(a[0].dtype)]))
+net = dist.wrap(model, model.blocks)
+x = torch.randint(0, 64, (2, 16), generator=torch.Generator().manual_seed(dist.rank))
+_, loss = net(x, x)
+loss.backward()
+p = next(model.parameters())
+if dist.rank == 0:
+    print(json.dumps({"mp": dist.mixed_precision, "seen": seen, "param": str(p.dtype), "grad": str(p.grad.dtype),
+                      "loss": str(loss.dtype)}))
+del net, model
+dist.close()
+"""
+
+
+@pytest.mark.timeout(240)
+def test_fsdp_bf16_is_mixed_precision_bf16_compute_fp32_state(built, tmp_path):
+    """precision bf16 under fsdp: the all-gathered weights a block computes with are bf16, the sharded
+    parameters, their gradients (reduce-scattered in fp32) and so the optimizer stay fp32, the loss is
+    fp32; and the trainer runs that way end to end, its checkpoint fp32."""
+    script = tmp_path / "mixed.py"
+    script.write_text(MIXED)
+    r = run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script)],
+            tmp_path, timeout=120)
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got == {"mp": True, "seen": [["torch.bfloat16", "torch.bfloat16"]], "param": "torch.float32",
+                   "grad": "torch.float32", "loss": "torch.float32"}
+    root = elastic(built, tmp_path / "p", nproc_per_node=2, strategy="fsdp", precision="bf16", steps=4)
+    run([SL, "stage", "train"], root, timeout=200)
+    assert len(losses(root)) == 4 and all(math.isfinite(x) for x in losses(root))
+    assert all(t.dtype == torch.float32 for t in final_state(root)["model"].values())
+
+
 @pytest.mark.timeout(180)
 def test_dead_rank_fails_both_nodes_in_seconds(built, tmp_path):
     root = elastic(built, tmp_path / "p", steps=5000, checkpoint_every=1000)  # minutes, unless stopped

@@ -100,13 +100,14 @@ HAND = r"""
 import json, math, sys
 import numpy as np, torch, tokenizers
 from torch.nn import functional as F
-from shardline.training.model import GPT, GPTConfig
+from shardline.model import build, resolve
 
 root, ckpt = sys.argv[1], sys.argv[2]
 sd = torch.load(f"{root}/data/checkpoints/{ckpt}/model.pt", weights_only=True)
 lin = json.load(open(f"{root}/data/checkpoints/{ckpt}/manifest.json"))["lineage"]
-model = GPT(GPTConfig(vocab_size=sd["lm_head.weight"].shape[0], seq_len=sd["transformer.wpe.weight"].shape[0],
-                      **lin["params"]["model"]))
+model = build(resolve(lin["params"]["model"], vocab_size=sd["lm_head.weight"].shape[0],
+                      seq_len=lin["params"]["shard"]["seq_len"], attention=lin["params"]["train"]["attention"],
+                      eos_id=lin["special_ids"]["eos"]))
 model.load_state_dict(sd)
 model.eval()
 tok = tokenizers.Tokenizer.from_file(f"{root}/data/tokenizer/tokenizer.json")

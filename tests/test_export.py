@@ -1,6 +1,6 @@
 """Export and sample: a trained checkpoint, exported by the real CLI, loads in real `transformers`
-offline with our logits (fp32, max abs difference <= 1e-4) and our tokenizer's ids; greedy
-`shardline sample` is `generate(do_sample=False)`; seeded sampling replays; refusals exit 2."""
+offline with bit-identical logits (fp32, CPU; gpt2 and llama) and our tokenizer's ids; greedy `shardline sample` is `generate(do_sample=False)`; seeded sampling replays;
+refusals exit 2."""
 
 from __future__ import annotations
 
@@ -12,13 +12,14 @@ import pytest
 import torch
 
 from shardline.core import fsio
-from shardline.results import card, export, sample
+from shardline.results import card, sample
 from shardline.training import checkpoint, guard
 from shardline.data import tokenizer as toks
-from shardline.training.model import GPT, GPTConfig
+from shardline.model import ModelConfig, build
+from shardline.model.hf import to_hf
 from shardline.results.trained import load_model
 from tests.conftest import env_for, run, stdlib_files
-from tests.test_train import SL, built, project  # noqa: F401 (the fixture)
+from tests.test_train import GPT2, SL, built, project  # noqa: F401 (the fixture)
 
 pytestmark = pytest.mark.slow
 transformers = pytest.importorskip("transformers")  # the dev extra; HF_HUB_OFFLINE=1 (conftest): no hub
@@ -33,8 +34,8 @@ TEXTS = [stdlib_files(1, skip=20)[0].read_text(),  # a real source file, longer 
 @pytest.fixture(scope="module")
 def trained(built, tmp_path_factory):  # noqa: F811
     # a real NaN at batch 2 with max_skipped 1: a rollback to the start, which the lineage and card record
-    root = project(built, tmp_path_factory.mktemp("export") / "p",
-                   train={"steps": 6, "checkpoint_every": 6, "max_skipped": 1})
+    root = project(built, tmp_path_factory.mktemp("export") / "p", whole_model=GPT2,
+                   train={"steps": 6, "checkpoint_every": 6, "max_skipped": 1, "attention": "causal"})
     run([SL, "stage", "train"], root, env=env_for(SHARDLINE_FAULTS="train.nan_loss@2"))
     out = root.parent / "hf"
     r = run([SL, "export", "latest", str(out)], root)
@@ -71,7 +72,7 @@ def test_export_loads_in_transformers_with_our_logits(trained):
     with torch.no_grad():
         diff = (ours(x)[0] - hf(x).logits).abs().max().item()
     print(f"max abs logit difference, ours vs transformers (fp32, {x.numel()} positions): {diff:.3g}")
-    assert diff <= 1e-4
+    assert diff == 0  # bit-identical: transformers' Conv1D adds its (here zero) bias to the same product
     lin = trained["manifest"]["lineage"]
     assert json.loads((out / "lineage.json").read_text()) == lin
     cfg = json.loads((out / "config.json").read_text())
@@ -181,20 +182,21 @@ def test_bias_true_maps_exactly_and_the_card_lists_rollbacks(trained, tmp_path):
     from safetensors.torch import save_file
 
     torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=300, seq_len=16, n_layer=2, n_head=2, d_model=16, dropout=0.0, bias=True))
+    model = build(ModelConfig("gpt2", vocab_size=300, seq_len=16, n_layer=2, n_head=2, d_model=16, bias=True))
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("bias") or "ln_" in name:  # init leaves biases 0 and gains 1: make them count
                 p.normal_(0, 0.5)
     model.eval()
-    save_file(export.hf_state_dict(model), str(tmp_path / "model.safetensors"), metadata={"format": "pt"})
-    (tmp_path / "config.json").write_text(json.dumps(export.hf_config(model, eos_id=0)))
+    tensors, cfg = to_hf(model, eos_id=0)
+    save_file(tensors, str(tmp_path / "model.safetensors"), metadata={"format": "pt"})
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
     hf = transformers.AutoModelForCausalLM.from_pretrained(tmp_path)
     x = torch.randint(0, 300, (3, 16), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         diff = (model(x)[0] - hf(x).logits).abs().max().item()
     print(f"max abs logit difference with biases (model.bias true): {diff:.3g}")
-    assert diff <= 1e-4
+    assert diff == 0
     (e,) = trained["manifest"]["lineage"]["rollbacks"]
     assert e["steps"] == [2, 2] and e["to"] == 0
     text = (trained["out"] / "README.md").read_text()
@@ -202,3 +204,44 @@ def test_bias_true_maps_exactly_and_the_card_lists_rollbacks(trained, tmp_path):
     m, state = json.loads(json.dumps(trained["manifest"])), trained["state"]
     del m["lineage"]["rollbacks"]  # an older lineage: the line is left out, not guessed
     assert "rollbacks" not in card.render("step-x", m, state, trained["model"], 0)
+
+
+@pytest.fixture(scope="module")
+def llama(built, tmp_path_factory):  # noqa: F811
+    """The line's default: llama (GQA) trained with document attention, exported by the CLI."""
+    root = project(built, tmp_path_factory.mktemp("export-llama") / "p", train={"steps": 6, "checkpoint_every": 6})
+    run([SL, "stage", "train"], root)
+    out = root.parent / "hf"
+    run([SL, "export", "latest", str(out)], root)
+    model, _, manifest = load_model(checkpoint.latest_valid(root / "data/checkpoints", lambda _: None))
+    return {"root": root, "out": out, "model": model, "manifest": manifest}
+
+
+def test_llama_export_is_llama_for_causal_lm_with_bit_identical_logits(llama):
+    ours, out = llama["model"], llama["out"]
+    assert (ours.cfg.arch, ours.cfg.attention, ours.cfg.kv_heads, ours.cfg.n_head) == ("llama", "document", 2, 2)
+    hf, info = transformers.AutoModelForCausalLM.from_pretrained(out, output_loading_info=True)
+    assert type(hf).__name__ == "LlamaForCausalLM" and {k: v for k, v in info.items() if v} == {}
+    cfg = json.loads((out / "config.json").read_text())
+    assert (cfg["num_key_value_heads"], cfg["tie_word_embeddings"], cfg["max_position_embeddings"]) == (2, True, 32)
+    # real blocks cut before their first EOS: one document each, where causal (transformers) and
+    # document attention (how it trained) are the same attention
+    rows = torch.cat([blocks(llama["root"], s, side, 8) for s in ("code", "more") for side in ("val", "")])
+    x = torch.stack([r[:16] for r in rows if not (r[:16] == 0).any()])
+    assert len(x) >= 8
+    with torch.no_grad():
+        a, b = ours(x)[0], hf(x).logits
+    print(f"llama export: max abs logit difference over {x.numel()} positions: {(a - b).abs().max().item():.3g}")
+    assert torch.equal(a, b)
+    readme = (out / "README.md").read_text()
+    assert "`LlamaForCausalLM` (1 layers, 2 query heads and 2 key/value heads of 16" in readme
+    assert "It trained with document attention" in readme
+
+
+def test_llama_greedy_generate_is_shardline_sample_top_k_1(llama):
+    hf = transformers.AutoModelForCausalLM.from_pretrained(llama["out"])
+    for prompt in ("def main(", "import os\nclass "):
+        r = json.loads(run([SL, "sample", "latest", "--prompt", prompt, "--top-k", "1", "--max-new-tokens", "20",
+                            "--json"], llama["root"]).stdout)
+        got = hf.generate(torch.tensor([r["prompt_ids"]]), max_new_tokens=20, do_sample=False)[0].tolist()
+        assert r["prompt_ids"] + r["ids"] == got and r["top_k"] == 1 and not r["cropped"]

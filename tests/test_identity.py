@@ -74,3 +74,32 @@ def test_settings_added_later_keep_old_checkpoints_identity_and_tag():
     assert sorted(c.split(":")[0] for c in identity.diff(wsd, now)) == ["train.decay_fraction", "train.schedule"]
     assert identity.diff(wsd, ident(train={"schedule": "wsd", "decay_fraction": 0.5})) == [
         "train.decay_fraction: saved 0.2, now 0.5"]
+
+
+def test_a_gpt2_run_from_before_llama_keeps_its_identity_and_tag():
+    """Pinned from the code before the model section had `arch` (commit 56b5288): a params.yaml of that
+    time is still gpt2 with the same identity, tag (its .shardline/kept/<tag>/ copies) and, read from
+    its checkpoint's lineage, no change."""
+    raw = {"sources": [{"name": "a", "uri": "x", "format": "txt"}], "mix": {"a": 1.0},
+           "model": {"n_layer": 1, "n_head": 2, "d_model": 32, "dropout": 0.1}}
+    params = config.parse(raw)
+    assert params.model.arch == "gpt2"
+    state = {"data_version": "v1", "mix": params.mix, "seed": params.loader.seed,
+             "global_batch": params.loader.global_batch, "seq_len": params.shard.seq_len}
+    now = identity.current(params, state)
+    assert identity.tag(now) == "aa38c2fe9328"
+    old_lineage = {"model": {"n_layer": 1, "n_head": 2, "d_model": 32, "dropout": 0.1, "bias": False},
+                   "train": {k: v for k, v in params.section("train").items()
+                             if k not in ("attention", "activation_checkpointing", "init_from")}}
+    old = identity.saved({"loader": state}, {"lineage": {"params": old_lineage}})
+    assert identity.diff(old, now) == [] and identity.tag(old) == "aa38c2fe9328"
+    # document attention is another run: its blocks see other contexts
+    doc = config.parse({**raw, "train": {"attention": "document"}})
+    assert identity.diff(now, identity.current(doc, state)) == ["train.attention: saved 'causal', now 'document'"]
+
+
+def test_a_llama_is_its_resolved_shape_however_it_is_spelled():
+    base = ident()  # the shipped llama with the test sizes: n_head 2, n_kv_head 2, d_model 32
+    assert base["model"]["n_kv_head"] == 2 and base["model"]["ffn_hidden"] == 128  # 2/3 x 4 x 32 -> 85 -> 128
+    assert identity.diff(base, ident(model={"n_kv_head": None, "ffn_hidden": 128, "ffn_multiple_of": 256})) == []
+    assert [c.split(":")[0] for c in identity.diff(base, ident(model={"n_kv_head": 1}))] == ["model"]

@@ -1,16 +1,25 @@
-"""The GPT's promises: shapes, a uniform start, causality, seed-exact init and training,
-learning, tied weights, the decay split and the FLOP count."""
+"""The networks' promises, for both architectures: shapes, a uniform start, causality, seed-exact
+init and training, learning, tied and untied heads, the decay split, and the parameter and FLOP
+counts MFU uses (pinned as literal numbers worked out by hand)."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
 
-from shardline.training.model import GPT, GPTConfig, configure_optimizer
+from shardline.core import config
+from shardline.core.errors import ConfigError
+from shardline.model import ModelConfig, build, resolve
+from shardline.training.optimizer import configure_optimizer
 
-CFG = GPTConfig(vocab_size=97, seq_len=16, n_layer=2, n_head=2, d_model=32, dropout=0.1)
+V, T = 97, 16
+GPT2 = ModelConfig("gpt2", vocab_size=V, seq_len=T, n_layer=2, n_head=2, d_model=32, dropout=0.1)
+LLAMA = ModelConfig("llama", vocab_size=V, seq_len=T, n_layer=2, n_head=4, d_model=32, dropout=0.1, n_kv_head=2,
+                    head_dim=8, ffn_hidden=64)
+BOTH = pytest.mark.parametrize("cfg", [GPT2, LLAMA], ids=["gpt2", "llama"])
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -25,39 +34,41 @@ def _small_model_setup():
     torch.set_num_threads(threads)
 
 
-def batch(seed=0, B=4, T=CFG.seq_len, V=CFG.vocab_size):
+def batch(seed=0, B=4):
     g = torch.Generator().manual_seed(seed)
     return torch.randint(0, V, (B, T), generator=g), torch.randint(0, V, (B, T), generator=g)
 
 
-def make(seed=0, cfg=CFG) -> GPT:
+def make(cfg, seed=0):
     torch.manual_seed(seed)
-    return GPT(cfg)
+    return build(cfg)
 
 
-def test_forward_shapes():
-    model = make()
+@BOTH
+def test_forward_shapes(cfg):
+    model = make(cfg)
     x, y = batch()
     logits, loss = model(x, y)
-    assert logits.shape == (4, CFG.seq_len, CFG.vocab_size) and loss.shape == ()
+    assert logits.shape == (4, T, V) and loss.shape == ()
     logits, loss = model(x[:, :5])
-    assert logits.shape == (4, 5, CFG.vocab_size) and loss is None
+    assert logits.shape == (4, 5, V) and loss is None
     with pytest.raises(ValueError, match="seq_len"):
-        model(torch.zeros(1, CFG.seq_len + 1, dtype=torch.long))
+        model(torch.zeros(1, T + 1, dtype=torch.long))
 
 
-def test_loss_at_init_is_about_uniform():
-    model = make().eval()
-    _, loss = model(*batch())
-    assert abs(loss.item() - math.log(CFG.vocab_size)) < 0.3
+@BOTH
+def test_loss_at_init_is_about_uniform(cfg):
+    _, loss = make(cfg).eval()(*batch())
+    assert abs(loss.item() - math.log(V)) < 0.3
 
 
-def test_causal():
-    model = make().eval()
+@BOTH
+def test_causal(cfg):
+    model = make(cfg).eval()
     x, _ = batch()
     t = 6
     x2 = x.clone()
-    x2[:, t + 1] = (x2[:, t + 1] + 1) % CFG.vocab_size
+    x2[:, t + 1] = (x2[:, t + 1] + 1) % V
     with torch.no_grad():
         a, _ = model(x)
         b, _ = model(x2)
@@ -65,15 +76,16 @@ def test_causal():
     assert not torch.allclose(a[:, t + 1:], b[:, t + 1:])
 
 
-def test_same_seed_same_parameters():
-    a, b, c = make(7).state_dict(), make(7).state_dict(), make(8).state_dict()
+@BOTH
+def test_same_seed_same_parameters(cfg):
+    a, b, c = make(cfg, 7).state_dict(), make(cfg, 7).state_dict(), make(cfg, 8).state_dict()
     assert a.keys() == b.keys()
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert not all(torch.equal(a[k], c[k]) for k in a)
 
 
-def _train(seed: int, steps: int, cfg=CFG, lr=1e-3):
-    model = make(seed, cfg).train()
+def _train(cfg, seed: int, steps: int, lr=1e-3):
+    model = make(cfg, seed).train()
     opt = configure_optimizer(model, lr=lr, weight_decay=0.1, betas=(0.9, 0.95), device_type="cpu")
     x, y = batch()
     losses = []
@@ -86,48 +98,121 @@ def _train(seed: int, steps: int, cfg=CFG, lr=1e-3):
     return losses, model.state_dict()
 
 
-def test_training_is_bit_identical_with_dropout():
+@BOTH
+def test_training_is_bit_identical_with_dropout(cfg):
     was = torch.are_deterministic_algorithms_enabled()
     torch.use_deterministic_algorithms(True)
     try:
-        la, sa = _train(3, 5)
-        lb, sb = _train(3, 5)
+        la, sa = _train(cfg, 3, 5)
+        lb, sb = _train(cfg, 3, 5)
     finally:
         torch.use_deterministic_algorithms(was)
     assert la == lb
     assert all(torch.equal(sa[k], sb[k]) for k in sa)
 
 
-def test_overfits_one_batch():
-    cfg = GPTConfig(vocab_size=97, seq_len=16, n_layer=2, n_head=2, d_model=32, dropout=0.0)
-    losses, _ = _train(0, 30, cfg, lr=1e-2)
+@BOTH
+def test_overfits_one_batch(cfg):
+    losses, _ = _train(replace(cfg, dropout=0.0), 0, 30, lr=1e-2)
     assert losses[-1] < 0.5 * losses[0], losses
 
 
-def test_tied_weights():
-    model = make()
-    assert model.lm_head.weight is model.transformer.wte.weight
-    unique = {id(p): p.numel() for p in model.parameters()}
-    assert model.num_params(non_embedding=False) == sum(unique.values())
-    assert model.num_params() == model.num_params(False) - CFG.seq_len * CFG.d_model
+def test_tied_and_untied_heads():
+    gpt = make(GPT2)
+    assert gpt.lm_head.weight is gpt.transformer.wte.weight
+    unique = {id(p): p.numel() for p in gpt.parameters()}
+    assert gpt.num_params(non_embedding=False) == sum(unique.values())
+    assert gpt.num_params() == gpt.num_params(False) - T * 32  # the position table is a lookup
+    tied, untied = make(LLAMA), make(replace(LLAMA, tie_embeddings=False))
+    assert tied.lm_head.weight is tied.model.embed_tokens.weight
+    assert untied.lm_head.weight is not untied.model.embed_tokens.weight
+    assert "lm_head.weight" in untied.state_dict() and untied.num_params(False) == tied.num_params(False) + V * 32
+    # untied, the embedding is a lookup and the head a matmul: the matmul count is the same as tied
+    assert untied.num_params() == tied.num_params() == tied.num_params(False)
 
 
-def test_optimizer_decay_split():
-    cfg = GPTConfig(vocab_size=97, seq_len=16, n_layer=2, n_head=2, d_model=32, bias=True)
-    model = make(0, cfg)
+@BOTH
+def test_optimizer_decay_split(cfg):
+    model = make(replace(cfg, bias=True) if cfg.arch == "gpt2" else cfg)
     opt = configure_optimizer(model, lr=1e-3, weight_decay=0.1, betas=(0.9, 0.95), device_type="cpu")
     decay, no_decay = opt.param_groups
     assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
     named = dict(model.named_parameters())
-    ids = lambda g: {id(p) for p in g["params"]}
+    ids = lambda g: {id(p) for p in g["params"]}  # noqa: E731
     assert ids(decay) == {id(p) for n, p in named.items() if n.endswith("weight") and p.dim() == 2}
-    assert ids(no_decay) == {id(p) for n, p in named.items() if n.endswith("bias") or ".ln_" in n}
+    assert ids(no_decay) == {id(p) for n, p in named.items() if n.endswith("bias") or "norm" in n or ".ln_" in n}
     assert len(decay["params"]) + len(no_decay["params"]) == len(named)  # tied weight once
     assert not opt.defaults["foreach"] and not opt.defaults["fused"]
 
 
-def test_flops_per_token():
-    small, big = make(0), make(0, GPTConfig(**{**CFG.__dict__, "n_layer": 4}))
-    assert 0 < small.flops_per_token() < big.flops_per_token()
-    L, H, Q, T = 2, 2, 16, 16
-    assert small.flops_per_token() == 6 * small.num_params() + 12 * L * H * Q * T
+def test_parameter_and_flop_counts_are_the_hand_counts():
+    """Literal counts, worked out by hand, so a change to either model or to the formula shows.
+    gpt2 (d 32, 2 layers, vocab 97, T 16, no bias): per block 2 LayerNorm gains 64 + qkv 32x96 +
+    proj 32x32 + MLP 2 x 32x128 = 12,352; x2 + ln_f 32 + wte 97x32 (the tied head) = 27,840 matmul
+    parameters (+ wpe 16x32 = 512 as a lookup). FLOPs/token = 6 x 27,840 + 12 x 2 x 2 x 16 x 16."""
+    gpt = make(GPT2)
+    assert (gpt.num_params(), gpt.num_params(False)) == (27_840, 28_352)
+    assert gpt.flops_per_token() == 6 * 27_840 + 12 * 2 * 2 * 16 * 16 == 179_328
+    # llama (d 32, 4 heads of 8, 2 kv heads, ffn 64): per block 2 RMSNorm gains 64 + q 32x32 + k, v 32x16
+    # each + o 32x32 + 3 x 32x64 = 9,280; x2 + norm 32 + embed 97x32 = 21,696 (tied: all matmul)
+    llama = make(LLAMA)
+    assert (llama.num_params(), llama.num_params(False)) == (21_696, 21_696)
+    assert llama.flops_per_token() == 6 * 21_696 + 12 * 2 * 4 * 8 * 16 == 142_464
+
+
+def test_llama_rules_and_refusals_name_the_field():
+    def model(**m):
+        return config.parse({"sources": [{"name": "a", "uri": "x", "format": "txt"}], "model": m}).model
+
+    m = model(arch="llama", d_model=128, n_head=4)
+    assert (m.kv_heads, m.head_size, m.ffn_size) == (4, 32, 512)  # Llama's rule: 341 -> 512 (multiple of 256)
+    assert model(arch="llama", d_model=128, ffn_multiple_of=64).ffn_size == 384
+    assert model(arch="llama", d_model=4096, n_head=32).ffn_size == 11008  # Llama 2 7B's
+    for bad, msg in [({"arch": "llama", "n_kv_head": 3}, "model.n_kv_head: 3 must divide n_head (4)"),
+                     ({"arch": "llama", "bias": True}, "model.bias: applies to arch gpt2 only"),
+                     ({"n_kv_head": 2}, "model.n_kv_head: applies to arch llama only"),
+                     ({"arch": "llama", "head_dim": 7}, "model.head_dim: 7 must be even"),
+                     ({"tie_embeddings": False}, "model.tie_embeddings: gpt2 always ties"),
+                     ({"arch": "mamba"}, "model.arch: must be one of")]:
+        with pytest.raises(ConfigError) as e:
+            model(**bad)
+        assert msg in str(e.value), (bad, str(e.value))
+
+
+def test_resolve_reads_a_lineage_section_of_either_age():
+    old = {"n_layer": 2, "n_head": 4, "d_model": 128, "dropout": 0.1, "bias": False}  # before arch existed
+    assert resolve(old, vocab_size=V, seq_len=T) == ModelConfig("gpt2", vocab_size=V, seq_len=T, dropout=0.1)
+    new = config.parse({"sources": [{"name": "a", "uri": "x", "format": "txt"}],
+                        "model": {"arch": "llama", "n_kv_head": 2}}).section("model")
+    c = resolve(new, vocab_size=V, seq_len=T, attention="document", eos_id=0)
+    assert (c.arch, c.kv_heads, c.head_size, c.mlp_hidden, c.attention, c.eos_id) == ("llama", 2, 32, 512,
+                                                                                        "document", 0)
+
+
+def test_gpt2_computes_what_it_computed_before_llama_existed():
+    """Pinned from the code before this architecture split (commit 56b5288): the same parameter names
+    (its checkpoints load) and, from the same seed, the same losses to the last bit, in train mode with
+    dropout over three AdamW steps and in eval mode after them (CPU, one thread)."""
+    model = make(GPT2, 0)
+    assert sorted(model.state_dict()) == ["lm_head.weight"] + [
+        f"transformer.h.{i}.{m}.weight" for i in (0, 1)
+        for m in ("attn.c_attn", "attn.c_proj", "ln_1", "ln_2", "mlp.c_fc", "mlp.c_proj")] + [
+        "transformer.ln_f.weight", "transformer.wpe.weight", "transformer.wte.weight"]
+    was = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        x, y = batch()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2, foreach=False, fused=False)
+        losses = []
+        for step in range(3):
+            torch.manual_seed(100 + step)
+            _, loss = model(x, y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            losses.append(loss.item())
+        with torch.no_grad():
+            losses.append(model.eval()(x, y)[1].item())
+    finally:
+        torch.use_deterministic_algorithms(was)
+    assert losses == [4.599264144897461, 4.269725322723389, 4.056713104248047, 3.821481227874756]

@@ -50,12 +50,19 @@ def built(tmp_path_factory, request):
     return layout.root
 
 
-def project(built: Path, dest: Path, **sections) -> Path:
+GPT2 = {"arch": "gpt2", "n_layer": 1, "n_head": 2, "d_model": 32, "dropout": 0.1}  # a whole model section
+
+
+def project(built: Path, dest: Path, whole_model: dict | None = None, **sections) -> Path:
+    """A copy of `built` with `sections` merged into its params; `whole_model` replaces the model section
+    (an architecture's fields do not mix with another's)."""
     shutil.copytree(built, dest)
-    if sections:
+    if sections or whole_model:
         p = yaml.safe_load((dest / "params.yaml").read_text())
         for k, v in sections.items():
             p[k] = {**p.get(k, {}), **v} if isinstance(v, dict) else v
+        if whole_model:
+            p["model"] = whole_model
         write_params(dest, p)
     return dest
 
@@ -133,8 +140,8 @@ def test_torn_checkpoints_are_skipped_and_last_valid_kept(built, tmp_path):
     (ck / ".step-000000016.tmp-999").mkdir()  # a leftover temp dir
     r = run([SL, "checkpoints"], root)
     assert "step-000000012  INVALID  model.pt is" in r.stdout and "truncated" in r.stdout
-    write_params(root, {**yaml.safe_load((root / "params.yaml").read_text()),
-                        "train": {**TINY["train"], "steps": 16}})
+    p = yaml.safe_load((root / "params.yaml").read_text())
+    write_params(root, {**p, "train": {**p["train"], "steps": 16}})
     r = run([SL, "stage", "train"], root)
     assert "skipping step-000000012: model.pt is" in r.stderr and "resuming from step-000000008" in r.stderr
     assert [e.step for e in checkpoint.entries(ck)] == [12, 16] and all(e.valid for e in checkpoint.entries(ck))

@@ -72,6 +72,10 @@ class Params(_Section):
                 problems.append(f"mix.{k}: must be a finite number > 0, got {w}")
         for i, source in enumerate(self.sources):
             problems += self._source_clean_problems(i, source)
+        if self.train.init_from and self.tokenizer.path:
+            problems.append("tokenizer.path: train.init_from brings its model's own tokenizer.json, which becomes the "
+                            "line's; remove tokenizer.path (or train.init_from)")
+        problems += self.tokenizer.problems(self.tokenizer_given)
         if problems:
             raise ValueError("\n".join(problems))
         return self
@@ -87,6 +91,14 @@ class Params(_Section):
             return [ln.replace("clean", where, 1) for err in e.errors()
                     for ln in _format({**err, "loc": ("clean", *err["loc"])}).split("\n")]
         return []
+
+    @property
+    def tokenizer_given(self) -> str | None:
+        """The tokenizer.json the line uses instead of training one: tokenizer.path, or the one
+        in train.init_from's model directory (relative paths are the project root's)."""
+        if self.train.init_from:
+            return str(Path(self.train.init_from) / "tokenizer.json")
+        return self.tokenizer.path
 
     def clean_for(self, source: Source) -> Clean:
         """The clean section as it applies to one source: its own `clean:` rules replace the section's."""

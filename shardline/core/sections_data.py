@@ -160,6 +160,9 @@ class Tokenizer(_Section):
     """Special tokens, given the lowest ids in this order."""
     eos_token: str = "<|endoftext|>"
     """Appended after every document, so documents never run into each other."""
+    bos_token: str | None = None
+    """Put before every document when set (Llama's `<s>`, Llama 3's `<|begin_of_text|>`): the
+    model then sees where each document starts, and train.attention document restarts there too."""
     min_frequency: int = Field(2, ge=1)
     """A pair must occur this often to be merged."""
     path: str | None = None
@@ -175,9 +178,20 @@ class Tokenizer(_Section):
 
     @model_validator(mode="after")
     def _check(self) -> "Tokenizer":
-        if self.path is None and self.eos_token not in self.special_tokens:
-            raise ValueError(f"eos_token: {self.eos_token!r} must be one of special_tokens")
+        if self.bos_token is not None and self.bos_token == self.eos_token:
+            raise ValueError(f"bos_token: {self.bos_token!r} is also eos_token; a document boundary needs two "
+                             "different ids, or leave bos_token unset")
         return self
+
+    def problems(self, given: str | None) -> list[str]:
+        """What is wrong with this section when the tokenizer is trained (`given` None): the EOS
+        and BOS it appends must be among the special tokens it creates. A given tokenizer.json
+        (tokenizer.path, train.init_from) is checked when the tokenize stage reads it."""
+        if given is not None:
+            return []
+        return [f"tokenizer.{k}: {v!r} must be one of special_tokens {list(self.special_tokens)}"
+                for k, v in (("eos_token", self.eos_token), ("bos_token", self.bos_token))
+                if v is not None and v not in self.special_tokens]
 
 
 class Shard(_Section):

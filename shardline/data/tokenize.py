@@ -4,9 +4,10 @@ Contract:
 - The tokenizer is trained (byte-level BPE, `shardline.data.tokenizer`) on the training side of the
   cleaned text (never on held-out documents): an equal share of `tokenizer.train_max_mb` from
   the start of every clean part, parts round-robin across sources in params order; or copied
-  from `tokenizer.path`. `data/tokenizer/meta.json` records its key, sha256 (the tokenizer hash
+  from `tokenizer.path`, or from `train.init_from`'s model directory. `data/tokenizer/meta.json` records its key, sha256 (the tokenizer hash
   in every lineage), vocab size and EOS id; a re-run with the same key reuses it.
-- Each clean part becomes `part-NNNNN.bin` (the ids of its training documents, EOS after each;
+- Each clean part becomes `part-NNNNN.bin` (the ids of its training documents, EOS after each
+  and `tokenizer.bos_token` before each when set;
   uint16 when the vocab fits, else uint32) and, when it holds any, `val/part-NNNNN.bin` (its
   held-out documents), each a part of the stage frame (`shardline.data.frame`): its done-marker
   `.json` {key, files, stats: tokens, docs, sha256} is written last, so a token part is done
@@ -62,6 +63,7 @@ class Work:
     recipe: "Recipe"
     eos: int
     dtype: str
+    bos: int | None = None
 
 
 def clean_parts(params: Params, layout: Layout) -> dict[str, list[Path]]:
@@ -99,11 +101,18 @@ def prepare_tokenizer(params: Params, layout: Layout, parts: dict[str, list[Path
     """Train or copy the tokenizer unless the one on disk has the current key."""
     cfg = params.tokenizer
     out, meta_path = layout.tokenizer_json, layout.tokenizer_meta
-    given = Path(cfg.path) if cfg.path else None
+    given = Path(params.tokenizer_given) if params.tokenizer_given else None
+    field = "train.init_from" if params.train.init_from else "tokenizer.path"
     if given is not None and not given.is_absolute():
         given = layout.under_root(given)
+    if given is not None and not given.is_file():
+        raise BadInput(f"{given}: not found ({field}); a model directory needs the tokenizer.json that "
+                       "tokenizer.save_pretrained writes for a fast tokenizer" if params.train.init_from else
+                       f"{given}: not found (tokenizer.path); point it at a tokenizer.json")
     basis = fsio.sha256_file(given) if given else [clean.side_key(p, "train") for ps in parts.values() for p in ps]
-    settings = {k: v for k, v in params.section("tokenizer").items() if k != "backend"}  # ids never depend on it
+    # ids never depend on the backend; an unset bos_token leaves the key of a line made before it existed
+    settings = {k: v for k, v in params.section("tokenizer").items()
+                if k != "backend" and not (k == "bos_token" and v is None)}
     key = fsio.stable_hash({"tokenizer": settings, "basis": basis})
     if meta_path.exists() and out.exists():
         meta = fsio.read_json(meta_path)
@@ -118,14 +127,28 @@ def prepare_tokenizer(params: Params, layout: Layout, parts: dict[str, list[Path
     else:
         tok = tokenizer.train_bpe(_training_texts(parts, cfg.train_max_mb * 2**20), vocab_size=cfg.vocab_size,
                                   special_tokens=cfg.special_tokens, min_frequency=cfg.min_frequency)
+    ids = {k: _special_id(tok, k, getattr(cfg, k), given) for k in ("eos_token", "bos_token")}
     sha = tokenizer.save(tok, out)
     vocab = tok.get_vocab_size()
-    meta = {"key": key, "sha256": sha, "vocab_size": vocab, "eos_token": cfg.eos_token,
-            "eos_id": tokenizer.token_id(tok, cfg.eos_token), "dtype": dtype_for(vocab),
-            "source": str(cfg.path) if cfg.path else "trained"}
+    meta = {"key": key, "sha256": sha, "vocab_size": vocab, "eos_token": cfg.eos_token, "eos_id": ids["eos_token"],
+            "bos_token": cfg.bos_token, "bos_id": ids["bos_token"], "dtype": dtype_for(vocab),
+            "source": str(given) if given else "trained"}
     fsio.write_json(meta_path, meta)
     log(f"tokenize: tokenizer {'loaded' if given else 'trained'}: vocab {vocab}, sha256 {sha[:12]}")
     return tok, meta
+
+
+def _special_id(tok, field: str, token: str | None, given: Path | None) -> int | None:
+    """The id of tokenizer.eos_token / bos_token, or BadInput naming the field and what the
+    tokenizer does have."""
+    if token is None:
+        return None
+    i = tok.token_to_id(token)
+    if i is None:
+        specials = [t.content for t in tok.get_added_tokens_decoder().values() if t.special]
+        raise BadInput(f"tokenizer.{field}: {token!r} is not in {given or 'the trained tokenizer'}; its special "
+                       f"tokens are {specials[:12]}: set tokenizer.{field} to one of them")
+    return i
 
 
 def _unindex(d: Path) -> None:
@@ -172,12 +195,13 @@ def encode_part(part: frame.Part) -> tuple[list[Path], dict]:
     encoder = encoder_for(w.recipe)
     dtype = DTYPES[w.dtype]
     eos = np.array([w.eos], dtype=np.uint32)
+    bos = () if w.bos is None else (np.array([w.bos], dtype=np.uint32),)
     docs = tokens = 0
     with fsio.atomic_writer(w.out, point="tokenize.write") as f:
         for batch in clean.documents(w.src, w.side):
             pieces = []
             for ids in encoder.encode_arrays(batch):
-                pieces += (ids, eos)
+                pieces += (*bos, ids, eos)
             arr = np.concatenate(pieces).astype(dtype)  # ids < vocab_size: uint16 holds them when it fits
             f.write(arr.tobytes())
             docs += len(batch)
@@ -204,11 +228,14 @@ def plan(params: Params, layout: Layout, parts: dict[str, list[Path]], recipe: R
             docs = {"val": len(sel["heldout"]), "train": rows - len(set(sel["heldout"]) | set(sel["dropped"]))}
             for side in SIDES if sel["heldout"] else ("train",):
                 tok = layout.tokens_of(name, side) / f"{p.stem}.bin"
-                key = fsio.stable_hash([clean.side_key(p, side), tmeta["sha256"], tmeta["eos_id"], tmeta["dtype"]])
+                # bos only when set: the parts of a line without one keep their keys
+                key = fsio.stable_hash([clean.side_key(p, side), tmeta["sha256"], tmeta["eos_id"], tmeta["dtype"]]
+                                       + ([tmeta["bos_id"]] if tmeta.get("bos_id") is not None else []))
                 size = p.stat().st_size * docs[side] // max(rows, 1)  # progress: the side's share of the part, by documents
                 out.append(frame.Part("tokenize", f"{name}/{'' if side == 'train' else 'val/'}{p.stem}", key,
                                       str(tok.with_suffix(".json")), size,
-                                      Work(name, str(p), side, str(tok), recipe, tmeta["eos_id"], tmeta["dtype"])))
+                                      Work(name, str(p), side, str(tok), recipe, tmeta["eos_id"], tmeta["dtype"],
+                                           tmeta.get("bos_id"))))
     return out
 
 
@@ -240,7 +267,8 @@ def run(params: Params, layout: Layout, log: Log = print, mapper: Mapper = threa
                     if j.work.source == name and j.work.side == side]
             entries = [{"file": out.name, "bytes": m["files"][out.name], **m["stats"]} for out, m in mine]
             index = {"source": name, "side": side, "dtype": tmeta["dtype"], "tokenizer_sha256": tmeta["sha256"],
-                     "eos_id": tmeta["eos_id"], "encoder": encoder.backend, "encoder_reason": encoder.reason,
+                     "eos_id": tmeta["eos_id"], **({"bos_id": tmeta["bos_id"]} if tmeta.get("bos_id") is not None else {}),
+                     "encoder": encoder.backend, "encoder_reason": encoder.reason,
                      "parts": entries, "tokens": sum(e["tokens"] for e in entries),
                      "docs": sum(e["docs"] for e in entries)}
             where = layout.tokens_of(name, side)

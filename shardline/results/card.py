@@ -1,7 +1,9 @@
 """The model card (README.md) of an exported checkpoint: what it was trained on, how, and how it scored.
 
-Contract: `render(name, manifest, state, model, eos_id)` is a pure function of the checkpoint's manifest
-(lineage, eval, versions), its train state and the rebuilt model; it reads no file. It states the
+Contract: `render(name, manifest, state, model, eos_id, config)` is a pure function of the checkpoint's
+manifest (lineage, eval, versions), its train state, the rebuilt model and the config.json it is exported
+with; it reads no file. It states the architecture (and, for document attention, what transformers'
+causal attention means for it), the model it started from (train.init_from), the
 data version, sources, mix, cleaning rules, tokens seen, the held-out eval the manifest holds
 (per source loss and bits per byte, mix-weighted total), how it was trained (steps, precision,
 world size and strategy, schedule and optimiser settings from the lineage's params["train"]),
@@ -14,7 +16,6 @@ from __future__ import annotations
 import json
 
 from shardline.training import guard
-from shardline.training.model import GPT
 
 CAVEAT = ("The tokenizer's ids equal the line's encoder's for text that holds no special-token string. Where the "
           "text holds one (e.g. `{eos}`), `transformers` turns it into the special token's id (its default, "
@@ -52,8 +53,11 @@ def _data(lin: dict) -> list[str]:
     tok = lin["params"].get("tokenizer") or {}
     specials = _cell(list(tok.get("special_tokens") or []))
     out.append("")
-    out.append(f"Tokenizer: byte-level BPE, vocab_size {tok.get('vocab_size')}, special tokens {specials}, EOS "
-               f"`{tok.get('eos_token')}`.")
+    given = (lin.get("init") or {}).get("from") or tok.get("path")
+    kind = (f"the tokenizer.json of `{given}`" if given else
+            f"byte-level BPE, vocab_size {tok.get('vocab_size')}, special tokens {specials}")
+    bos = f", BOS `{tok['bos_token']}` before every document" if tok.get("bos_token") else ""
+    out.append(f"Tokenizer: {kind}, EOS `{tok.get('eos_token')}`{bos}.")
     return out
 
 
@@ -112,18 +116,40 @@ print(tok.decode(model.generate(ids, max_new_tokens=32, do_sample=False)[0]))
 ```"""
 
 
-def render(name: str, manifest: dict, state: dict, model: GPT, eos_id: int) -> str:
+def _shape(c) -> str:
+    if c.arch == "gpt2":
+        return f"n_layer {c.n_layer}, n_head {c.n_head}, n_embd {c.d_model}"
+    return (f"{c.n_layer} layers, {c.n_head} query heads and {c.kv_heads} key/value heads of {c.head_size}, hidden "
+            f"{c.d_model}, SwiGLU {c.mlp_hidden}, RoPE theta {c.rope_theta:g}{', QK-norm' if c.qk_norm else ''}")
+
+
+def render(name: str, manifest: dict, state: dict, model, eos_id: int, config: dict | None = None) -> str:
+    """The card of `model` (a shardline.model network) exported with `config` (its config.json)."""
     c, lin = model.cfg, manifest["lineage"]
+    arch = (config or {}).get("architectures", ["GPT2LMHeadModel"])[0]
     eos = lin["params"]["tokenizer"]["eos_token"]
-    out = ["---", "library_name: transformers", "pipeline_tag: text-generation", "tags: [shardline, gpt2]", "---", "",
+    out = ["---", "library_name: transformers", "pipeline_tag: text-generation",
+           f"tags: [shardline, {(config or {}).get('model_type', 'gpt2')}]", "---", "",
            f"# {name} (step {manifest['step']})", ""]
-    out.append(f"A GPT-2-architecture causal language model (n_layer {c.n_layer}, n_head {c.n_head}, n_embd "
-               f"{c.d_model}, a {c.seq_len}-token context, vocab {c.vocab_size}, {model.num_params(False):,} "
-               f"parameters, tied embeddings), exported from Shardline checkpoint `{name}` by `shardline export`. "
+    out.append(f"A causal language model, `{arch}` ({_shape(c)}, a {c.seq_len}-token context, vocab "
+               f"{c.vocab_size}, {model.num_params(False):,} parameters, {'tied' if c.tie_embeddings else 'untied'} "
+               f"embeddings), exported from Shardline checkpoint `{name}` by `shardline export`. "
                "`lineage.json` holds its full lineage (what `shardline lineage --json` prints).")
+    if c.attention == "document":
+        out.append("")
+        out.append("It trained with document attention (no token attended across a document boundary, positions "
+                   "restarting at each document); `transformers` runs plain causal attention, which is the same on "
+                   "input holding one document.")
+    if lin.get("init"):
+        out.append("")
+        out.append(f"Its training started from `{lin['init']['from']}` ({lin['init']['architecture']}).")
     out += ["", "## Use", "", USE, "", CAVEAT.format(eos=eos, eos_id=eos_id), ""]
-    out.append(f"Inputs longer than {c.seq_len} tokens (n_positions) are refused by `transformers`; "
-               "`shardline sample` crops its context to the last seq_len tokens instead.")
+    if c.arch == "gpt2":
+        out.append(f"Inputs longer than {c.positions} tokens (n_positions) are refused by `transformers`; "
+                   "`shardline sample` crops its context to the last seq_len tokens instead.")
+    else:
+        out.append(f"It trained on {c.seq_len}-token blocks (max_position_embeddings); `shardline sample` crops its "
+                   "context to the last seq_len tokens.")
     out += ["", *_data(lin), "", *_training(lin, state), "", *_eval(manifest)]
     versions = ", ".join(f"{k} {v}" for k, v in sorted((manifest.get("versions") or {}).items()))
     return "\n".join([*out, "", "## Versions", "", versions, ""])

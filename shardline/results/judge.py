@@ -18,7 +18,8 @@ import torch
 
 from shardline.core.config import Params, Train
 from shardline.core.errors import BadInput
-from shardline.training.evaluate import HeldOut, evaluate
+from shardline.core import fsio
+from shardline.training.evaluate import HeldOut, boundary_ids, evaluate
 from shardline.core.layout import Layout
 from shardline.stream.loader import data_version, open_sources
 from shardline.training.train import autocast_for
@@ -29,7 +30,8 @@ def judge(path: Path, params: Params, layout: Layout, device: torch.device | Non
     model, state, manifest = load_model(path)
     gcfg, lin = model.cfg, manifest["lineage"]
     names = [s.name for s in params.sources]
-    held = HeldOut.open(layout.shards, names, params.eval.blocks, layout.tokenizer_json)
+    meta = fsio.read_json(layout.tokenizer_meta) if layout.tokenizer_meta.exists() else {}
+    held = HeldOut.open(layout.shards, names, params.eval.blocks, layout.tokenizer_json, boundaries=boundary_ids(meta))
     if not any(len(b.ids) for b in held.blocks):
         raise BadInput(f"{layout.rel(layout.shards)}: no source has a held-out block (val/ holds fewer tokens than "
                        "one block): nothing to judge on; raise eval.fraction or eval.min_docs and re-run 'dvc repro'")

@@ -161,6 +161,19 @@ def _drift(rows: list[dict], tolerance: float) -> list[str]:
     return out
 
 
+def _model_line(lin: dict) -> str:
+    m, train = lin["params"]["model"], lin["params"]["train"]
+    shape = ", ".join(f"{k} {m[k]}" for k in ("n_layer", "n_head", "n_kv_head", "d_model", "ffn_hidden")
+                      if m.get(k) is not None)
+    line = f"- model: {m.get('arch', 'gpt2')} ({shape}), {train.get('attention', 'causal')} attention"
+    init = lin.get("init")
+    if init:
+        line += (f"; started from `{init['from']}` ({init['architecture']}, held-out loss before training "
+                 f"{init['eval']['total']['loss']:.4f})" if init.get("eval") else
+                 f"; started from `{init['from']}` ({init['architecture']})")
+    return line
+
+
 def build(params: Params, layout: Layout) -> str:
     lines = ["# Shardline evidence card", ""]
     ck_root = layout.checkpoints
@@ -179,7 +192,7 @@ def build(params: Params, layout: Layout) -> str:
                   f"{' (dirty)' if lin['code']['dirty'] else ''}; parent {lin['parent'] or '(fresh start)'}",
                   "- sources: " + ", ".join(f"{s['name']} ({s['uri']}, {len(s['files'] or [])} files)"
                                             for s in lin["sources"]),
-                  f"- cleaning rules: `{json.dumps(lin['clean_rules'], sort_keys=True)}`", ""]
+                  f"- cleaning rules: `{json.dumps(lin['clean_rules'], sort_keys=True)}`", _model_line(lin), ""]
     else:
         lines += ["No valid checkpoint yet.", ""]
     stats = fsio.read_json(layout.clean_stats)

@@ -17,8 +17,10 @@ Contract:
 - `sample(path, layout, prompt, settings)` opens the checkpoint (`trained.load_model`; eval
   mode, torch.no_grad), encodes the prompt with the line's `Encoder` and the checkpoint's own
   tokenizer (refused when data/tokenizer/tokenizer.json is another one: `trained.tokenizer_file`),
-  and decodes the new ids with special tokens skipped. An empty prompt starts from the EOS
-  token: a document boundary, which is what the model saw before every document but the first.
+  and decodes the new ids with special tokens skipped. The prompt starts a document as training
+  documents start: after tokenizer.bos_token when the line sets one; an empty prompt without one
+  starts from the EOS token, the boundary the model saw before every document but the first.
+  The model runs with the attention it trained with (train.attention).
 """
 
 from __future__ import annotations
@@ -32,8 +34,7 @@ import torch
 from shardline.data import tokenizer as toks
 from shardline.core.errors import BadInput
 from shardline.core.layout import Layout
-from shardline.training.model import GPT
-from shardline.results.trained import eos_token, load_model, tokenizer_file
+from shardline.results.trained import bos_token, eos_token, load_model, tokenizer_file
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,7 @@ def _pick(logits: torch.Tensor, s: Settings, gen: torch.Generator | None) -> int
 
 
 @torch.no_grad()
-def continue_ids(model: GPT, ids: list[int], s: Settings, eos_id: int | None) -> Continuation:
+def continue_ids(model: torch.nn.Module, ids: list[int], s: Settings, eos_id: int | None) -> Continuation:
     if not ids:
         raise BadInput("an empty context has nothing to continue; give at least one id")
     was = model.training
@@ -100,7 +101,9 @@ def sample(path: Path, layout: Layout, prompt: str, s: Settings) -> dict:
     tok_path = tokenizer_file(manifest, layout, "sample")
     tok = toks.load(tok_path)
     eos = toks.token_id(tok, eos_token(manifest))
-    ids = toks.Encoder.build(tok).encode_batch([prompt])[0] or [eos]
+    bos = toks.token_id(tok, bos_token(manifest)) if bos_token(manifest) else None
+    # a document starts as in training: with BOS when the line puts one, else after an EOS
+    ids = ([bos] if bos is not None else []) + toks.Encoder.build(tok).encode_batch([prompt])[0] or [eos]
     out = continue_ids(model, ids, s, eos)
     return {"checkpoint": Path(path).name, "step": manifest["step"], "prompt": prompt, "prompt_ids": ids,
             "ids": out.ids, "text": tok.decode(out.ids, skip_special_tokens=True), "stopped": out.stopped,

@@ -1,11 +1,13 @@
-"""A trained model opened for use: the one place that rebuilds our GPT from a checkpoint.
+"""A trained model opened for use: the one place that rebuilds a network from a checkpoint.
 
 Contract:
 - `load_model(path)` refuses (BadInput, naming why) a checkpoint whose manifest does not verify,
   reads only its weights (full: model.pt by `torch.load(weights_only=True)`; sharded: the model's
   chunks from dcp/, gathered into full tensors in this process; never the optimizer, scaler or
-  RNG), its train state and its manifest, and rebuilds the GPT: vocab_size and seq_len from
-  the tensors, every other hyperparameter from the lineage's params["model"]. It returns
+  RNG), its train state and its manifest, and rebuilds the network (shardline.model): vocab_size
+  (and gpt2's position table) from the tensors, seq_len from the loader state, the attention from
+  the lineage's params["train"] with its EOS/BOS ids, every other hyperparameter from the
+  lineage's params["model"] (a lineage from before llama: gpt2, causal). It returns
   (model on CPU in eval mode, train state, manifest) and leaves the global RNG as it was.
   `judge`, `export` and `sample` all open checkpoints through it, so none can rebuild a model
   the others would not.
@@ -13,7 +15,7 @@ Contract:
   lineage's data_version.tokenizer_sha256; otherwise BadInput naming both hashes, since the
   checkpoint's ids would mean other text.
 - `eos_token(manifest)` is the lineage's params tokenizer.eos_token (what ends every training
-  document).
+  document); `bos_token(manifest)` its bos_token (what starts each; None when unset).
 """
 
 from __future__ import annotations
@@ -26,12 +28,12 @@ from shardline.core import fsio
 from shardline.training import checkpoint, sharded
 from shardline.core.errors import BadInput
 from shardline.core.layout import Layout
-from shardline.training.model import GPT, GPTConfig
+from shardline.model import build, resolve
 
 WEIGHTS = "model.pt"
 
 
-def load_model(path: Path) -> tuple[GPT, dict, dict]:
+def load_model(path: Path) -> tuple[torch.nn.Module, dict, dict]:
     path = Path(path)
     ok, why = checkpoint.verify(path)
     if not ok:
@@ -42,10 +44,14 @@ def load_model(path: Path) -> tuple[GPT, dict, dict]:
                        "of 'shardline stage train'")
     tensors, state, manifest = checkpoint.load(path, skip=tuple(n for n in files if n != WEIGHTS))
     weights = sharded.full_state(path) if manifest.get("format") == "sharded" else tensors[WEIGHTS]
-    cfg = GPTConfig(vocab_size=weights["lm_head.weight"].shape[0], seq_len=weights["transformer.wpe.weight"].shape[0],
-                    **manifest["lineage"]["params"]["model"])
-    with torch.random.fork_rng(devices=[]):  # GPT() draws its (discarded) init: keep the caller's RNG as it was
-        model = GPT(cfg)
+    lin = manifest["lineage"]
+    special = lin.get("special_ids") or {}
+    wpe = weights.get("transformer.wpe.weight")
+    cfg = resolve(lin["params"]["model"], vocab_size=weights["lm_head.weight"].shape[0],
+                  seq_len=state["loader"]["seq_len"], attention=lin["params"]["train"].get("attention", "causal"),
+                  eos_id=special.get("eos"), bos_id=special.get("bos"), n_positions=0 if wpe is None else wpe.shape[0])
+    with torch.random.fork_rng(devices=[]):  # building draws its (discarded) init: keep the caller's RNG as it was
+        model = build(cfg)
     model.load_state_dict(weights)
     return model.eval(), state, manifest
 
@@ -73,3 +79,7 @@ def tokenizer_file(manifest: dict, layout: Layout, what: str) -> Path:
 
 def eos_token(manifest: dict) -> str:
     return manifest["lineage"]["params"]["tokenizer"]["eos_token"]
+
+
+def bos_token(manifest: dict) -> str | None:
+    return manifest["lineage"]["params"]["tokenizer"].get("bos_token")

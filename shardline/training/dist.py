@@ -14,7 +14,9 @@ Contract:
   the command); LOCAL_RANK is then set and nothing is relaunched.
 - `wrap` applies train.strategy before the optimizer is built: ddp replicates the model and
   all-reduces gradients; fsdp (FSDP2 `fully_shard`, each block and the root) shards parameters,
-  gradients and optimizer state. With one process both are plain single-process training.
+  gradients and optimizer state, with bf16 as FSDP's mixed precision (bf16 parameters and compute,
+  fp32 reductions; `mixed_precision`: the trainer then runs no autocast). With one process both
+  are plain single-process training.
 - A full checkpoint (train.checkpoint_format full) holds what a single process writes,
   whatever the strategy: the full `model.state_dict()` and `optimizer.state_dict()` keyed by
   parameter index. `full_state` and `load_full_state` convert from and to the live, possibly
@@ -51,6 +53,8 @@ class Dist:
         self.timeout = datetime.timedelta(seconds=cfg.dist_timeout_s)
         self._side = None
         self.strategy = cfg.strategy if self.world > 1 else "single"
+        # fsdp + bf16: FSDP2's mixed precision (bf16 parameters and compute, fp32 gradient reductions)
+        self.mixed_precision = self.strategy == "fsdp" and cfg.precision == "bf16"
         if cfg.strategy == "fsdp" and self.world == 1 and self.rank == 0:
             log("train: train.strategy is fsdp but this is one process (train.nproc_per_node 1, no torchrun): "
                 "training single-process, nothing to shard")
@@ -68,13 +72,17 @@ class Dist:
     def wrap(self, model: torch.nn.Module, blocks: Iterable[torch.nn.Module]) -> torch.nn.Module:
         """The module to run forward/backward through. Build the optimizer on `model` after this:
         fully_shard swaps its parameters for sharded ones. Hold the result no longer than the
-        process group (see `close`)."""
+        process group (see `close`). Under fsdp with `mixed_precision`, parameters are all-gathered
+        and computed on in bf16 while the sharded fp32 parameters, the optimizer and the gradient
+        reduce-scatter stay fp32 (torchtitan's default policy)."""
         if self.strategy == "fsdp":
-            from torch.distributed.fsdp import fully_shard
+            from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+            mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) \
+                if self.mixed_precision else MixedPrecisionPolicy()
             for block in blocks:  # one all-gather per block, so only one block is ever unsharded
-                fully_shard(block)
-            return fully_shard(model)
+                fully_shard(block, mp_policy=mp)
+            return fully_shard(model, mp_policy=mp)
         if self.strategy == "ddp":
             return torch.nn.parallel.DistributedDataParallel(model)
         return model

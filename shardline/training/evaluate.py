@@ -6,9 +6,11 @@ Contract:
   spread evenly over them (all of them when there are fewer): the same blocks on every call,
   verified against val/index.json before use (ShardCorrupt otherwise) and then kept in memory.
 - Loss is the mean next-token cross-entropy (nats) over every target of those blocks. Bits per
-  byte = sum of the targets' losses / ln 2 / the UTF-8 bytes those targets spell (from the
-  tokenizer's vocabulary; special tokens spell none, their loss counts): a figure that compares
-  across tokenizers. The total weighs the sources by the normalised mix, over the sources that
+  byte = sum of the targets' losses / ln 2 / the UTF-8 bytes of the text those targets decode to
+  (`token_bytes`: per token, inside a document or as its first token, so a SentencePiece piece's
+  `▁` and byte-fallback bytes count as in the decoded text, not as each token decoded alone;
+  special tokens spell none, their loss counts): a figure that compares across tokenizers.
+- The model is run as it trained: its own attention (causal or by document). The total weighs the sources by the normalised mix, over the sources that
   have held-out blocks.
 - `evaluate` runs in eval mode without gradients, inside torch.random.fork_rng, and restores the
   mode it found: training's RNG streams are never touched, so a run with eval on trains
@@ -19,7 +21,9 @@ Contract:
 
 from __future__ import annotations
 
+import json
 import math
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,19 +52,48 @@ class Blocks:
     tokens: int
 
 
-def token_bytes(tokenizer_json: str | Path) -> np.ndarray:
-    """UTF-8 bytes each token id spells (0 for special tokens)."""
+def token_bytes(tokenizer_json: str | Path) -> tuple[np.ndarray, np.ndarray]:
+    """UTF-8 bytes each token id adds to the decoded text: (inside a document, as a document's first
+    token). They differ where the decoder drops what the encoder put before a document (a
+    SentencePiece-style `▁` prefix); special tokens spell none. Byte-level BPE spells each byte as
+    one character and byte-fallback tokens (`<0xE6>`) one byte each, whatever their neighbours;
+    any other token is decoded after an anchor token and alone, so the counts are those of
+    decoding the whole text, not of each token decoded on its own."""
     from shardline.data.tokenizer import _U2B, load
 
     tok = load(Path(tokenizer_json))
+    spec = json.loads(tok.to_str())
     special = {t.content for t in tok.get_added_tokens_decoder().values() if t.special}
-    out = np.zeros(tok.get_vocab_size(), dtype=np.int64)
+    byte_level = (spec.get("decoder") or {}).get("type") == "ByteLevel"
+    fallback = bool((spec.get("model") or {}).get("byte_fallback"))
+    mid = np.zeros(tok.get_vocab_size(), dtype=np.int64)
+    start = np.zeros_like(mid)
+    plain = []
     for text, i in tok.get_vocab().items():
         if text in special:
             continue
-        # byte-level BPE spells each byte as one character; other models: decode the token
-        out[i] = len(text) if all(c in _U2B for c in text) else len(tok.decode([i]).encode())
-    return out
+        if byte_level and all(c in _U2B for c in text):
+            mid[i] = start[i] = len(text)
+        elif fallback and _BYTE_TOKEN.fullmatch(text):
+            mid[i] = start[i] = 1
+        else:
+            plain.append(i)
+    if plain:
+        anchor = tok.encode("a", add_special_tokens=False).ids[-1]
+        base = len(tok.decode([anchor]).encode())
+        pairs = tok.decode_batch([[anchor, i] for i in plain], skip_special_tokens=True)
+        alone = tok.decode_batch([[i] for i in plain], skip_special_tokens=True)
+        mid[plain] = [len(t.encode()) - base for t in pairs]
+        start[plain] = [len(t.encode()) for t in alone]
+    return mid, start
+
+
+_BYTE_TOKEN = re.compile(r"<0x[0-9A-Fa-f]{2}>")
+
+
+def boundary_ids(tokenizer_meta: dict) -> tuple[int, ...]:
+    """The ids after which a document starts: EOS, and BOS when the line puts one (data/tokenizer/meta.json)."""
+    return tuple(i for i in (tokenizer_meta.get("eos_id"), tokenizer_meta.get("bos_id")) if i is not None)
 
 
 def spread(available: int, budget: int) -> np.ndarray:
@@ -72,13 +105,23 @@ def spread(available: int, budget: int) -> np.ndarray:
 class HeldOut:
     """The fixed held-out blocks of every source, with what a bits-per-byte figure needs."""
 
-    def __init__(self, blocks: list[Blocks], token_bytes: np.ndarray, seq_len: int, tokenizer_sha256: str):
-        self.blocks, self.token_bytes = blocks, torch.from_numpy(token_bytes)
+    def __init__(self, blocks: list[Blocks], token_bytes: tuple[np.ndarray, np.ndarray], seq_len: int,
+                 tokenizer_sha256: str, boundaries: Sequence[int] = ()):
+        self.blocks = blocks
+        self.mid_bytes, self.start_bytes = (torch.from_numpy(t) for t in token_bytes)
+        self.boundaries = torch.tensor(sorted(boundaries), dtype=torch.long)
         self.seq_len, self.tokenizer_sha256 = seq_len, tokenizer_sha256
+
+    def target_bytes(self, x: torch.Tensor, y: torch.Tensor) -> int:
+        """UTF-8 bytes the targets `y` spell, each after its input `x` (the token before it): a target
+        after EOS or BOS is the first token of a document."""
+        first = torch.isin(x, self.boundaries)
+        return int(torch.where(first, self.start_bytes[y], self.mid_bytes[y]).sum())
 
     @classmethod
     def open(cls, shards_dir: str | Path, names: Sequence[str], budget: int, tokenizer_json: str | Path,
-             remote: Remote | None = None) -> "HeldOut":
+             remote: Remote | None = None, boundaries: Sequence[int] = ()) -> "HeldOut":
+        """`boundaries`: the EOS and BOS ids (a token after one starts a document)."""
         val = [f"{n}/val" for n in names]
         if remote is not None:
             indexes = read_indexes(remote, val)
@@ -98,14 +141,14 @@ class HeldOut:
                                      DTYPES[dtype], seq_len + 1, remote and (remote, f"{name}/val")),
                          ix["total_blocks"], ix["docs"], ix["total_tokens"])
                   for name, ix in zip(names, indexes)]
-        return cls(blocks, token_bytes(tokenizer_json), seq_len, tok_sha)
+        return cls(blocks, token_bytes(tokenizer_json), seq_len, tok_sha, boundaries)
 
     @classmethod
     def for_training(cls, params, layout, remote: Remote | None, seq_len: int, tokenizer_sha256: str,
                      log: Callable[[str], None]) -> "HeldOut | None":
         """The held-out set of a training run (None, said so, when no source has a block)."""
         held = cls.open(layout.shards, [s.name for s in params.sources], params.eval.blocks,
-                        layout.tokenizer_json, remote)
+                        layout.tokenizer_json, remote, boundary_ids(fsio.read_json(layout.tokenizer_meta)))
         if held.seq_len != seq_len or held.tokenizer_sha256 != tokenizer_sha256:
             raise BadInput(f"{layout.rel(layout.shards)}: the held-out shards (val/) were made with another seq_len or "
                            "tokenizer than the training shards; re-run 'dvc repro shard'")
@@ -180,7 +223,7 @@ def evaluate(model: torch.nn.Module, held: HeldOut, mix: Mapping[str, float], *,
                 if i < len(mine):
                     sums[s, 0] += nll.double().sum().cpu()
                     sums[s, 1] += y.numel()
-                    sums[s, 2] += held.token_bytes[y.reshape(-1).cpu()].sum()
+                    sums[s, 2] += held.target_bytes(x.cpu(), y.cpu())
                 chaos.point("train.eval")
         finally:
             model.train(was_training)

@@ -2,8 +2,9 @@
 
 Contract:
 - A run's identity is what shapes the model: the data version (content hash of the training
-  shards and the tokenizer), the mix, the model, the loader seed and batch geometry, and the
-  train settings in SHAPING. Not `train.steps` (raising it continues the run), nor settings that
+  shards and the tokenizer), the mix, the model (the fields of its architecture:
+  `Model.identity`), the weights it started from (train.init_from's sha256s), the loader seed
+  and batch geometry, and the train settings in SHAPING (train.attention among them). Not `train.steps` (raising it continues the run), nor settings that
   only say how to run it (checkpoints, retention, processes, threads, timeouts).
 - `saved` derives a checkpoint's identity from what it already records (the loader state and
   the lineage's params): nothing extra is stored.
@@ -26,20 +27,23 @@ from typing import Callable
 from shardline.core import fsio
 from shardline.training import checkpoint, guard
 from shardline.core.config import Params, Train
+from shardline.core.sections_run import identity_of
 from shardline.core.errors import BadInput
 
 SHAPING = ("grad_accum", "lr", "min_lr", "warmup_steps", "schedule", "decay_fraction", "weight_decay", "beta1",
-           "beta2", "grad_clip", "precision", "seed")
+           "beta2", "grad_clip", "precision", "seed", "attention")
 # how far to train, and how to run and keep it: a change continues the same run
 RUNNING = ("steps", "compile", "deterministic", "device", "threads", "nproc_per_node", "checkpoint_every",
            "keep_last", "keep_every", "allow_data_change", "fresh_on_data_change", "slow_step_factor", "strategy", "checkpoint_format",
-           "dist_timeout_s", "spike_factor", "spike_patience", "spike_window", "max_skipped", "max_rollbacks")
+           "dist_timeout_s", "spike_factor", "spike_patience", "spike_window", "max_skipped", "max_rollbacks",
+           # recompute changes memory, not one bit of what is computed; init_from's identity is its weights' sha256
+           "activation_checkpointing", "init_from")
 Log = Callable[[str], None]
 
 
 # Settings added after runs existed, at the value those runs had: left out of an identity that holds
 # them at it, so those runs keep their identity and tag (and their kept checkpoints).
-IMPLIED = {"train.schedule": "cosine"}
+IMPLIED = {"train.schedule": "cosine", "train.attention": "causal"}
 
 
 def _shaping(train: dict) -> dict:
@@ -50,17 +54,25 @@ def _shaping(train: dict) -> dict:
     return {k: v for k, v in out.items() if k not in IMPLIED or IMPLIED[k] != v}
 
 
-def current(params: Params, loader_state: dict) -> dict:
+def _init(weights: dict | None) -> dict:
+    return {"init": weights} if weights else {}  # absent without init_from: older runs keep their identity
+
+
+def current(params: Params, loader_state: dict, model: dict | None = None, init=None) -> dict:
+    """This run's identity; `model` is the model section as built (train.init_from's shape), `init`
+    the imported directory (shardline.model.hf.Imported), whose weights' sha256 are part of it."""
     return {"data_version": loader_state["data_version"], "mix": loader_state["mix"],
             "loader.seed": loader_state["seed"], "loader.global_batch": loader_state["global_batch"],
-            "seq_len": loader_state["seq_len"], "model": params.section("model"), **_shaping(params.section("train"))}
+            "seq_len": loader_state["seq_len"], "model": identity_of(model or params.section("model")),
+            **_shaping(params.section("train")), **_init(init.files if init else None)}
 
 
 def saved(state: dict, manifest: dict) -> dict:
     ld, lin = state["loader"], manifest["lineage"]["params"]
+    init = manifest["lineage"].get("init")
     return {"data_version": ld["data_version"], "mix": ld["mix"], "loader.seed": ld["seed"],
-            "loader.global_batch": ld["global_batch"], "seq_len": ld["seq_len"], "model": lin["model"],
-            **_shaping(lin["train"])}
+            "loader.global_batch": ld["global_batch"], "seq_len": ld["seq_len"], "model": identity_of(lin["model"]),
+            **_shaping(lin["train"]), **_init(init["weights_sha256"] if init else None)}
 
 
 def diff(old: dict, new: dict) -> list[str]:
@@ -80,7 +92,7 @@ def decide(changes: list[str], where: str, *, allow: bool, fresh: bool) -> str:
         return "resume"
     if fresh:
         return "fresh"
-    model_changed = any(c.startswith(("model:", "seq_len:")) for c in changes)
+    model_changed = any(c.startswith(("model:", "seq_len:", "init:")) for c in changes)
     if allow and not model_changed:
         return "continue"
     what = "\n  ".join(changes)

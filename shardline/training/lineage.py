@@ -4,8 +4,10 @@ Contract: `collect` gathers, as values (never only hashes): the data version (th
 hash of the shards the loader verified, the md5 the orchestrator's data versioning records for
 data/shards (DVC's, from dvc.lock), and the tokenizer hash), the cleaning rules, the mix, the sources (uri + sha256
 of every raw file, from the download manifests when present), the model/train/loader/shard
-params, the git commit and dirty flag, the orchestrator's run id (a Prefect flow-run id), the
-parent checkpoint, the training guards' rollbacks so far (shardline.training.guard's ledger), and
+params (the model section as built: train.init_from's shape when there is one), the EOS and
+BOS ids (the document boundaries), `init` (train.init_from's directory, architecture, the sha256
+of each weight file and its held-out eval before training), the git commit and dirty flag, the
+orchestrator's run id (a Prefect flow-run id), the parent checkpoint, the training guards' rollbacks so far (shardline.training.guard's ledger), and
 `continued_from`: when this identity's training continued from a
 checkpoint of another data version or mix, that checkpoint, what changed, its own eval and its
 eval on this run's held-out set (the "before" of a before/after). `describe` renders it, with
@@ -52,26 +54,31 @@ def sources(params: Params, layout: Layout) -> list[dict]:
 
 def collect(params: Params, layout: Layout, shards_version: str, *, parent: str | None = None,
             run_id: str | None = None, shards_md5: str | None = None, data_change: list[str] | None = None,
-            continued_from: dict | None = None, rollbacks: list[dict] | None = None) -> dict:
-    tok_meta = layout.tokenizer_meta
+            continued_from: dict | None = None, rollbacks: list[dict] | None = None, model: dict | None = None,
+            init: dict | None = None) -> dict:
+    meta = fsio.read_json(layout.tokenizer_meta) if layout.tokenizer_meta.exists() else {}
+    sections = {k: params.section(k) for k in ("model", "train", "loader", "shard", "tokenizer")}
     return {
         "data_version": {"shards_sha256": shards_version, "dvc_md5": shards_md5,
-                         "tokenizer_sha256": fsio.read_json(tok_meta)["sha256"] if tok_meta.exists() else None},
+                         "tokenizer_sha256": meta.get("sha256")},
+        # the document boundaries the model's attention reads (train.attention document), as ids
+        "special_ids": {"eos": meta.get("eos_id"), "bos": meta.get("bos_id")},
         "clean_rules": params.section("clean"),
         "source_clean_rules": {s.name: s.clean for s in params.sources if s.clean},
         "mix": params.mix,
         "sources": sources(params, layout),
-        "params": {k: params.section(k) for k in ("model", "train", "loader", "shard", "tokenizer")},
+        "params": {**sections, "model": model or sections["model"]},  # the model as built (init_from's shape)
         "code": git_state(layout.root),
         "run": {"prefect_flow_run_id": run_id},
         "parent": parent,
         "data_change": data_change or [],
         "continued_from": continued_from,
         "rollbacks": rollbacks or [],
+        "init": init,
     }
 
 
-def _eval_line(ev: dict | None) -> str:
+def eval_line(ev: dict | None) -> str:
     if not ev:
         return "none"
     per = ", ".join(f"{n} {v['loss']:.4f} ({v['bpb']:.4f} bpb)" for n, v in ev["sources"].items())
@@ -90,12 +97,17 @@ def describe(manifest: dict) -> str:
              f"  prefect flow run: {lin['run']['prefect_flow_run_id']}"]
     if lin["data_change"]:
         lines.append("  ALLOWED DATA CHANGE at this resume: " + "; ".join(lin["data_change"]))
-    lines.append(f"  eval (held-out) at step {manifest['step']}: {_eval_line(manifest.get('eval'))}")
+    lines.append(f"  eval (held-out) at step {manifest['step']}: {eval_line(manifest.get('eval'))}")
+    init = lin.get("init")
+    if init:
+        files = ", ".join(f"{f} {h}" for f, h in init["weights_sha256"].items())
+        lines.append(f"  initialised from {init['from']} ({init['architecture']}); weights sha256: {files}")
+        lines.append(f"    it, on the held-out set before training: {eval_line(init.get('eval'))}")
     origin = lin.get("continued_from")
     if origin:
         lines.append(f"  continued from {origin['checkpoint']} of another data version/mix "
                      f"({'; '.join(origin['changes'])})")
-        lines.append(f"    it, on today's held-out set: {_eval_line(origin['eval_now'])}")
+        lines.append(f"    it, on today's held-out set: {eval_line(origin['eval_now'])}")
     for e in lin.get("rollbacks") or []:
         lines.append(f"  {guard.describe(e)}")
     for s in lin["sources"]:

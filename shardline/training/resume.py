@@ -33,6 +33,7 @@ class Position:
     continued_from: dict | None = None  # this identity's training continued from a checkpoint of another
     known: int = 0  # rollback-ledger entries the checkpoint was saved with
     guard: dict | None = None  # the guards' state (shardline.training.guard)
+    init: dict | None = None  # train.init_from as the run's first checkpoint recorded it (lineage)
 
 
 def resume(latest: Path, changes: list[str], loader: Loader, dist: Dist, model, opt, scaler,
@@ -54,4 +55,4 @@ def resume(latest: Path, changes: list[str], loader: Loader, dist: Dist, model, 
                   "changes": changes, "eval": manifest.get("eval"), "eval_now": None}
     return Position(step, state["tokens_seen"], state.get("resumes", 0) + (not rolled_back),  # not a crash
                     step if changes else state.get("version_start_step", 0), latest.name, changes, origin,
-                    len(lin.get("rollbacks") or []), state.get("guard"))
+                    len(lin.get("rollbacks") or []), state.get("guard"), lin.get("init"))

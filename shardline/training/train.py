@@ -1,4 +1,4 @@
-"""train stage: a GPT on the shards, resumable bit-for-bit from any kill.
+"""train stage: a Llama or GPT-2 (shardline.model) on the shards, resumable bit-for-bit from any kill.
 
 Contract:
 - Everything a resume needs is in the newest valid checkpoint: model, optimizer, GradScaler,
@@ -33,6 +33,10 @@ Contract:
   itself under torchrun on this machine.
 - Per step, data/metrics/train.jsonl gets tokens, step/data-wait/compute time, tokens/s, MFU
   (shardline.training.monitor); a resumed run first drops lines past its checkpoint.
+- The network (shardline.training.network) is params.yaml's model, or train.init_from's: a fresh
+  start from it loads its weights and evaluates it on the held-out set before the first step (the
+  lineage's `init`). Activation checkpointing and torch.compile apply per block before the
+  strategy wraps it; under fsdp, bf16 is FSDP's mixed precision instead of autocast.
 """
 
 from __future__ import annotations
@@ -60,7 +64,8 @@ from shardline.training.evaluate import HeldOut, compact, due, evaluate
 from shardline.training.guard import Guard, RolledBack, Trouble
 from shardline.core.layout import Layout
 from shardline.stream.loader import Loader
-from shardline.training.model import GPT, GPTConfig, configure_optimizer
+from shardline.training.network import Network, prepare
+from shardline.training.optimizer import configure_optimizer
 from shardline.training.monitor import Monitor, guess_peak_flops, read_records, summarize, truncate_records, write_derived
 from shardline.training.resume import Position, resume
 from shardline.training.schedule import lr_at
@@ -128,12 +133,12 @@ def _train(params: Params, layout: Layout, log: Log, device: torch.device, dist:
     cfg = params.train
     ckpts, metrics = layout.checkpoints, layout.train_log
     loader = Loader.from_params(params, layout, rank=dist.rank, world=dist.world, log=log)
-    vocab = fsio.read_json(layout.tokenizer_meta)["vocab_size"]
-    gcfg = GPTConfig(vocab_size=vocab, seq_len=loader.seq_len, **params.section("model"))
+    network = Network.for_run(params, layout, loader.seq_len)
     held = (HeldOut.for_training(params, layout, loader.spec.remote, loader.seq_len,
                                  loader.reader.sources[0].index["tokenizer_sha256"], log)
             if params.eval.every else None)
-    kept = layout.kept / identity.tag(identity.current(params, loader.state_dict()))
+    ident = identity.current(params, loader.state_dict(), network.section, network.init)
+    kept = layout.kept / identity.tag(ident)
     ledger = dist.share(guard.read_ledger(ckpts) if dist.rank == 0 else None)
     if dist.rank == 0 and ckpts.exists():
         fsio.remove_temps(ckpts)
@@ -145,7 +150,7 @@ def _train(params: Params, layout: Layout, log: Log, device: torch.device, dist:
     changes: list[str] = []
     if latest is not None:  # verified: its JSON is what the tensors were saved with
         old = identity.saved(fsio.read_json(latest / checkpoint.STATE), fsio.read_json(latest / checkpoint.MANIFEST))
-        changes = identity.diff(old, identity.current(params, loader.state_dict()))
+        changes = identity.diff(old, ident)
         action = identity.decide(changes, latest.name, allow=cfg.allow_data_change,
                                  fresh=cfg.fresh_on_data_change or new_run)
         if action == "fresh":
@@ -156,20 +161,27 @@ def _train(params: Params, layout: Layout, log: Log, device: torch.device, dist:
                 identity.set_aside(ckpts, old, recoverable, log)
             dist.barrier()
             latest, changes, ledger = None, [], []
-    rng.seed_all(cfg.seed)
-    model = GPT(gcfg).to(device)
-    net = dist.wrap(model, model.transformer.h)
+    model = network.build(cfg.seed, fresh=latest is None).to(device)
+    prepare(model, cfg)
+    net = dist.wrap(model, model.blocks)
     opt = configure_optimizer(model, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(cfg.beta1, cfg.beta2),
                               device_type=device.type)
     scaler = torch.amp.GradScaler(device.type, enabled=cfg.precision == "fp16")
-    autocast = autocast_for(cfg, device)
+    # under fsdp, bf16 is FSDP's mixed precision (bf16 parameters, fp32 reductions), not autocast
+    autocast = contextlib.nullcontext() if dist.mixed_precision else autocast_for(cfg, device)
     per_rank = loader.spec.global_batch // dist.world
 
     def evaluate_now() -> dict:
         return evaluate(model, held, params.mix, batch=per_rank, device=device, autocast=autocast, rank=dist.rank,
                         world=dist.world, all_sum=dist.all_sum, pad=dist.strategy == "fsdp")
 
-    pos = Position()
+    pos, init = Position(), None
+    if latest is None and network.init is not None:
+        init = network.init.lineage()
+        if held is not None:  # the imported model as it came, judged on this line's held-out set
+            init["eval"] = compact(evaluate_now())
+        log(f"train: initialised from {network.init.where} ({network.init.architecture}); held-out before "
+            f"training: {lineage.eval_line(init.get('eval'))}")
     if latest is not None:
         pos = resume(latest, changes, loader, dist, model, opt, scaler, rolled_back)
         log(f"train: {'rolled back to' if rolled_back else 'resuming from'} {latest.name} (step {pos.step}, "
@@ -178,7 +190,8 @@ def _train(params: Params, layout: Layout, log: Log, device: torch.device, dist:
         if pos.changed and held is not None:
             pos.continued_from["eval_now"] = compact(evaluate_now())
     else:
-        log(f"train: fresh start, {GPT.__name__} with {model.num_params():,} parameters")
+        log(f"train: fresh start, {network.config.arch} with {model.num_params(non_embedding=False):,} parameters "
+            f"({network.config.attention} attention)")
     step, tokens_seen, target = pos.step, pos.tokens_seen, pos.version_start + cfg.steps
     guards = Guard(cfg)
     if pos.guard and not pos.changed:  # on new data, a fresh rolling median: the old one judged other text
@@ -196,10 +209,8 @@ def _train(params: Params, layout: Layout, log: Log, device: torch.device, dist:
         retain(before)
 
     lin = lineage.collect(params, layout, loader.version, parent=pos.parent, run_id=run_id, shards_md5=shards_md5,
-                          data_change=pos.changed,
-                          continued_from=pos.continued_from, rollbacks=ledger)
-    if cfg.compile:
-        net = torch.compile(net)
+                          data_change=pos.changed, continued_from=pos.continued_from, rollbacks=ledger,
+                          model=network.section, init=init if latest is None else pos.init)
     if dist.rank == 0:
         metrics.parent.mkdir(parents=True, exist_ok=True)
         truncate_records(metrics, step)
