@@ -7,8 +7,9 @@ bench.pipeline (no-op and full `dvc repro` vs the Prefect pipeline flow, on the 
 with 10 training steps), bench.scale (tokenize on 2 Dask workers vs 1; the loader streaming
 from a local S3 server vs local disk), bench.sharded (sharded vs full checkpoints under FSDP:
 peak memory and save time per rank) and bench.data (the data stages as processes on a generated
-1 GB and 4 GB JSONL corpus; ~15 minutes, one run per size) and bench.curation (the clean stage
-with FineWeb's rule sets, and near-dedup, on the same corpora; ~15 minutes) one after another, each in its own
+1 GB and 4 GB JSONL corpus; ~15 minutes, one run per size), bench.curation (the clean stage
+with FineWeb's rule sets, and near-dedup, on the same corpora; ~15 minutes) and bench.gpu (the CUDA
+paths: at most 8 minutes on one GPU; says it has not run where there is none) one after another, each in its own
 process, and writes their full output plus the headline lines to bench/REPORT.md. Every figure
 there but bench.data's is a median of >= 3 interleaved repeats with min-max, and a same-run
 ratio against its baseline (raw HF/tiktoken, raw memmap, a bare torch loop, a bare torch.save,
@@ -28,8 +29,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 BENCHES = [("tokenize", []), ("loader", []), ("train", []), ("pipeline", []), ("scale", []), ("sharded", []),
-           ("data", ["--no-curation"]), ("curation", [])]
-HEADLINE = re.compile(r"^\s*ratio |\(target|\((full|no-op)\)|identical: |^summary: |parts phase: ")
+           ("data", ["--no-curation"]), ("curation", []), ("gpu", [])]
+HEADLINE = re.compile(r"^\s*ratio |\(target|\((full|no-op)\)|identical: |^summary: |parts phase: |^\s+[1-9]\. .*\(info\)$")
 
 
 def _kept(report: Path) -> dict[str, str]:
@@ -62,7 +63,7 @@ def main() -> None:
     for name, extra in BENCHES:
         if name not in only:
             continue
-        quick = ["--repeats", "3"] if args.quick and name != "data" else []  # data: 1 run per size already
+        quick = ["--repeats", "3"] if args.quick and name not in ("data", "gpu") else []  # data: 1 run per size
         cmd = [sys.executable, "-m", f"bench.{name}", *extra, *quick]
         t0 = time.perf_counter()
         r = subprocess.run(cmd, cwd=HERE.parent, capture_output=True, text=True)

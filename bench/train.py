@@ -1,16 +1,19 @@
-"""Train stage: trainer vs a bare torch loop, checkpoint blocking time, data-wait share, eval cost.
+"""Train stage: trainer vs a bare torch loop for both architectures, checkpoint blocking time,
+data-wait share, eval cost, the cost of document attention and what activation checkpointing buys.
 
-    python -m bench.train [--repeats 3] [--steps 20] [--ckpt-repeats 7] [--profile] [--tmp-dir DIR]
+    python -m bench.train [--repeats 5] [--steps 20] [--ckpt-repeats 7] [--profile] [--tmp-dir DIR]
 
 Builds real shards once, in a temp dir, through the engine stages (download -> clean ->
 tokenize -> shard) of the shipped params.yaml (its sources: the Python standard library and the
 pydoc topics, both always present; vocab 8192, seq_len 256). Sections 1-3 train on the code
-source alone, with the shipped training params (model n_layer 2, n_head 4, d_model 128, dropout
-0.1; fp32; deterministic; train.threads left at its default), global_batch 16 blocks (4,096
-tokens per step) and --steps steps. Then measures, interleaved (each repeat runs both methods, the order
-alternating between repeats, so machine noise hits both alike):
+source alone, with the shipped training params (fp32; deterministic; train.threads left at its
+default; train.attention document, as shipped), global_batch 16 blocks (4,096 tokens per step)
+and --steps steps, for each architecture: llama as shipped (2 layers, 4 heads, 2 key/value heads,
+d_model 128, SwiGLU 384, dropout 0) and gpt2 at the same width (2 layers, 4 heads, d_model 128,
+dropout 0.1). Measured interleaved (each repeat runs both methods, the order alternating between
+repeats, so machine noise hits both alike):
 
-  1. trainer vs bare loop, tokens/s:
+  1. trainer vs bare loop, tokens/s, per architecture:
      (a) the real trainer, `shardline.training.train.run(params, layout)`, fresh each repeat
          (data/checkpoints and data/metrics deleted first); checkpoint_every is larger than
          --steps, so it saves only the final checkpoint. Its tokens/s is its own
@@ -18,16 +21,20 @@ alternating between repeats, so machine noise hits both alike):
          the trainer measures *before* its checkpoint branch: the final checkpoint is excluded
          by construction, not subtracted. run()'s wall time (setup + steps + final checkpoint +
          summary) is shown alongside, for information.
-     (b) a bare torch loop over the same work: the same GPT (seeded like the trainer: rng.seed_all
-         then GPT(cfg)), the same AdamW (configure_optimizer), the same batches (taken from a
-         Loader.from_params with the same params before timing), the same LR schedule (lr_at),
-         the same per-step dropout seed (step_seed), grad clip, deterministic mode; no
-         monitor, no scaler, no metrics file. Timed per step; tokens/s = the median of 4,096 / step_s
-         (what the trainer's monitor reports).
+     (b) a bare torch loop over the same work: the same network (seeded like the trainer:
+         rng.seed_all then shardline.model.build), the same AdamW (configure_optimizer), the same
+         batches (taken from a Loader.from_params with the same params before timing), the same LR
+         schedule (lr_at), the same per-step dropout seed (step_seed), grad clip, deterministic
+         mode; no monitor, no scaler, no metrics file. Timed per step; tokens/s = the median of
+         4,096 / step_s (what the trainer's monitor reports).
      Sanity: (b)'s loss sequence must equal the trainer's train.jsonl losses bit for bit (same
      model, data, seeds, kernels), so both really did the same work (exit 1 if not).
-     A timing breakdown of the trainer's per-step extras (LR set, dropout reseed, loader next(),
-     monitor.step, disabled GradScaler calls) follows, in microseconds against the step time.
+     The verdict is taken at the low end of the repeats: the lowest same-repeat ratio of
+     tokens/s at each run's lower-quartile step time (its least-contended quarter of steps: a
+     busy machine only ever slows a step down) must reach the target; the ratio of the medians is
+     shown beside it. A timing breakdown of the trainer's per-step extras (LR set, dropout reseed,
+     loader next(), monitor.step, disabled GradScaler calls) follows, in microseconds against
+     the step time.
   2. checkpoint blocking time: what the trainer's checkpoint branch blocks for (state_dict()
      calls + `AsyncSaver.submit`: a CPU snapshot of the state, the write, sha256s, manifest and
      retention then run on a background thread, waited for outside the timing) vs a bare
@@ -44,16 +51,24 @@ alternating between repeats, so machine noise hits both alike):
      each checkpoint and the last step, over train.steps steps). And eval tokens/s against the
      training forward pass (the forward of a training step: train mode, autograd recording, same
      batch), timed interleaved on the same model.
+  5. document attention on CPU (information): the bare llama loop with train.attention document
+     (an SDPA boolean mask [B, 1, T, T]: CPU has no FlexAttention kernel) against causal
+     (SDPA is_causal), same weights and batches, interleaved; tokens/s and the ratio.
+  6. activation checkpointing (information): llama at 4 layers x d_model 256 (activations large
+     enough to see), training steps per mode none / selective / full, each in a fresh process:
+     the peak RSS a step adds over the process's settled RSS (VmHWM reset through
+     /proc/self/clear_refs after a warm-up step; glibc made to return freed memory at once, so
+     RSS is the live tensors) and, in another process with glibc's defaults, the median step
+     time; interleaved repeats.
 
-How to read it: the three headline ratios are same-run ratios of medians (targets: (a)/(b) >=
-0.95, save/bare <= 1.5, data wait < 1%); on a small shared machine absolute times move a lot
-from run to run, so quote the ratios, not the tokens/s. Each row shows median and min-max over
-repeats; the per-repeat (a)/(b) ratios are printed too, and a noise check: the ratio of each
-run's fastest step (the least-contended one). A far lower median ratio with fastest-step ratios
-near 1, and per-step extras worth a few microseconds, means the machine moved, not the trainer.
-When a target is missed (or with --profile) cProfiles of both sides follow: own time per step
-(or per save) in buckets (torch compute, fsync, write, sha256, JSON, torch serialization, ...)
-side by side, then the slow side's top functions by own time.
+How to read it: the headline ratios are same-run ratios (targets: (a)/(b) >= 0.95 at the low end
+of the repeats, save/bare <= 1.5, data wait < 1%, eval share <= 5%); on a small shared machine
+absolute times move a lot from run to run, so quote the ratios, not the tokens/s. Each row shows
+median and min-max over repeats; the per-repeat (a)/(b) ratios are printed too, and a noise
+check: the ratio of each run's fastest step (the least-contended one). When a target is missed
+(or with --profile) cProfiles of both sides follow: own time per step (or per save) in buckets
+(torch compute, fsync, write, sha256, JSON, torch serialization, ...) side by side, then the slow
+side's top functions by own time.
 """
 
 from __future__ import annotations
@@ -67,6 +82,7 @@ import os
 import pstats
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -81,12 +97,17 @@ from shardline.training import checkpoint, lineage, saving
 from shardline.training import train as T
 from shardline.core.layout import Layout
 from shardline.stream.loader import Loader
-from shardline.training.model import GPT, GPTConfig, configure_optimizer
+from shardline.model import ModelConfig, build as build_model
 from shardline.training.monitor import Monitor
+from shardline.training.network import Network
+from shardline.training.optimizer import configure_optimizer
 
 REPO = Path(__file__).resolve().parents[1]
 GLOBAL_BATCH = 16
 TARGET_AB, TARGET_CKPT, TARGET_WAIT, TARGET_EVAL = 0.95, 1.5, 1.0, 5.0
+# the architectures section 1 compares, as model sections: llama as shipped, gpt2 at the same width
+ARCHS = {"llama": None, "gpt2": {"arch": "gpt2", "n_layer": 2, "n_head": 4, "d_model": 128, "dropout": 0.1}}
+AC_MODEL = {"arch": "llama", "n_layer": 4, "n_head": 8, "n_kv_head": 4, "d_model": 256, "dropout": 0.0}
 
 
 # ---------------------------------------------------------------- setup
@@ -106,23 +127,24 @@ def build(root: Path) -> Layout:
     return layout
 
 
-def make_params(steps: int) -> config.Params:
+def make_params(steps: int, model: dict | None = None, **train) -> config.Params:
     """The shipped params.yaml with the code source alone, global_batch 16, `steps` steps, a
     checkpoint only at the last step, and no held-out eval (the bare loop has none: like for like;
-    section 4 measures eval on its own)."""
+    section 4 measures eval on its own); `model` replaces the model section, `train` merges in."""
     raw = yaml.safe_load((REPO / "params.yaml").read_text())
     raw["sources"] = [{"name": "code", "uri": "builtin://python-stdlib", "format": "txt", "txt_unit": "file"}]
     raw["mix"] = {"code": 1.0}
     raw["loader"] = {**raw.get("loader", {}), "global_batch": GLOBAL_BATCH}
     raw["train"] = {**raw.get("train", {}), "steps": steps, "checkpoint_every": steps + 1000,
-                    "nproc_per_node": 1, "device": "cpu"}
+                    "nproc_per_node": 1, "device": "cpu", **train}
     raw["eval"] = {**raw.get("eval", {}), "every": 0}
+    if model:
+        raw["model"] = model
     return config.parse(raw)
 
 
-def model_config(params: config.Params, layout: Layout, seq_len: int) -> GPTConfig:
-    vocab = fsio.read_json(layout.tokenizer / "meta.json")["vocab_size"]
-    return GPTConfig(vocab_size=vocab, seq_len=seq_len, **params.section("model"))
+def model_config(params: config.Params, layout: Layout, seq_len: int) -> ModelConfig:
+    return Network.for_run(params, layout, seq_len).config
 
 
 # ---------------------------------------------------------------- 1. trainer vs bare loop
@@ -139,16 +161,17 @@ def trainer_run(params: config.Params, layout: Layout) -> dict:
     recs = [json.loads(ln) for ln in (layout.data / "metrics" / "train.jsonl").read_text().splitlines() if ln]
     rest = recs[1:]
     return {"tps": summary["median_tokens_per_s"], "wait_pct": summary["data_wait_pct"], "wall": wall,
+            "p25_tps": recs[0]["tokens"] / _p25([r["step_s"] for r in recs]),
             "losses": [r["loss"] for r in recs], "step_s": statistics.median(r["step_s"] for r in recs),
             "wait1_ms": recs[0]["data_wait_s"] * 1e3, "step_min": min(r["step_s"] for r in recs),
             "wait_rest_pct": 100 * sum(r["data_wait_s"] for r in rest) / sum(r["step_s"] for r in rest),
             "slow_steps": len(summary["slow_steps"]), "ckpts": summary["checkpoints_saved"]}
 
 
-def bare_run(params: config.Params, gcfg: GPTConfig, batches: list) -> dict:
+def bare_run(params: config.Params, gcfg: ModelConfig, batches: list) -> dict:
     cfg = params.train
     rng.seed_all(cfg.seed)
-    model = GPT(gcfg)
+    model = build_model(gcfg)
     opt = configure_optimizer(model, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(cfg.beta1, cfg.beta2),
                               device_type="cpu")
     times, losses = [], []
@@ -167,8 +190,14 @@ def bare_run(params: config.Params, gcfg: GPTConfig, batches: list) -> dict:
     tokens = batches[0][0].numel()
     # tokens/s as the monitor computes it: the median of the per-step rates
     return {"tps": statistics.median(tokens / t for t in times), "step_s": statistics.median(times),
+            "p25_tps": tokens / _p25(times),
             "step_min": min(times), "losses": losses,
             "model": model, "opt": opt}
+
+
+def _p25(xs: list[float]) -> float:
+    """The lower quartile: the step time of a run's least-contended quarter (noise only ever slows a step)."""
+    return statistics.quantiles(xs, n=4)[0]
 
 
 def per_call_us(fn, n: int) -> float:
@@ -268,7 +297,7 @@ def forward_rates(params: config.Params, layout: Layout, reps: int) -> tuple[lis
     held = HeldOut.open(layout.shards, [s.name for s in params.sources], params.eval.blocks,
                         layout.tokenizer / "tokenizer.json")
     rng.seed_all(params.train.seed)
-    model = GPT(model_config(params, layout, loader.seq_len))
+    model = build_model(model_config(params, layout, loader.seq_len))
     g = params.loader.global_batch
     it = iter(loader)
     nblocks = sum(len(b.ids) for b in held.blocks)
@@ -416,36 +445,86 @@ def verdict(ok: bool) -> str:
     return "PASS" if ok else "BELOW"
 
 
+# ---------------------------------------------------------------- 5. document attention, 6. recompute
+
+
+def attention_cost(params: config.Params, layout: Layout, batches: list, reps: int) -> dict[str, list[float]]:
+    """tokens/s of the bare llama loop with document attention and with causal, interleaved."""
+    seq_len = batches[0][0].shape[1]
+    cfgs = {a: model_config(make_params(len(batches), attention=a), layout, seq_len) for a in ("causal", "document")}
+    out: dict[str, list[float]] = {"causal": [], "document": []}
+    for r in range(reps):
+        for a in (("causal", "document") if r % 2 == 0 else ("document", "causal")):
+            out[a].append(bare_run(params, cfgs[a], batches)["tps"])
+    return out
+
+
+def _hwm_kb() -> tuple[int, int]:
+    status = dict(ln.split(":", 1) for ln in Path("/proc/self/status").read_text().splitlines() if ":" in ln)
+    return int(status["VmHWM"].split()[0]), int(status["VmRSS"].split()[0])
+
+
+def ac_probe(root: str, mode: str, steps: int) -> None:
+    """In a fresh process (`--ac-probe`): what one training step of AC_MODEL adds to peak RSS under
+    `mode`, and its step time. Prints one JSON line. The memory figure needs glibc to return freed
+    memory at once (MALLOC_MMAP_THRESHOLD_, set by `ac_cost` for its memory probes): with its default,
+    a freed tensor's pages stay in the heap and the next step's peak hides inside them."""
+    from shardline.training.network import prepare
+
+    torch.use_deterministic_algorithms(True)
+    layout = Layout.at(root)
+    params = make_params(steps, model=AC_MODEL, activation_checkpointing=mode)
+    it = iter(Loader.from_params(params, layout))
+    batches = [next(it) for _ in range(steps + 1)]
+    rng.seed_all(params.train.seed)
+    model = build_model(model_config(params, layout, batches[0][0].shape[1]))
+    prepare(model, params.train)
+    opt = configure_optimizer(model, lr=1e-3, weight_decay=0.1, betas=(0.9, 0.95), device_type="cpu")
+    times, peaks = [], []
+    for i, (x, y) in enumerate(batches):
+        settled = _hwm_kb()[1]
+        Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current RSS
+        t0 = time.perf_counter()
+        _, loss = model(x, y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if i:  # the first step allocates the optimizer's moments: a warm-up
+            times.append(time.perf_counter() - t0)
+            peaks.append((_hwm_kb()[0] - settled) * 1024)
+    print(json.dumps({"mode": mode, "peak_bytes": statistics.median(peaks), "step_s": statistics.median(times)}))
+
+
+def ac_cost(layout: Layout, reps: int) -> dict[str, list[dict]]:
+    """Per mode and repeat: peak bytes from a probe where every large block is mmapped (freed = returned),
+    step time from a probe with glibc's defaults (the allocator training really runs with)."""
+    out: dict[str, list[dict]] = {m: [] for m in ("none", "selective", "full")}
+
+    def probe(mode: str, steps: int, env: dict) -> dict:
+        cmd = [sys.executable, "-m", "bench.train", "--ac-probe", mode, "--root", str(layout.root), "--steps", str(steps)]
+        res = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, check=True, env={**os.environ, **env})
+        return json.loads(res.stdout.strip().splitlines()[-1])
+
+    for r in range(reps):
+        for mode in (list(out) if r % 2 == 0 else list(reversed(out))):
+            mem = probe(mode, 1, {"MALLOC_MMAP_THRESHOLD_": "65536"})
+            out[mode].append({"peak_bytes": mem["peak_bytes"], "step_s": probe(mode, 3, {})["step_s"]})
+    return out
+
+
 # ---------------------------------------------------------------- main
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--repeats", type=int, default=3, help="interleaved trainer/bare pairs")
-    ap.add_argument("--steps", type=int, default=20, help="optimizer steps per run (global batch 16 x 256 tokens)")
-    ap.add_argument("--ckpt-repeats", type=int, default=7, help="interleaved checkpoint save pairs (>= 5)")
-    ap.add_argument("--profile", action="store_true", help="always print the cProfiles")
-    ap.add_argument("--tmp-dir", default=None, help="where the temp project lives (its filesystem is what fsync hits)")
-    args = ap.parse_args(argv)
-    torch.use_deterministic_algorithms(True)  # what run() sets for train.deterministic; stays on for (b)
-    tmpdir = tempfile.TemporaryDirectory(prefix="bench-train-", dir=args.tmp_dir)
-    root = Path(tmpdir.name)
-    layout = build(root / "project")
-    params = make_params(args.steps)
-    cfg = params.train
-
+def arch_section(name: str, params: config.Params, layout: Layout, args) -> dict:
+    """Section 1 for one architecture: interleaved trainer/bare pairs, then the per-step extras."""
     loader = Loader.from_params(params, layout)
     it = iter(loader)
     batches = [next(it) for _ in range(args.steps)]  # the trainer's batches: same params, same positions
     gcfg = model_config(params, layout, loader.seq_len)
-    tokens_per_step = batches[0][0].numel()
-    print(f"model {gcfg.n_layer} layers x {gcfg.n_head} heads x d{gcfg.d_model}, vocab {gcfg.vocab_size}, "
-          f"{GPT(gcfg).num_params():,} params; global batch {GLOBAL_BATCH} x {gcfg.seq_len} = {tokens_per_step:,} "
-          f"tokens/step; {args.steps} steps per run; torch {torch.__version__}, {torch.get_num_threads()} threads, "
-          f"deterministic={cfg.deterministic}, precision={cfg.precision}")
+    print(f"\n[{name}] {gcfg.n_layer} layers x {gcfg.n_head} heads ({gcfg.kv_heads} key/value) x d{gcfg.d_model}, "
+          f"MLP {gcfg.mlp_hidden}, vocab {gcfg.vocab_size}, {build_model(gcfg).num_params(False):,} params, "
+          f"{gcfg.attention} attention; {args.steps} steps per run", flush=True)
     bare_run(params, gcfg, batches[:3])  # warm-up, untimed: first-call kernel and allocator costs
-
-    # ---- 1 + 3: trainer vs bare, interleaved
     A: list[dict] = []
     B: list[dict] = []
     for r in range(args.repeats):
@@ -457,10 +536,74 @@ def main(argv: list[str] | None = None) -> int:
                 for prev in B:  # keep only the newest model/optimizer alive (for the checkpoint part)
                     prev.pop("model", None), prev.pop("opt", None)
                 B.append(bare_run(params, gcfg, batches))
-        print(f"repeat {r + 1}/{args.repeats} ({' then '.join(order)}): trainer {A[-1]['tps']:,.0f} tok/s, "
+        print(f"  repeat {r + 1}/{args.repeats} ({' then '.join(order)}): trainer {A[-1]['tps']:,.0f} tok/s, "
               f"bare {B[-1]['tps']:,.0f} tok/s, ratio {A[-1]['tps'] / B[-1]['tps']:.3f}", flush=True)
-    same_losses = all(a["losses"] == b["losses"] for a, b in zip(A, B))
-    bare = B[-1]  # the newest bare run: its model and optimizer (Adam moments after --steps steps)
+    return {"A": A, "B": B, "loader": loader, "batches": batches, "gcfg": gcfg, "params": params,
+            "same_losses": all(a["losses"] == b["losses"] for a, b in zip(A, B)),
+            "extras": trainer_extras(params, layout, B[-1], layout.root.parent)}
+
+
+def report_arch(name: str, res: dict, args) -> float:
+    """Print section 1 for one architecture; returns the low end of its same-repeat ratios."""
+    A, B, n = res["A"], res["B"], args.repeats
+    tokens_per_step = res["batches"][0][0].numel()
+    print(f"\n1. [{name}] trainer vs bare loop: tokens/s, median of {n} interleaved repeats (min - max); "
+          f"each run's own median over its {args.steps} steps")
+    print(f"  {'(a) trainer: train.run, train.json median':44} {fmt([a['tps'] for a in A])} tok/s")
+    print(f"  {'(b) bare torch loop, per-step median':44} {fmt([b['tps'] for b in B])} tok/s")
+    print(f"  {'(a) median step_s':44} {fmt([a['step_s'] for a in A], 1e3, ' ms', 1)}")
+    print(f"  {'(b) median step_s':44} {fmt([b['step_s'] for b in B], 1e3, ' ms', 1)}")
+    e2e = [args.steps * tokens_per_step / a["wall"] for a in A]
+    print(f"  {'(a) run() wall s (setup+steps+final ckpt)':44} {fmt([a['wall'] for a in A], 1, ' s', 2)}"
+          f"   -> {statistics.median(e2e):,.0f} tok/s end to end (info)")
+    med_runs = [a["tps"] / b["tps"] for a, b in zip(A, B)]
+    ab_runs = [a["p25_tps"] / b["p25_tps"] for a, b in zip(A, B)]
+    print(f"  same-repeat ratio (a)/(b), tokens/s at each run's lower-quartile step: "
+          f"{', '.join(f'{x:.3f}' for x in ab_runs)}  (spread {min(ab_runs):.3f} - {max(ab_runs):.3f})")
+    print(f"  same-repeat ratio (a)/(b) of the median steps (info): {', '.join(f'{x:.3f}' for x in med_runs)}")
+    mins = [b["step_min"] / a["step_min"] for a, b in zip(A, B)]
+    print(f"  noise check, fastest step (b)/(a) per repeat: {', '.join(f'{x:.3f}' for x in mins)}  "
+          f"(least-contended steps; near 1 with a far lower median ratio means the machine, not the trainer)")
+    print(f"  trainer's slow-step warnings per run: {[a['slow_steps'] for a in A]}; checkpoints saved: "
+          f"{A[-1]['ckpts']}")
+    print(f"  sanity: bare loss sequence == trainer train.jsonl losses (bit-exact): {res['same_losses']}")
+    step_us = statistics.median(b["step_s"] for b in B) * 1e6
+    print(f"  trainer per-step extras, us per call (median of 5 rounds) vs the bare median step {step_us:,.0f} us:")
+    for what, us in res["extras"].items():
+        print(f"    {what:44} {us:9.1f} us  {100 * us / step_us:6.3f}%")
+    tot = sum(us for what, us in res["extras"].items() if not what.startswith("[both]"))
+    print(f"    {'sum of trainer-only extras':44} {tot:9.1f} us  {100 * tot / step_us:6.3f}%  (predicted (a)/(b) "
+          f"{step_us / (step_us + tot):.4f})")
+    return min(ab_runs)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--repeats", type=int, default=5, help="interleaved trainer/bare pairs per architecture (>= 5)")
+    ap.add_argument("--steps", type=int, default=20, help="optimizer steps per run (global batch 16 x 256 tokens)")
+    ap.add_argument("--ckpt-repeats", type=int, default=7, help="interleaved checkpoint save pairs (>= 5)")
+    ap.add_argument("--profile", action="store_true", help="always print the cProfiles")
+    ap.add_argument("--tmp-dir", default=None, help="where the temp project lives (its filesystem is what fsync hits)")
+    ap.add_argument("--ac-probe", help=argparse.SUPPRESS)  # section 6's fresh process: a mode
+    ap.add_argument("--root", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.ac_probe:
+        ac_probe(args.root, args.ac_probe, args.steps)
+        return 0
+    args.repeats = max(5, args.repeats)
+    torch.use_deterministic_algorithms(True)  # what run() sets for train.deterministic; stays on for (b)
+    tmpdir = tempfile.TemporaryDirectory(prefix="bench-train-", dir=args.tmp_dir)
+    root = Path(tmpdir.name)
+    layout = build(root / "project")
+    print(f"global batch {GLOBAL_BATCH} x 256 = {GLOBAL_BATCH * 256:,} tokens/step; torch {torch.__version__}, "
+          f"{torch.get_num_threads()} threads, deterministic, fp32")
+
+    # ---- 1 + 3: trainer vs bare, interleaved, per architecture
+    R = {name: arch_section(name, make_params(args.steps, model=m), layout, args) for name, m in ARCHS.items()}
+    main_res = R["llama"]  # the shipped architecture: sections 2-3 use its runs
+    A, params, loader, cfg = main_res["A"], main_res["params"], main_res["loader"], main_res["params"].train
+    bare = main_res["B"][-1]  # the newest bare run: its model and optimizer (Adam moments after --steps steps)
+    tokens_per_step = main_res["batches"][0][0].numel()
 
     # ---- 2: checkpoint blocking time, interleaved
     model, opt = bare["model"], bare["opt"]
@@ -510,48 +653,25 @@ def main(argv: list[str] | None = None) -> int:
             ck[name].append(time.perf_counter() - t0)
             saver.wait()  # outside the timing: the background write must not overlap the next measurement
         clean_up()
-
     breakdown = save_breakdown({"checkpoint.save": do_save, "bare torch.save": do_bare}, 5, clean_up)
-    extras = trainer_extras(params, layout, bare, root)
 
     # ---- 4: held-out eval at the defaults
     ep = eval_params(args.steps)
-    E = [eval_run(ep, layout) for _ in range(args.repeats)]
+    E = [eval_run(ep, layout) for _ in range(3)]
     n_default = default_evals()
     shipped = config.parse(yaml.safe_load((REPO / "params.yaml").read_text()))
     shares = [100 * n_default * e["eval_s"] / (shipped.train.steps * e["step_s"]) for e in E]
-    ev_rates, fw_rates = forward_rates(ep, layout, args.repeats)
+    ev_rates, fw_rates = forward_rates(ep, layout, 3)
+
+    # ---- 5: document attention, 6: activation checkpointing
+    attn = attention_cost(params, layout, main_res["batches"], args.repeats)
+    ac = ac_cost(layout, 3)
 
     # ---- report
-    n = args.repeats
-    print(f"\n1. trainer vs bare loop: tokens/s, median of {n} interleaved repeats (min - max); "
-          f"each run's own median over its {args.steps} steps")
-    print(f"  {'(a) trainer: train.run, train.json median':44} {fmt([a['tps'] for a in A])} tok/s")
-    print(f"  {'(b) bare torch loop, per-step median':44} {fmt([b['tps'] for b in B])} tok/s")
-    print(f"  {'(a) median step_s':44} {fmt([a['step_s'] for a in A], 1e3, ' ms', 1)}")
-    print(f"  {'(b) median step_s':44} {fmt([b['step_s'] for b in B], 1e3, ' ms', 1)}")
-    e2e = [args.steps * tokens_per_step / a["wall"] for a in A]
-    print(f"  {'(a) run() wall s (setup+steps+final ckpt)':44} {fmt([a['wall'] for a in A], 1, ' s', 2)}"
-          f"   -> {statistics.median(e2e):,.0f} tok/s end to end (info)")
-    ab_runs = [a["tps"] / b["tps"] for a, b in zip(A, B)]
-    print(f"  same-repeat ratio (a)/(b): {', '.join(f'{x:.3f}' for x in ab_runs)}  "
-          f"(median {statistics.median(ab_runs):.3f})")
-    mins = [b["step_min"] / a["step_min"] for a, b in zip(A, B)]
-    print(f"  noise check, fastest step (b)/(a) per repeat: {', '.join(f'{x:.3f}' for x in mins)}  "
-          f"(least-contended steps; near 1 with a far lower median ratio means the machine, not the trainer)")
-    print(f"  trainer's slow-step warnings per run: {[a['slow_steps'] for a in A]}; checkpoints saved: "
-          f"{A[-1]['ckpts']}")
-    print(f"  sanity: bare loss sequence == trainer train.jsonl losses (bit-exact): {same_losses}")
-    step_us = statistics.median(b["step_s"] for b in B) * 1e6
-    print(f"\n  trainer per-step extras, us per call (median of 5 rounds) vs the bare median step {step_us:,.0f} us:")
-    for name, us in extras.items():
-        print(f"    {name:44} {us:9.1f} us  {100 * us / step_us:6.3f}%")
-    tot = sum(us for name, us in extras.items() if not name.startswith("[both]"))
-    print(f"    {'sum of trainer-only extras':44} {tot:9.1f} us  {100 * tot / step_us:6.3f}%  (predicted (a)/(b) "
-          f"{step_us / (step_us + tot):.4f})")
+    lows = {name: report_arch(name, res, args) for name, res in R.items()}
 
-    print(f"\n2. checkpoint blocking time, median of {len(ck['bare torch.save + fsyncs'])} interleaved saves (min - max); "
-          f"sizes: save dir {sizes['save']:,} B, bare file {sizes['bare']:,} B")
+    print(f"\n2. checkpoint blocking time (llama), median of {len(ck['bare torch.save + fsyncs'])} interleaved saves "
+          f"(min - max); sizes: save dir {sizes['save']:,} B, bare file {sizes['bare']:,} B")
     for name, xs in ck.items():
         print(f"  {name:44} {fmt(xs, 1e3, ' ms', 1)}")
     ck_pairs = [s / b for s, b in zip(ck["trainer block (AsyncSaver.submit)"], ck["bare torch.save + fsyncs"])]
@@ -562,7 +682,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"    {part:52}" + "".join(f"{d[part] * 1e3:15.1f} ms" for d in breakdown.values()))
 
     waits = ", ".join(f"{a['wait_pct']:.3f}%" for a in A)
-    print(f"\n3. data wait share of step time (train.json data_wait_pct), per repeat: {waits}")
+    print(f"\n3. data wait share of step time (train.json data_wait_pct, llama), per repeat: {waits}")
     print(f"  first step's wait (shard sha256 verification on first use): "
           f"{fmt([a['wait1_ms'] for a in A], 1, ' ms', 1)};  steps 2..{args.steps}: "
           f"{statistics.median(a['wait_rest_pct'] for a in A):.3f}% of step time")
@@ -579,33 +699,58 @@ def main(argv: list[str] | None = None) -> int:
     ratios = [e / f for e, f in zip(ev_rates, fw_rates)]
     print(f"  same-repeat ratio eval/forward: {', '.join(f'{x:.2f}' for x in ratios)}")
 
-    ab = statistics.median(a["tps"] for a in A) / statistics.median(b["tps"] for b in B)
+    doc = [d / c for d, c in zip(attn["document"], attn["causal"])]
+    print(f"\n5. document attention on CPU (bare llama loop, SDPA boolean mask vs is_causal), {args.repeats} "
+          "interleaved repeats:")
+    print(f"  {'causal':44} {fmt(attn['causal'])} tok/s")
+    print(f"  {'document':44} {fmt(attn['document'])} tok/s")
+    print(f"  same-repeat ratio document/causal: {', '.join(f'{x:.3f}' for x in doc)}  (median "
+          f"{statistics.median(doc):.3f})")
+
+    print(f"\n6. activation checkpointing: llama {AC_MODEL['n_layer']} layers x d_model {AC_MODEL['d_model']}, "
+          f"batch {GLOBAL_BATCH} x 256, a fresh process per mode, median of {len(ac['none'])} interleaved repeats:")
+    base_mem, base_t = (statistics.median(r[k] for r in ac["none"]) for k in ("peak_bytes", "step_s"))
+    for mode, rows in ac.items():
+        mem, t = (statistics.median(r[k] for r in rows) for k in ("peak_bytes", "step_s"))
+        print(f"  {mode:10} step peak +{mem / 2**20:8.1f} MiB ({100 * (1 - mem / base_mem):5.1f}% saved vs none)   "
+              f"step {fmt([r['step_s'] for r in rows], 1e3, ' ms', 0)}  ({t / base_t:.2f}x none)")
+
     cr = statistics.median(ck["trainer block (AsyncSaver.submit)"]) / statistics.median(ck["bare torch.save + fsyncs"])
     blk = statistics.median(ck["checkpoint.save (sync, info)"]) / statistics.median(ck["bare torch.save + fsyncs"])
     wait = statistics.median(a["wait_pct"] for a in A)
-    print("\nheadline (same-run ratios of medians):")
-    print(f"  1. trainer/bare tokens/s:          {ab:6.3f}x   (target >= {TARGET_AB})   {verdict(ab >= TARGET_AB)}")
+    share = statistics.median(shares)
+    print("\nheadline (same-run ratios; 1 at the low end of its repeats, the others of medians):")
+    for name, low in lows.items():
+        print(f"  1. [{name}] trainer/bare tokens/s, lowest of {args.repeats}: {low:6.3f}x   (target >= {TARGET_AB})   "
+              f"{verdict(low >= TARGET_AB)}")
     print(f"  2. trainer checkpoint block/bare torch.save: {cr:6.2f}x   (target <= {TARGET_CKPT})    "
           f"{verdict(cr <= TARGET_CKPT)}   [synchronous checkpoint.save incl. sha256 + manifest: {blk:.2f}x, info]")
     print(f"  3. data wait share of step time:   {wait:6.3f}%   (target < {TARGET_WAIT}%)     "
           f"{verdict(wait < TARGET_WAIT)}")
-    share = statistics.median(shares)
     print(f"  4. eval share of a default run's training time: {share:5.2f}%   (target <= {TARGET_EVAL}%)     "
           f"{verdict(share <= TARGET_EVAL)}   [eval tokens/s vs training forward: "
           f"{statistics.median(ratios):.2f}x, info]")
+    print(f"  5. document attention / causal tokens/s on CPU: {statistics.median(doc):.3f}x (info)")
+    sel, full = ((statistics.median(r['peak_bytes'] for r in ac[m]), statistics.median(r['step_s'] for r in ac[m]))
+                 for m in ("selective", "full"))
+    print(f"  6. activation checkpointing vs none: selective saves {100 * (1 - sel[0] / base_mem):.0f}% of a step's "
+          f"peak for {sel[1] / base_t:.2f}x the time, full {100 * (1 - full[0] / base_mem):.0f}% for "
+          f"{full[1] / base_t:.2f}x (info)")
 
-    if ab < TARGET_AB or args.profile:
+    slow = [name for name, low in lows.items() if low < TARGET_AB]
+    if slow or args.profile:
         k = min(args.steps, 8)
-        short = make_params(k)
-        for d in (layout.data / "checkpoints", layout.data / "metrics"):
-            shutil.rmtree(d, ignore_errors=True)
-        pa = profile(lambda: T.run(short, layout, log=lambda _: None))
-        pb = profile(lambda: bare_run(short, gcfg, batches[:k]))
-        print(f"\nwhy (a)/(b) < {TARGET_AB}: cProfile of train.run ({k} steps, setup and final checkpoint "
-              f"included) and of the bare loop ({k} steps), own time by bucket per step:")
-        side_by_side({"(a) trainer": pa, "(b) bare loop": pb}, k)
-        print("  (a) top functions by own time:")
-        print(top(pa))
+        for name in slow or list(R):
+            short = make_params(k, model=ARCHS[name])
+            for d in (layout.data / "checkpoints", layout.data / "metrics"):
+                shutil.rmtree(d, ignore_errors=True)
+            pa = profile(lambda: T.run(short, layout, log=lambda _: None))
+            pb = profile(lambda: bare_run(short, R[name]["gcfg"], R[name]["batches"][:k]))
+            print(f"\n[{name}] why (a)/(b) < {TARGET_AB}: cProfile of train.run ({k} steps, setup and final checkpoint "
+                  f"included) and of the bare loop ({k} steps), own time by bucket per step:")
+            side_by_side({"(a) trainer": pa, "(b) bare loop": pb}, k)
+            print("  (a) top functions by own time:")
+            print(top(pa))
     if cr > TARGET_CKPT or args.profile:
         ps = profile(lambda: [do_save(100 + i) for i in range(3)])
         clean_up()
@@ -618,10 +763,10 @@ def main(argv: list[str] | None = None) -> int:
               f"steady steps {statistics.median(a['wait_rest_pct'] for a in A):.3f}% of step time)")
 
     tmpdir.cleanup()
-    if ab < TARGET_AB or cr > TARGET_CKPT or wait >= TARGET_WAIT or share > TARGET_EVAL:
+    if slow or cr > TARGET_CKPT or wait >= TARGET_WAIT or share > TARGET_EVAL:
         print("\nTARGET MISSED: see the headline above")
         return 1
-    if not same_losses:
+    if not all(res["same_losses"] for res in R.values()):
         print("\nSANITY FAIL: the bare loop's losses differ from the trainer's: the comparison is not like for like")
         return 1
     return 0
