@@ -6,11 +6,15 @@ Builds real shards through the engine stages (the shipped sources: the Python st
 the pydoc topics; vocab 16384, seq_len 1024), then trains with the real trainer
 (`shardline.training.train.run`), each run fresh, and checks:
 
+  0. document attention on CUDA is exact: a llama (fp32, eval) scores three documents packed in
+     one block as it scores each alone (FlexAttention's block mask, compiled), and as the CPU's
+     SDPA mask scores the block; max abs logit differences <= 1e-4.
   1. throughput: a ~124M-parameter llama (12 layers, 12 heads, d_model 768, SwiGLU 3072, tied
      embeddings), bf16, torch.compile per block, global batch 32 x 1024 tokens, with document
      attention (FlexAttention, block mask) and with causal (SDPA): tokens/s and MFU (the trainer's
      own train.jsonl, median over the steps after compilation), peak memory
-     (torch.cuda.max_memory_allocated). Goal: MFU >= 40% on an H200 (dense bf16 peak 989 TFLOP/s).
+     (torch.cuda.max_memory_allocated), with train.deterministic off (the checks below keep it on).
+     Goal: MFU >= 40% on an H200 (dense bf16 peak 989 TFLOP/s).
   2. resume on the same GPU: 16 steps straight vs a run SIGKILLed after step 12 (a real kill, in a
      process of its own) and resumed from its newest checkpoint (bf16, document attention,
      train.deterministic): the losses must be bit-identical.
@@ -122,8 +126,10 @@ class Bench:
         steps = 12 if self.args.dry_run else 40
         if self.cuda:
             torch.cuda.reset_peak_memory_stats()
-        rows = self.train(steps, attention=attention, compile=self.cuda or self.args.compile)
+        rows = self.train(steps, attention=attention, compile=self.cuda or self.args.compile, deterministic=False)
         steady = rows[len(rows) // 4:]  # after compilation and warm-up
+        if not steady:
+            return False, "no steps recorded"
         tps = statistics.median(r["tokens_per_s"] for r in steady)
         mfu = statistics.median(r["mfu"] for r in steady)
         peak = torch.cuda.max_memory_allocated() / 2**30 if self.cuda else float("nan")
@@ -151,20 +157,49 @@ class Bench:
                       if "resuming from " in ln), None)
         resumed = [json.loads(ln)["loss"] for ln in self.layout.train_log.read_text().splitlines() if ln]
         same = straight == resumed and where is not None
-        diff = max(abs(a - b) for a, b in zip(straight, resumed))
+        diff = max((abs(a - b) for a, b in zip(straight, resumed)), default=float("nan"))
         return same, (f"16 straight vs killed after step 12, resumed from {where or 'nothing (no checkpoint)'}: "
                       f"{'bit-identical' if straight == resumed else f'differ, max {diff:.3g}'}")
 
+    def newest(self) -> Path:
+        found = sorted(self.layout.checkpoints.glob("step-*"))
+        if not found:
+            raise RuntimeError(f"no checkpoint under {self.layout.checkpoints}")
+        return found[-1]
+
     def sharded(self):
         ok, detail = self.resume(checkpoint_format="sharded")
-        manifest = json.loads((sorted(self.layout.checkpoints.glob("step-*"))[-1] / "manifest.json").read_text())
+        manifest = json.loads((self.newest() / "manifest.json").read_text())
         return ok and manifest["format"] == "sharded", f"format {manifest['format']}; {detail}"
+
+    def exact(self):
+        from shardline.model import ModelConfig, build
+
+        dev = torch.device("cuda" if self.cuda else "cpu")
+        torch.manual_seed(0)
+        cfg = ModelConfig("llama", vocab_size=1000, seq_len=512, n_layer=2, n_head=4, n_kv_head=2, d_model=256,
+                          ffn_hidden=512, attention="document", eos_id=0)
+        cpu = build(cfg).eval()
+        model = build(cfg).to(dev).eval()
+        model.load_state_dict(cpu.state_dict())
+        g = torch.Generator().manual_seed(1)
+        docs = [torch.randint(1, 1000, (n,), generator=g) for n in (200, 150, 160)]
+        block = torch.cat([docs[0], torch.tensor([0]), docs[1], torch.tensor([0]), docs[2]])[None]
+        spans = [(0, 201), (201, 352), (352, 512)]
+        with torch.no_grad():
+            packed = model(block.to(dev))[0][0].float().cpu()
+            alone = max((packed[a:b] - model(block[:, a:b].to(dev))[0][0].float().cpu()).abs().max().item()
+                        for a, b in spans)
+            vs_cpu = (packed - cpu(block)[0][0]).abs().max().item()
+        kernel = "FlexAttention" if self.cuda else "SDPA mask"
+        return alone <= 1e-4 and vs_cpu <= 1e-4, (f"{kernel}: packed vs alone max {alone:.2g}, vs the CPU's SDPA "
+                                                   f"mask max {vs_cpu:.2g} (fp32; bound 1e-4)")
 
     def fp16(self):
         if not self.cuda:
             return None, "fp16 needs CUDA (train.precision fp16 is refused on CPU)"
         rows = self.train(6, precision="fp16", faults="train.inf_grad@3")
-        scaler = torch.load(sorted(self.layout.checkpoints.glob("step-*"))[-1] / "scaler.pt", weights_only=True)
+        scaler = torch.load(self.newest() / "scaler.pt", weights_only=True)
         flagged = [r["step"] for r in rows if r.get("guard")]
         ok = not flagged and scaler["scale"] < 65536.0 and all(r["loss"] == r["loss"] for r in rows)
         return ok, (f"planted inf gradient at step 3: guard flags {flagged or 'none'}, scaler scale "
@@ -175,6 +210,7 @@ class Bench:
         print(f"bench.gpu on {dev}, torch {torch.__version__}, budget {self.args.minutes} min", flush=True)
         self.data()
         big = 0 if self.args.dry_run else 1
+        self.check("0. document attention exact", 30 * big, self.exact)
         how = "compiled" if self.cuda or self.args.compile else "eager"
         self.check(f"1a. llama bf16 {how}, document", 150 * big, lambda: self.throughput("document"))
         self.check(f"1b. llama bf16 {how}, causal", 120 * big, lambda: self.throughput("causal"))

@@ -285,7 +285,8 @@ def parser() -> argparse.ArgumentParser:
                        "there); until then greedy ids equal generate(do_sample=False) on the export. Sampling draws "
                        "from a generator seeded with --seed: the same seed gives the same text.")
     s.add_argument("checkpoint", help=CHECKPOINT_HELP)
-    s.add_argument("--prompt", default="", help="the text to continue (empty: start at a document boundary, EOS)")
+    s.add_argument("--prompt", default="", help="the text to continue, as a document starts (after BOS when tokenizer.bos_token is set; "
+                   "empty and no BOS: start at a document boundary, EOS)")
     s.add_argument("--max-new-tokens", type=int, default=64, help="at most this many new tokens (default 64)")
     s.add_argument("--temperature", type=float, default=0.8, help="0: greedy; else divides the logits (default 0.8)")
     s.add_argument("--top-k", type=int, default=200, help="sample among the K most likely tokens (default 200; 0: all)")

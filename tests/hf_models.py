@@ -77,9 +77,11 @@ def wide_tokenizer(texts: list[str], extra: int = 66_000, vocab_size: int = 700)
     return tokenizers.Tokenizer.from_str(json.dumps(spec))
 
 
-def save_model(dest: Path, arch: str, tokenizer: tokenizers.Tokenizer, seed: int = 0, **config) -> Path:
+def save_model(dest: Path, arch: str, tokenizer: tokenizers.Tokenizer, seed: int = 0, shard_size: str | None = None,
+               **config) -> Path:
     """A random `arch` (LlamaForCausalLM, Qwen3ForCausalLM, MistralForCausalLM, GPT2LMHeadModel)
-    saved under `dest` with tokenizer.json; norms and biases drawn too, so they count in a comparison."""
+    saved under `dest` with tokenizer.json (`shard_size`: in safetensors shards with an index, as
+    save_pretrained writes a large model); norms and biases drawn too, so they count in a comparison."""
     import transformers
 
     kind = {"LlamaForCausalLM": "LlamaConfig", "Qwen3ForCausalLM": "Qwen3Config",
@@ -91,6 +93,6 @@ def save_model(dest: Path, arch: str, tokenizer: tokenizers.Tokenizer, seed: int
             if p.dim() == 1:
                 p.normal_(1.0 if "norm" in name or "ln_" in name else 0.0, 0.2)
     dest.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(dest, safe_serialization=True)
+    model.save_pretrained(dest, safe_serialization=True, **({"max_shard_size": shard_size} if shard_size else {}))
     tokenizer.save(str(dest / "tokenizer.json"))
     return dest

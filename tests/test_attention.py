@@ -86,20 +86,28 @@ def test_gqa_attention_is_repeated_heads():
         assert torch.equal(got, want)
 
 
-def test_flex_block_mask_agrees_with_the_sdpa_mask():
-    """The CUDA path's mask, run here through FlexAttention's reference (eager) implementation: the
-    same attention as the SDPA mask the CPU uses."""
+def test_the_flex_path_of_attend_agrees_with_the_sdpa_mask(monkeypatch):
+    """The CUDA path (block mask, GQA, scale, autocast's dtype) through `attend` itself, with
+    FlexAttention's reference (eager) implementation standing in for the compiled kernel: the same
+    attention as the SDPA mask the CPU uses, in fp32 and under bf16 autocast."""
     from torch.nn.attention.flex_attention import flex_attention
+
+    from shardline.model import attention
 
     ids = torch.randint(2, 50, (2, 256), generator=torch.Generator().manual_seed(1))
     ids[0, [10, 100, 101, 200]] = EOS
     ids[1, [130]] = EOS
-    docs = Documents.of(ids, EOS, None)
     g = torch.Generator().manual_seed(2)
-    q, k, v = (torch.randn(2, 4, 256, 16, generator=g) for _ in range(3))
-    k, v = k[:, :2], v[:, :2]
-    want = attend(q, k, v, docs)
+    q, k, v = torch.randn(2, 4, 256, 16, generator=g), torch.randn(2, 2, 256, 16, generator=g), \
+        torch.randn(2, 2, 256, 16, generator=g)
+    sdpa, flex = Documents.of(ids, EOS, None), Documents.of(ids, EOS, None, flex=True)
+    assert sdpa.block_mask is None and flex.block_mask is not None
+    monkeypatch.setattr(attention, "_FLEX", flex_attention)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "flex_attention called without torch.compile()": the point here
-        got = flex_attention(q, k, v, block_mask=_block_mask(docs.ids), enable_gqa=True)
-    assert (got - want).abs().max().item() <= 1e-6
+        assert (attend(q, k, v, flex, scale=0.3) - attend(q, k, v, sdpa, scale=0.3)).abs().max().item() <= 1e-6
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            a, b = attend(q, k, v, flex), attend(q, k, v, sdpa)
+    assert a.dtype == b.dtype == torch.bfloat16 and (a.float() - b.float()).abs().max().item() <= 2e-2
+    # FlexAttention only where its kernel runs: CUDA, no attention dropout, a power-of-two head >= 16
+    assert not attention.wants_flex(ids, 64, 0.0)  # a CPU batch

@@ -16,7 +16,8 @@ from safetensors.torch import load_file, save_file
 from shardline.core import config
 from shardline.core.errors import BadInput
 from shardline.model import ModelConfig, build, resolve
-from shardline.model.hf import Imported, to_hf
+from shardline.model.hf import to_hf
+from shardline.model.imported import INDEX, Imported
 from tests.conftest import stdlib_files
 from tests.hf_models import save_model, sentencepiece_tokenizer
 
@@ -106,6 +107,15 @@ def test_a_transformers_llama_family_model_loads_with_identical_logits(name, tok
     assert torch.equal(model(x)[0], hf_logits(where, x))
 
 
+def test_a_model_in_safetensors_shards_loads_from_its_index(tokenizer, tmp_path):
+    where = save_model(tmp_path / "sharded", "LlamaForCausalLM", tokenizer, shard_size="40KB",
+                       **dict(SMALL, num_key_value_heads=2))
+    imp = Imported.read(where)
+    assert (where / INDEX).is_file() and len(imp.files) > 2 and not (where / "model.safetensors").exists()
+    x = ids()
+    assert torch.equal(imported(where)(x)[0], hf_logits(where, x))
+
+
 def test_a_transformers_gpt2_loads_with_its_gelu_and_biases(tokenizer, tmp_path):
     where = save_model(tmp_path / "gpt2", "GPT2LMHeadModel", tokenizer, vocab_size=V, n_embd=32, n_layer=2,
                        n_head=4, n_positions=64, activation_function="gelu_new")
@@ -161,6 +171,35 @@ def test_every_mismatch_is_one_line_naming_it(llama_dir, tmp_path):
     d = copy("bias")
     edit_config(d, attention_bias=True)
     assert "attention_bias = True is not supported" in refused(d)
+    d = copy("mistral")
+    edit_config(d, architectures=["MistralForCausalLM"], sliding_window=4096)
+    assert "sliding_window = 4096 is not supported (sliding-window attention)" in refused(d)
+    for i, (change, msg) in enumerate([({"hidden_size": None}, "no 'hidden_size' (or null)"),
+                                       ({"hidden_size": "big"}, "hidden_size = 'big' is not int"),
+                                       ({"rope_scaling": "linear"}, "rope_scaling = 'linear' is not supported"),
+                                       ({"rms_norm_eps": 0}, "describes a model the line cannot build (model.norm_eps"),
+                                       ({"num_key_value_heads": 3}, "(model.n_kv_head: 3 must divide n_head (4))")]):
+        d = copy(f"config{i}")
+        edit_config(d, **change)
+        assert msg in refused(d), change
+    d = copy("not-an-object")
+    (d / "config.json").write_text("[1, 2]")
+    assert "config.json: holds a JSON list, not an object" in refused(d)
+    d = save_model(tmp_path / "sharded", "LlamaForCausalLM", sentencepiece_tokenizer(
+        [p.read_text() for p in stdlib_files(2)], vocab_size=V), shard_size="40KB", **dict(SMALL, num_key_value_heads=2))
+    index = json.loads((d / INDEX).read_text())
+    (d / INDEX).write_text(json.dumps({"metadata": {}}))
+    assert f"{INDEX}: no weight_map of tensor names to file names" in refused(d)
+    (d / INDEX).write_text(json.dumps({**index, "weight_map": {**index["weight_map"], "extra.weight": "gone.safetensors"}}))
+    assert "names 'gone.safetensors', which is not a file in" in refused(d)
+    first = sorted(set(index["weight_map"].values()))[0]
+    (d / INDEX).write_text(json.dumps(index))
+    (d / first).write_bytes((d / first).read_bytes()[:100])
+    assert f"{first}: not a readable safetensors file" in refused(d)
+    g = save_model(tmp_path / "gpt2", "GPT2LMHeadModel", sentencepiece_tokenizer(
+        [p.read_text() for p in stdlib_files(2)], vocab_size=V), vocab_size=V, n_embd=32, n_layer=1, n_head=4)
+    edit_config(g, scale_attn_weights=False)
+    assert "scale_attn_weights = False is not supported" in refused(g)
     d = copy("pickle")
     (d / "model.safetensors").unlink()
     (d / "pytorch_model.bin").write_bytes(b"not read")

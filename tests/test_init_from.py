@@ -95,9 +95,15 @@ def test_other_weights_at_the_same_path_are_another_run(repro, tmp_path):
     write_params(proj, p)
     run([SL, "stage", "train"], proj)  # the same weights at another path: the same run, continued
     assert json.loads((proj / "data/metrics/train.json").read_text())["final_step"] == 6
+    tok = (repro["hf"] / "tokenizer.json").read_bytes()
     save_model(other, "LlamaForCausalLM", transformers.PreTrainedTokenizerFast(
         tokenizer_file=str(other / "tokenizer.json"))._tokenizer, seed=1, **HF)
+    (other / "tokenizer.json").write_bytes(tok)  # new weights, the same tokenizer
     p["train"]["steps"] = 8
     write_params(proj, p)
     r = run([SL, "stage", "train"], proj, check=False)
     assert r.returncode == 2 and "init: saved {'model.safetensors'" in r.stderr and "Traceback" not in r.stderr
+    # another tokenizer there: the shards hold the old one's ids, so training waits for the tokenize stage
+    (other / "tokenizer.json").write_bytes(tok.replace(b'"<unk>"', b'"<unknown>"'))
+    r = run([SL, "stage", "train"], proj, check=False)
+    assert r.returncode == 2 and "the data was tokenized with" in r.stderr and "dvc repro tokenize" in r.stderr

@@ -4,11 +4,12 @@ Contract:
 - The tokenizer is trained (byte-level BPE, `shardline.data.tokenizer`) on the training side of the
   cleaned text (never on held-out documents): an equal share of `tokenizer.train_max_mb` from
   the start of every clean part, parts round-robin across sources in params order; or copied
-  from `tokenizer.path`, or from `train.init_from`'s model directory. `data/tokenizer/meta.json` records its key, sha256 (the tokenizer hash
-  in every lineage), vocab size and EOS id; a re-run with the same key reuses it.
+  from `tokenizer.path`, or from `train.init_from`'s model directory (the EOS and BOS it names
+  checked before anything on disk changes). `data/tokenizer/meta.json` records its key, sha256
+  (the tokenizer hash in every lineage), vocab size, EOS and BOS ids, and the sha256 of the file
+  it was copied from; a re-run with the same key reuses it.
 - Each clean part becomes `part-NNNNN.bin` (the ids of its training documents, EOS after each
-  and `tokenizer.bos_token` before each when set;
-  uint16 when the vocab fits, else uint32) and, when it holds any, `val/part-NNNNN.bin` (its
+  and `tokenizer.bos_token` before each when set; uint16 when the vocab fits, else uint32) and, when it holds any, `val/part-NNNNN.bin` (its
   held-out documents), each a part of the stage frame (`shardline.data.frame`): its done-marker
   `.json` {key, files, stats: tokens, docs, sha256} is written last, so a token part is done
   iff its marker holds the current key. key = hash(the clean part's key and selection for that
@@ -119,20 +120,20 @@ def prepare_tokenizer(params: Params, layout: Layout, parts: dict[str, list[Path
         if meta["key"] == key and fsio.sha256_file(out) == meta["sha256"]:
             log(f"tokenize: tokenizer up to date ({meta['sha256'][:12]})")
             return tokenizer.load(out), meta
-    layout.tokenizer.mkdir(parents=True, exist_ok=True)
-    for name in parts:  # every token part changes with the tokenizer: no index may outlive it
-        _unindex(layout.tokens / name)
     if given:
         tok = tokenizer.load(given)
     else:
         tok = tokenizer.train_bpe(_training_texts(parts, cfg.train_max_mb * 2**20), vocab_size=cfg.vocab_size,
                                   special_tokens=cfg.special_tokens, min_frequency=cfg.min_frequency)
-    ids = {k: _special_id(tok, k, getattr(cfg, k), given) for k in ("eos_token", "bos_token")}
+    ids = {k: _special_id(tok, k, getattr(cfg, k), given) for k in ("eos_token", "bos_token")}  # before any change
+    layout.tokenizer.mkdir(parents=True, exist_ok=True)
+    for name in parts:  # every token part changes with the tokenizer: no index may outlive it
+        _unindex(layout.tokens / name)
     sha = tokenizer.save(tok, out)
     vocab = tok.get_vocab_size()
     meta = {"key": key, "sha256": sha, "vocab_size": vocab, "eos_token": cfg.eos_token, "eos_id": ids["eos_token"],
             "bos_token": cfg.bos_token, "bos_id": ids["bos_token"], "dtype": dtype_for(vocab),
-            "source": str(given) if given else "trained"}
+            "source": str(given) if given else "trained", "given_sha256": basis if given else None}
     fsio.write_json(meta_path, meta)
     log(f"tokenize: tokenizer {'loaded' if given else 'trained'}: vocab {vocab}, sha256 {sha[:12]}")
     return tok, meta

@@ -10,9 +10,10 @@ Contract:
 - `attend(q, k, v, docs, dropout=, scale=)`: q [B, H, T, D], k and v [B, Hkv, T, D] with Hkv
   dividing H (grouped-query attention: query head h reads key/value head h // (H / Hkv)).
   `docs` None: causal (SDPA, is_causal). Otherwise a query at t attends to the keys at s <= t of
-  its own document and to nothing else: FlexAttention with a block mask on CUDA (compiled once
-  per process; blocks wholly outside every document are skipped), SDPA with a boolean mask
-  [B, 1, T, T] elsewhere and whenever attention dropout is on (FlexAttention has none).
+  its own document and to nothing else: FlexAttention with a block mask where `Documents.of` was
+  asked for one (the models ask on CUDA, with no attention dropout, FlexAttention having none,
+  and a head width its compiled kernel takes: a power of two >= 16); compiled once per process,
+  it skips blocks wholly outside every document. Elsewhere SDPA with a boolean mask [B, 1, T, T].
 - Exact, not approximate: a masked key gets weight exactly 0, so a document's outputs are
   bit-identical whatever the other documents of its block hold; against the same document run
   alone they differ only by the rounding of kernels of another shape (tests/test_attention.py
@@ -37,7 +38,8 @@ class Documents:
     block_mask: object | None = None   # FlexAttention's BlockMask (CUDA)
 
     @classmethod
-    def of(cls, idx: torch.Tensor, eos_id: int | None, bos_id: int | None) -> "Documents":
+    def of(cls, idx: torch.Tensor, eos_id: int | None, bos_id: int | None, flex: bool = False) -> "Documents":
+        """`flex`: build FlexAttention's block mask too (once per batch, shared by every layer)."""
         B, T = idx.shape
         start = torch.zeros_like(idx, dtype=torch.bool)
         start[:, 0] = True
@@ -48,7 +50,7 @@ class Documents:
         t = torch.arange(T, device=idx.device).expand(B, T)
         first = torch.cummax(torch.where(start, t, torch.zeros_like(t)), dim=1).values
         docs = cls(torch.cumsum(start, dim=1) - 1, t - first)
-        if idx.device.type == "cuda":
+        if flex:
             docs.block_mask = _block_mask(docs.ids)
         return docs
 
@@ -58,6 +60,12 @@ class Documents:
             causal = torch.ones(T, T, dtype=torch.bool, device=self.ids.device).tril()
             self.mask = ((self.ids[:, :, None] == self.ids[:, None, :]) & causal)[:, None]
         return self.mask
+
+
+def wants_flex(idx: torch.Tensor, head_dim: int, dropout: float) -> bool:
+    """Whether FlexAttention runs this batch's document attention (see the module contract); `dropout`
+    is the attention dropout in effect (0 in eval mode)."""
+    return idx.device.type == "cuda" and dropout == 0.0 and head_dim >= 16 and head_dim & (head_dim - 1) == 0
 
 
 def _block_mask(doc: torch.Tensor):
@@ -92,7 +100,7 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, docs: Documents | 
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout, scale=scale, **extra)
     if docs.block_mask is not None and dropout == 0.0:
         kind = q.device.type
-        if torch.is_autocast_enabled(kind):  # autocast casts SDPA's inputs, not FlexAttention's: RoPE left q, k fp32
+        if torch.is_autocast_enabled(kind):  # RoPE leaves q, k fp32: the kernel runs in autocast's dtype, as SDPA's
             q, k, v = (t.to(torch.get_autocast_dtype(kind)) for t in (q, k, v))
         return _flex()(q, k, v, block_mask=docs.block_mask, scale=scale, enable_gqa=gqa)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=docs.sdpa_mask(), dropout_p=dropout, scale=scale,

@@ -26,7 +26,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from shardline.model.attention import Documents, attend
+from shardline.model.attention import Documents, attend, wants_flex
 from shardline.model.config import ModelConfig, flops_per_token
 
 
@@ -110,7 +110,8 @@ class GPT(nn.Module):
             raise ValueError(f"sequence of length {T} exceeds seq_len {self.cfg.seq_len}")
         docs = None
         if self.cfg.attention == "document":
-            docs = Documents.of(idx, self.cfg.eos_id, self.cfg.bos_id)
+            flex = wants_flex(idx, self.cfg.d_model // self.cfg.n_head, self.cfg.dropout if self.training else 0.0)
+            docs = Documents.of(idx, self.cfg.eos_id, self.cfg.bos_id, flex=flex)
             pos = docs.positions
         else:
             pos = torch.arange(T, dtype=torch.long, device=idx.device)

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from shardline.model.attention import Documents, attend
+from shardline.model.attention import Documents, attend, wants_flex
 from shardline.model.config import ModelConfig, flops_per_token
 
 
@@ -134,7 +134,8 @@ class Llama(nn.Module):
             raise ValueError(f"sequence of length {T} exceeds seq_len {self.cfg.seq_len}")
         docs = None
         if self.cfg.attention == "document":
-            docs = Documents.of(idx, self.cfg.eos_id, self.cfg.bos_id)
+            flex = wants_flex(idx, self.cfg.head_size, self.cfg.dropout if self.training else 0.0)
+            docs = Documents.of(idx, self.cfg.eos_id, self.cfg.bos_id, flex=flex)
             positions = docs.positions
         else:
             positions = torch.arange(T, device=idx.device)[None]

@@ -144,6 +144,11 @@ def render(name: str, manifest: dict, state: dict, model, eos_id: int, config: d
         out.append("")
         out.append(f"Its training started from `{lin['init']['from']}` ({lin['init']['architecture']}).")
     out += ["", "## Use", "", USE, "", CAVEAT.format(eos=eos, eos_id=eos_id), ""]
+    bos = lin["params"]["tokenizer"].get("bos_token")
+    if bos:
+        out += [f"Every training document started with BOS `{bos}`: start a prompt with it too (a tokenizer "
+                "brought from another model may add it itself, check `tok(text).input_ids[0]`; a trained one does "
+                f"not: prepend `tok.convert_tokens_to_ids({bos!r})`), as `shardline sample` does.", ""]
     if c.arch == "gpt2":
         out.append(f"Inputs longer than {c.positions} tokens (n_positions) are refused by `transformers`; "
                    "`shardline sample` crops its context to the last seq_len tokens instead.")

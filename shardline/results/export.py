@@ -14,7 +14,9 @@ Contract:
   for a model trained with train.attention document, that holds on any input of one document
   (no EOS or BOS inside), which is what generation from a prompt is.
 - The tokenizer: for text holding no special-token string, the HF tokenizer's ids equal the
-  line's `Encoder`'s (the same tokenizer.json, no post-processor). For text holding one, e.g.
+  line's `Encoder`'s (the same tokenizer.json; a trained one has no post-processor, while a brought
+  one, tokenizer.path or train.init_from, keeps its own: Llama's adds BOS, as training did when
+  tokenizer.bos_token names it). For text holding one, e.g.
   "<|endoftext|>", transformers gives the special token's id (its default,
   split_special_tokens=False), while the Encoder, which tokenized the training data, spells it
   as ordinary text; `AutoTokenizer.from_pretrained(OUT, split_special_tokens=True)` gives the

@@ -2,10 +2,11 @@
 
 Contract:
 - A run's identity is what shapes the model: the data version (content hash of the training
-  shards and the tokenizer), the mix, the model (the fields of its architecture:
-  `Model.identity`), the weights it started from (train.init_from's sha256s), the loader seed
-  and batch geometry, and the train settings in SHAPING (train.attention among them). Not `train.steps` (raising it continues the run), nor settings that
-  only say how to run it (checkpoints, retention, processes, threads, timeouts).
+  shards and the tokenizer), the mix, the model (the fields of its architecture, as resolved:
+  `shardline.core.sections_run.identity_of`), the weights it started from (train.init_from's
+  sha256s), the loader seed and batch geometry, and the train settings in SHAPING
+  (train.attention among them). Not `train.steps` (raising it continues the run), nor settings
+  that only say how to run it (checkpoints, retention, processes, threads, timeouts).
 - `saved` derives a checkpoint's identity from what it already records (the loader state and
   the lineage's params): nothing extra is stored.
 - When the newest checkpoint's identity differs from this run's, `decide` says what happens:

@@ -2,7 +2,8 @@
 
 Contract:
 - `Network.for_run(params, layout, seq_len)` resolves the model: params.yaml's model section, or
-  train.init_from's config.json (shardline.model.hf: fields params.yaml sets must agree); the
+  train.init_from's config.json (shardline.model.imported: fields params.yaml sets must agree;
+  the data must have been tokenized with its tokenizer.json, checked by sha256); the
   vocabulary of the tokenizer (data/tokenizer/meta.json) or of the imported embedding, which must
   cover every id the tokenizer makes; seq_len from the shards; train.attention with the
   tokenizer's EOS and BOS ids as document boundaries. `section` is the model section as a run's
@@ -26,7 +27,7 @@ from shardline.core.config import Params, Train
 from shardline.core.errors import BadInput
 from shardline.core.layout import Layout
 from shardline.model import ModelConfig, build, resolve
-from shardline.model.hf import Imported
+from shardline.model.imported import Imported
 from shardline.training import recompute, rng
 
 
@@ -37,17 +38,23 @@ class Network:
     init: Imported | None = None
 
     @classmethod
-    def for_run(cls, params: Params, layout: Layout, seq_len: int) -> "Network":
+    def for_run(cls, params: Params, layout: Layout, seq_len: int, share=lambda x: x, rank: int = 0) -> "Network":
+        """`share` hands rank 0's value to every rank (shardline.training.dist.Dist.share): the weight
+        files are hashed once, not on every rank."""
         meta = fsio.read_json(layout.tokenizer_meta)
         init = None
         if params.train.init_from:
-            init = Imported.read(layout.under_root(Path(params.train.init_from)))
+            where = layout.under_root(Path(params.train.init_from))
+            init = Imported.read(where) if rank == 0 else None
+            digests = share(init.files if init else None)
+            init = init or Imported.read(where, digests)
+            _same_tokenizer(init, meta, layout)
         section = init.section(params.model) if init else params.section("model")
         vocab = init.vocab_size if init else meta["vocab_size"]
         if vocab < meta["vocab_size"]:
             raise BadInput(f"{init.where / 'config.json'}: vocab_size {vocab} is smaller than its tokenizer's "
                            f"{meta['vocab_size']} ids (data/tokenizer/meta.json): ids past {vocab - 1} have no "
-                           "embedding; re-run 'dvc repro tokenize' with this model's tokenizer.json")
+                           "embedding; the directory's config.json and tokenizer.json do not belong together")
         cfg = resolve(section, vocab_size=vocab, seq_len=seq_len, attention=params.train.attention,
                       eos_id=meta["eos_id"], bos_id=meta.get("bos_id"), n_positions=init.n_positions if init else 0)
         if cfg.arch == "gpt2" and cfg.positions < seq_len:
@@ -62,6 +69,18 @@ class Network:
             shapes = {k: v.shape for k, v in model.state_dict().items()}
             model.load_state_dict(self.init.state(self.config, shapes), strict=True)
         return model
+
+
+def _same_tokenizer(init: Imported, meta: dict, layout: Layout) -> None:
+    """The data must be tokenized with the imported model's own tokenizer.json (meta.json records
+    the sha256 of the file the tokenize stage copied), or its ids would mean other text."""
+    theirs = init.where / "tokenizer.json"
+    got = fsio.sha256_file(theirs) if theirs.is_file() else None
+    if got is None or meta.get("given_sha256") != got:
+        made = meta.get("source", "trained")
+        raise BadInput(f"{layout.rel(layout.tokenizer_meta)}: the data was tokenized with {made}, not with "
+                       f"{theirs} (train.init_from's); run 'dvc repro tokenize' (or 'shardline stage tokenize', "
+                       "then shard) so the shards hold its ids")
 
 
 def prepare(model: nn.Module, cfg: Train) -> None:

@@ -133,7 +133,7 @@ def _train(params: Params, layout: Layout, log: Log, device: torch.device, dist:
     cfg = params.train
     ckpts, metrics = layout.checkpoints, layout.train_log
     loader = Loader.from_params(params, layout, rank=dist.rank, world=dist.world, log=log)
-    network = Network.for_run(params, layout, loader.seq_len)
+    network = Network.for_run(params, layout, loader.seq_len, share=dist.share, rank=dist.rank)
     held = (HeldOut.for_training(params, layout, loader.spec.remote, loader.seq_len,
                                  loader.reader.sources[0].index["tokenizer_sha256"], log)
             if params.eval.every else None)
