@@ -521,7 +521,7 @@ def arch_section(name: str, params: config.Params, layout: Layout, args) -> dict
     it = iter(loader)
     batches = [next(it) for _ in range(args.steps)]  # the trainer's batches: same params, same positions
     gcfg = model_config(params, layout, loader.seq_len)
-    print(f"\n[{name}] {gcfg.n_layer} layers x {gcfg.n_head} heads ({gcfg.kv_heads} key/value) x d{gcfg.d_model}, "
+    print(f"\n[{name}] {gcfg.n_layer} layers x {gcfg.n_head} heads ({gcfg.n_kv_head} key/value) x d{gcfg.d_model}, "
           f"MLP {gcfg.mlp_hidden}, vocab {gcfg.vocab_size}, {build_model(gcfg).num_params(False):,} params, "
           f"{gcfg.attention} attention; {args.steps} steps per run", flush=True)
     bare_run(params, gcfg, batches[:3])  # warm-up, untimed: first-call kernel and allocator costs

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from shardline.model import ModelConfig, build
-from shardline.model.attention import Documents, _block_mask, attend
+from shardline.model.attention import Documents, attend
 
 EOS, BOS = 0, 1
 ALONE_TOL = 1e-6  # measured here: <= 2.4e-7 (fp32, CPU); the same logits through matmuls of another shape

@@ -219,7 +219,7 @@ def llama(built, tmp_path_factory):  # noqa: F811
 
 def test_llama_export_is_llama_for_causal_lm_with_bit_identical_logits(llama):
     ours, out = llama["model"], llama["out"]
-    assert (ours.cfg.arch, ours.cfg.attention, ours.cfg.kv_heads, ours.cfg.n_head) == ("llama", "document", 2, 2)
+    assert (ours.cfg.arch, ours.cfg.attention, ours.cfg.n_kv_head, ours.cfg.n_head) == ("llama", "document", 2, 2)
     hf, info = transformers.AutoModelForCausalLM.from_pretrained(out, output_loading_info=True)
     assert type(hf).__name__ == "LlamaForCausalLM" and {k: v for k, v in info.items() if v} == {}
     cfg = json.loads((out / "config.json").read_text())

@@ -103,7 +103,7 @@ def test_a_transformers_llama_family_model_loads_with_identical_logits(name, tok
     where = save_model(tmp_path / name, arch, tokenizer, **cfg)
     model, x = imported(where), ids()
     if "rope_parameters" in cfg:
-        assert model.cfg.rope_theta == 123456.0 and model.cfg.kv_heads == 2 and not model.cfg.tie_embeddings
+        assert model.cfg.rope_theta == 123456.0 and model.cfg.n_kv_head == 2 and not model.cfg.tie_embeddings
     assert torch.equal(model(x)[0], hf_logits(where, x))
 
 

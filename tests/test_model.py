@@ -185,7 +185,7 @@ def test_resolve_reads_a_lineage_section_of_either_age():
     new = config.parse({"sources": [{"name": "a", "uri": "x", "format": "txt"}],
                         "model": {"arch": "llama", "n_kv_head": 2}}).section("model")
     c = resolve(new, vocab_size=V, seq_len=T, attention="document", eos_id=0)
-    assert (c.arch, c.kv_heads, c.head_size, c.mlp_hidden, c.attention, c.eos_id) == ("llama", 2, 32, 512,
+    assert (c.arch, c.n_kv_head, c.head_dim, c.mlp_hidden, c.attention, c.eos_id) == ("llama", 2, 32, 512,
                                                                                         "document", 0)
 
 

@@ -62,6 +62,18 @@ class Documents:
         return self.mask
 
 
+def positions(idx: torch.Tensor, cfg, training: bool) -> tuple[Documents | None, torch.Tensor]:
+    """A batch's documents (None under causal attention) and each token's position, [1, T] or
+    [B, T]: what every model's forward starts from. Refuses a batch longer than cfg.seq_len."""
+    T = idx.size(1)
+    if T > cfg.seq_len:
+        raise ValueError(f"sequence of length {T} exceeds seq_len {cfg.seq_len}")
+    if cfg.attention != "document":
+        return None, torch.arange(T, dtype=torch.long, device=idx.device)[None]
+    docs = Documents.of(idx, cfg.eos_id, cfg.bos_id, flex=wants_flex(idx, cfg.head_dim, cfg.dropout if training else 0.0))
+    return docs, docs.positions
+
+
 def wants_flex(idx: torch.Tensor, head_dim: int, dropout: float) -> bool:
     """Whether FlexAttention runs this batch's document attention (see the module contract); `dropout`
     is the attention dropout in effect (0 in eval mode)."""

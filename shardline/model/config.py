@@ -37,7 +37,7 @@ class ModelConfig:
     gelu: str = "exact"         # "exact" | "tanh"
     n_positions: int = 0        # rows of the position table; 0: seq_len (more when imported from a longer model)
     # llama
-    n_kv_head: int = 0          # 0: n_head
+    n_kv_head: int = 0          # 0: n_head (resolved on construction, as head_dim)
     head_dim: int = 0           # 0: d_model // n_head
     ffn_hidden: int = 0         # 0: 4 * d_model (gpt2)
     rope_theta: float = 10000.0
@@ -54,26 +54,17 @@ class ModelConfig:
             raise ValueError("vocab_size, seq_len, n_layer and n_head must be >= 1")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
-        if self.n_head % self.kv_heads:
-            raise ValueError(f"n_kv_head {self.kv_heads} must divide n_head {self.n_head}")
         if not self.head_dim and self.d_model % self.n_head:
             raise ValueError(f"d_model ({self.d_model}) must be divisible by n_head ({self.n_head})")
+        # what is left to a rule, resolved here: every field then holds the value the network uses
+        object.__setattr__(self, "n_kv_head", self.n_kv_head or self.n_head)
+        object.__setattr__(self, "head_dim", self.head_dim or self.d_model // self.n_head)
+        if self.n_head % self.n_kv_head:
+            raise ValueError(f"n_kv_head {self.n_kv_head} must divide n_head {self.n_head}")
         if self.attention not in ("causal", "document"):
             raise ValueError(f"attention: {self.attention!r} is not causal or document")
         if self.attention == "document" and self.eos_id is None and self.bos_id is None:
             raise ValueError("attention document needs the EOS or BOS id that marks a document boundary")
-
-    @property
-    def kv_heads(self) -> int:
-        return self.n_kv_head or self.n_head
-
-    @property
-    def head_size(self) -> int:
-        return self.head_dim or self.d_model // self.n_head
-
-    @property
-    def q_width(self) -> int:
-        return self.n_head * self.head_size
 
     @property
     def mlp_hidden(self) -> int:
@@ -99,4 +90,4 @@ def resolve(section: dict, *, vocab_size: int, seq_len: int, attention: str = "c
 
 def flops_per_token(cfg: ModelConfig, matmul_params: int) -> float:
     """Training FLOPs per token, forward and backward (see the module contract)."""
-    return float(6 * matmul_params + 12 * cfg.n_layer * cfg.n_head * cfg.head_size * cfg.seq_len)
+    return float(6 * matmul_params + 12 * cfg.n_layer * cfg.n_head * cfg.head_dim * cfg.seq_len)

@@ -11,9 +11,8 @@ Contract (shared by every architecture here, see shardline.model):
   attends across a document boundary and positions restart at each document
   (shardline.model.attention).
 - `blocks` are the transformer blocks, the unit that recompute, compile and FSDP apply to.
-- `num_params(non_embedding)` counts each tensor once (a tied weight once); non-embedding leaves
-  out the lookup tables that take no matmul (here the position table: the token table doubles as
-  the head). `flops_per_token()` is shardline.model.config's count.
+- `num_params` and `flops_per_token` (shardline.model.common) leave out the lookup tables that
+  take no matmul: here the position table (the token table doubles as the head).
 - Parameter names are those of every checkpoint written before llama existed: the state dicts of
   old and new runs are the same. GPT-2's residual projections start scaled by 1/sqrt(2 * n_layer).
 """
@@ -24,10 +23,10 @@ import math
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
-from shardline.model.attention import Documents, attend, wants_flex
-from shardline.model.config import ModelConfig, flops_per_token
+from shardline.model.attention import Documents, attend, positions
+from shardline.model.common import CausalLM
+from shardline.model.config import ModelConfig
 
 
 class CausalSelfAttention(nn.Module):
@@ -72,7 +71,7 @@ class Block(nn.Module):
         return x + self.mlp(self.ln_2(x))
 
 
-class GPT(nn.Module):
+class GPT(CausalLM):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.cfg = cfg
@@ -105,28 +104,11 @@ class GPT(nn.Module):
         return self.transformer.h
 
     def forward(self, idx, targets=None):
-        T = idx.size(1)
-        if T > self.cfg.seq_len:
-            raise ValueError(f"sequence of length {T} exceeds seq_len {self.cfg.seq_len}")
-        docs = None
-        if self.cfg.attention == "document":
-            flex = wants_flex(idx, self.cfg.d_model // self.cfg.n_head, self.cfg.dropout if self.training else 0.0)
-            docs = Documents.of(idx, self.cfg.eos_id, self.cfg.bos_id, flex=flex)
-            pos = docs.positions
-        else:
-            pos = torch.arange(T, dtype=torch.long, device=idx.device)
+        docs, pos = positions(idx, self.cfg, self.training)
         x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
         for block in self.transformer.h:
             x = block(x, docs)
-        logits = self.lm_head(self.transformer.ln_f(x))
-        if targets is None:
-            return logits, None
-        loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))
-        return logits, loss
+        return self.output(self.lm_head(self.transformer.ln_f(x)), targets)
 
-    def num_params(self, non_embedding: bool = True) -> int:
-        n = sum(p.numel() for p in self.parameters())
-        return n - self.transformer.wpe.weight.numel() if non_embedding else n
-
-    def flops_per_token(self) -> float:
-        return flops_per_token(self.cfg, self.num_params())
+    def lookups(self) -> list[torch.Tensor]:
+        return [self.transformer.wpe.weight]  # the token table doubles as the head: a matmul

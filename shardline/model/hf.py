@@ -78,7 +78,7 @@ def _llama_config(c: ModelConfig, eos_id: int, bos_id: int | None) -> dict:
     out = {"architectures": ["Qwen3ForCausalLM" if qwen else "LlamaForCausalLM"],
            "model_type": "qwen3" if qwen else "llama", "vocab_size": c.vocab_size, "hidden_size": c.d_model,
            "intermediate_size": c.mlp_hidden, "num_hidden_layers": c.n_layer, "num_attention_heads": c.n_head,
-           "num_key_value_heads": c.kv_heads, "head_dim": c.head_size, "hidden_act": "silu",
+           "num_key_value_heads": c.n_kv_head, "head_dim": c.head_dim, "hidden_act": "silu",
            "max_position_embeddings": c.seq_len, "rms_norm_eps": c.norm_eps,
            # transformers 5 reads rope_parameters, 4.x rope_theta
            "rope_theta": c.rope_theta, "rope_parameters": {"rope_type": "default", "rope_theta": c.rope_theta},

@@ -23,8 +23,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from shardline.model.attention import Documents, attend, wants_flex
-from shardline.model.config import ModelConfig, flops_per_token
+from shardline.model.attention import Documents, attend, positions
+from shardline.model.common import CausalLM
+from shardline.model.config import ModelConfig
 
 
 class RMSNorm(nn.Module):
@@ -48,10 +49,10 @@ def rotate_half(x):
 class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        hd, d = cfg.head_size, cfg.d_model
+        hd, d = cfg.head_dim, cfg.d_model
         self.q_proj = nn.Linear(d, cfg.n_head * hd, bias=False)
-        self.k_proj = nn.Linear(d, cfg.kv_heads * hd, bias=False)
-        self.v_proj = nn.Linear(d, cfg.kv_heads * hd, bias=False)
+        self.k_proj = nn.Linear(d, cfg.n_kv_head * hd, bias=False)
+        self.v_proj = nn.Linear(d, cfg.n_kv_head * hd, bias=False)
         self.o_proj = nn.Linear(cfg.n_head * hd, d, bias=False)
         if cfg.qk_norm:
             self.q_norm, self.k_norm = RMSNorm(hd, cfg.norm_eps), RMSNorm(hd, cfg.norm_eps)
@@ -97,7 +98,7 @@ class Block(nn.Module):
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
-class Llama(nn.Module):
+class Llama(CausalLM):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.cfg = cfg
@@ -107,7 +108,7 @@ class Llama(nn.Module):
         self.model.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.drop = nn.Dropout(cfg.dropout)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
-        hd = cfg.head_size
+        hd = cfg.head_dim
         # not a parameter and not saved: a pure function of head_dim and rope_theta
         self.register_buffer("inv_freq", 1.0 / (cfg.rope_theta ** (torch.arange(0, hd, 2, dtype=torch.float) / hd)),
                              persistent=False)
@@ -129,31 +130,14 @@ class Llama(nn.Module):
         return emb.cos(), emb.sin()
 
     def forward(self, idx, targets=None):
-        T = idx.size(1)
-        if T > self.cfg.seq_len:
-            raise ValueError(f"sequence of length {T} exceeds seq_len {self.cfg.seq_len}")
-        docs = None
-        if self.cfg.attention == "document":
-            flex = wants_flex(idx, self.cfg.head_size, self.cfg.dropout if self.training else 0.0)
-            docs = Documents.of(idx, self.cfg.eos_id, self.cfg.bos_id, flex=flex)
-            positions = docs.positions
-        else:
-            positions = torch.arange(T, device=idx.device)[None]
+        docs, pos = positions(idx, self.cfg, self.training)
         x = self.drop(self.model.embed_tokens(idx))
-        cos, sin = self.rope(positions)
+        cos, sin = self.rope(pos)
         rope = cos.to(x.dtype), sin.to(x.dtype)
         for block in self.model.layers:
             x = block(x, rope, docs)
-        logits = self.lm_head(self.model.norm(x))
-        if targets is None:
-            return logits, None
-        loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))
-        return logits, loss
+        return self.output(self.lm_head(self.model.norm(x)), targets)
 
-    def num_params(self, non_embedding: bool = True) -> int:
-        n = sum(p.numel() for p in self.parameters())
-        untied = self.lm_head.weight is not self.model.embed_tokens.weight
-        return n - self.model.embed_tokens.weight.numel() if non_embedding and untied else n
-
-    def flops_per_token(self) -> float:
-        return flops_per_token(self.cfg, self.num_params())
+    def lookups(self) -> list[torch.Tensor]:
+        tied = self.lm_head.weight is self.model.embed_tokens.weight  # tied: the table is the head's matmul
+        return [] if tied else [self.model.embed_tokens.weight]

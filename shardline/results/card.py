@@ -119,7 +119,7 @@ print(tok.decode(model.generate(ids, max_new_tokens=32, do_sample=False)[0]))
 def _shape(c) -> str:
     if c.arch == "gpt2":
         return f"n_layer {c.n_layer}, n_head {c.n_head}, n_embd {c.d_model}"
-    return (f"{c.n_layer} layers, {c.n_head} query heads and {c.kv_heads} key/value heads of {c.head_size}, hidden "
+    return (f"{c.n_layer} layers, {c.n_head} query heads and {c.n_kv_head} key/value heads of {c.head_dim}, hidden "
             f"{c.d_model}, SwiGLU {c.mlp_hidden}, RoPE theta {c.rope_theta:g}{', QK-norm' if c.qk_norm else ''}")
 
 

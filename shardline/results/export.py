@@ -42,7 +42,6 @@ import os
 import shutil
 from pathlib import Path
 
-import torch
 from safetensors.torch import save as safetensors_bytes
 from shardline.core import fsio
 from shardline.results import card

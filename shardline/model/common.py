@@ -1,0 +1,34 @@
+"""What both architectures share: the loss over their logits and the counts MFU uses.
+
+Contract: a `CausalLM` names its `lookups()`, the tensors read by index and never multiplied (a
+position table, an untied token embedding); `num_params(non_embedding=True)` counts every
+parameter once (a tied weight once) less those, and `flops_per_token()` is
+shardline.model.config's count over them. `output(logits, targets)` is what `forward` returns:
+(logits, the mean cross-entropy over every position, computed in fp32), or (logits, None).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from shardline.model.config import flops_per_token
+
+
+class CausalLM(nn.Module):
+    def lookups(self) -> list[torch.Tensor]:
+        raise NotImplementedError
+
+    def num_params(self, non_embedding: bool = True) -> int:
+        n = sum(p.numel() for p in self.parameters())
+        return n - sum(t.numel() for t in self.lookups()) if non_embedding else n
+
+    def flops_per_token(self) -> float:
+        return flops_per_token(self.cfg, self.num_params())
+
+    @staticmethod
+    def output(logits: torch.Tensor, targets: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if targets is None:
+            return logits, None
+        return logits, F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))
