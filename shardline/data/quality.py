@@ -1,5 +1,6 @@
-"""Quality rule sets: datatrove's GopherRepetitionFilter, GopherQualityFilter, C4QualityFilter and
-FineWebQualityFilter as FineWeb's recipe runs them, each one cleaning rule (see rules.py).
+"""Quality rule sets: datatrove 0.10.1's GopherRepetitionFilter, GopherQualityFilter,
+C4QualityFilter and FineWebQualityFilter, each one cleaning rule (see rules.py), with datatrove's
+English word and sentence splitting (shardline.data.words: spaCy's, the same answers).
 
 Contract: `build(gopher_quality, gopher_repetition, c4, fineweb)` returns the enabled sets (None is
 off) in FineWeb's order: gopher_repetition, gopher_quality, c4, fineweb. A rule's `name` is its
@@ -9,28 +10,20 @@ Drop(check, measured, limit) (ratios rounded to 4 places, as in rules.py). C4 al
 returns the text less the lines its line checks remove, or Drop("c4.all_lines_removed", 0, 1).
 Rules are frozen dataclasses holding only their settings.
 
-Datatrove's definitions and comparisons are kept (which side of a limit drops, how lines and
-paragraphs split, what is stripped, the order), except:
-- Words are whitespace tokens (str.split), not NLTK's tokenizer, which splits off punctuation and
-  contractions (and is ~50x slower). Gopher quality counts a token as a word when it has a
-  character outside datatrove's punctuation set, and measures lengths and matches stop words with
-  those characters deleted ("be," is "be", as the tokenizer gives). Ratios over all tokens see
-  fewer tokens, punctuation attached: '#' and ellipses per token and FineWeb's newlines per word
-  come out a little higher (stricter), the share of tokens with a letter higher (more lenient).
-- Duplicate n-grams are keyed by their words; datatrove joins them without spaces, so "ab c"
-  equals "a bc" there. Their characters are counted without spaces, as there.
-- C4 counts sentences by a regex, not NLTK's punkt: one ends at a run of . ! ? (closing quotes or
-  brackets may follow) before whitespace or the line's end, but not at a '.' after an initial or
-  Mr, Mrs, Ms, Dr, Prof, St, Jr, Sr, vs, e.g, i.e, cf; a kept line holds at least one. Lines are
-  always the unit (datatrove's split_paragraph=True).
-- Where datatrove divides by zero (no tokens, no lines), the share is 0; FineWeb's newlines per
-  word divide by at least 1.
-Speed: characters are classed and tokens found with numpy, and n-grams compared by 64-bit hashes,
-so ordinary prose passes without a Python loop over its words. Values stay exact: equal n-grams
-hash equal, so hashes only over-count; a text passes on such an upper bound or is measured again
-from its words.
+The reference is datatrove 0.10.1 with its default English word tokenizer (spaCy's blank English,
+which needs no download): its definitions, comparisons, splits, strips and order, measured side by
+side in tests/test_reference.py and bench.curation. Where it differs (docs/cleaning.md lists each
+with an example):
+- an empty text (or, for FineWeb, one of blank lines only) is dropped as `<set>.empty` where
+  datatrove drops it without a check; where datatrove divides by zero (a text with no words and
+  min_doc_words off) the share is 0.
+- a limit of 0 is a limit here; datatrove reads 0 as off (`if self.max_symbol_word_ratio and ...`).
+Speed: characters are classed with numpy and n-grams compared by 64-bit hashes, so ordinary prose
+passes without a Python loop over its words. Values stay exact: equal n-grams hash equal, so
+hashes only over-count; a text passes on such an upper bound or is measured again from its words.
 """
 
+import functools
 import re
 from dataclasses import dataclass
 from operator import methodcaller
@@ -39,13 +32,19 @@ import numpy as np
 
 from shardline.core.sections_quality import C4, FineWeb, GopherQuality, GopherRepetition
 from shardline.data import textstats as ts
+from shardline.data import words as wd
 from shardline.data.rules import Drop, Rule
 
+REFERENCE = "datatrove 0.10.1, spaCy English words"  # in the clean parts' keys: a new reference rebuilds them
 _CITATION = re.compile(r"\[\d*]|\[edit]|\[citation needed]")
+_STOPS = tuple(ts.TERMINAL)  # what ends a line for FineWeb (datatrove 0.10's stop_chars)
 _POLICY = ("terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies", "use cookies")
-_ABBREVIATIONS = ("[A-Z]", "Mr", "Mrs", "Ms", "Dr", "Prof", "St", "Jr", "Sr", "vs", r"e\.g", r"i\.e", "cf")
-_SENTENCE_END = re.compile(r"(?:\." + "".join(rf"(?<!\b{a}\.)" for a in _ABBREVIATIONS) +
-                           r"|[!?])[.!?]*[\"'”’)\]]*(?=\s|$)")
+
+
+@functools.lru_cache(maxsize=2)
+def _words(text: str) -> list[str]:
+    """The text's words, shared by the sets that read the same text (datatrove caches them too)."""
+    return wd.split(text)
 
 
 class _Set:
@@ -71,13 +70,13 @@ class GopherRepetitionRule(_Set):
 
     @property
     def checks(self) -> tuple[str, ...]:
-        return super().checks + tuple(f"{self.name}.{f}.{n}" for f in ("top_n_grams", "dup_n_grams")
-                                      for n, _ in getattr(self.cfg, f) or ())
+        grams = tuple(f"{self.name}.{f}.{n}" for f in ("top_n_grams", "dup_n_grams") for n, _ in getattr(self.cfg, f) or ())
+        return (f"{self.name}.empty", *super().checks, *grams)
 
     def __call__(self, text: str) -> str | Drop:
         c, chars = self.cfg, len(text)
         if not chars:
-            return text
+            return self.drop("empty", 0, 1)
         for kind, split in (("para", ts.paragraphs), ("line", ts.lines)):
             frac, char_frac = getattr(c, f"dup_{kind}_frac"), getattr(c, f"dup_{kind}_char_frac")
             if frac is not None or char_frac is not None:
@@ -87,14 +86,16 @@ class GopherRepetitionRule(_Set):
                     return self.drop(f"dup_{kind}_frac", n / len(parts), frac)
                 if char_frac is not None and dup_chars / chars > char_frac:
                     return self.drop(f"dup_{kind}_char_frac", dup_chars / chars, char_frac)
-        grams = ts.NGrams(text) if c.top_n_grams or c.dup_n_grams else None
-        for field, pairs in (("top_n_grams", c.top_n_grams or ()), ("dup_n_grams", c.dup_n_grams or ())):
-            base = min((n for n, _ in pairs), default=0)
-            for n, limit in pairs:
-                measure = grams.top if field == "top_n_grams" else grams.duplicate_chars
-                share = measure(n, base, limit, chars) if grams.n_words >= n else None
-                if share is not None and share > limit:
-                    return self.drop(f"{field}.{n}", share, limit)
+        grams = ts.NGrams(_words(text)) if c.top_n_grams or c.dup_n_grams else None
+        base = min((n for n, _ in c.top_n_grams or ()), default=0)
+        for n, limit in c.top_n_grams or ():
+            share = grams.top(n, base, limit, chars) if grams.n_words >= n else None
+            if share is not None and share > limit:
+                return self.drop(f"top_n_grams.{n}", share, limit)
+        for n, limit in c.dup_n_grams or ():
+            share = grams.duplicate_chars(n, limit, chars) if grams.n_words >= n else None
+            if share is not None and share > limit:
+                return self.drop(f"dup_n_grams.{n}", share, limit)
         return text
 
 
@@ -107,11 +108,13 @@ class GopherQualityRule(_Set):
 
     def __call__(self, text: str) -> str | Drop:
         c = self.cfg
-        _, cls, starts, _ = ts.tokens(text)
-        tokens = len(starts)
-        inner = (cls & (ts.SPACE | ts.PUNCTUATION)) == 0  # what a word keeps of its token
-        has = np.bitwise_or.reduceat(inner.view(np.uint8) | (cls & ts.LETTER), starts) if tokens else cls[:0]
-        n, length = np.count_nonzero(has & 1), np.count_nonzero(inner)  # words, their characters
+        words = _words(text)
+        n_words = len(words)
+        _, cls, starts, ends = ts.tokens(" ".join(words))  # the words again, each a token
+        inner = ((cls & (ts.SPACE | ts.PUNCTUATION)) == 0).view(np.uint8)  # a word's other characters
+        some = np.bitwise_or.reduceat(inner | (cls & ts.LETTER), starts) if n_words else cls[:0]
+        kept = (some & 1).astype(bool)  # words not made of punctuation alone
+        n, length = np.count_nonzero(kept), int((ends - starts)[kept].sum())
         if c.min_doc_words is not None and n < c.min_doc_words:
             return self.drop("min_doc_words", n, c.min_doc_words)
         if c.max_doc_words is not None and n > c.max_doc_words:
@@ -122,8 +125,8 @@ class GopherQualityRule(_Set):
             return self.drop("max_avg_word_length", length / n, c.max_avg_word_length)
         ellipses = text.count("...") + text.count("…")
         for symbols in (text.count("#"), ellipses) if c.max_symbol_word_ratio is not None else ():
-            if ts.ratio(symbols, tokens) > c.max_symbol_word_ratio:
-                return self.drop("max_symbol_word_ratio", symbols / tokens, c.max_symbol_word_ratio)
+            if ts.ratio(symbols, n_words) > c.max_symbol_word_ratio:
+                return self.drop("max_symbol_word_ratio", symbols / n_words, c.max_symbol_word_ratio)
         lines = text.splitlines()
         for field, most, strip, test in (  # no more lines can qualify than the text has bullets or ellipses
                 ("max_bullet_lines_ratio", text.count("•") + text.count("-"), str.lstrip, ("startswith", ("•", "-"))),
@@ -132,12 +135,11 @@ class GopherQualityRule(_Set):
             if limit is not None and ts.ratio(most, len(lines)) > limit and \
                     (share := sum(map(methodcaller(*test), map(strip, lines))) / len(lines)) > limit:
                 return self.drop(field, share, limit)
-        alpha = np.count_nonzero(has & ts.LETTER)  # tokens with a letter
-        if c.max_non_alpha_words_ratio is not None and tokens and alpha / tokens < c.max_non_alpha_words_ratio:
-            return self.drop("max_non_alpha_words_ratio", alpha / tokens, c.max_non_alpha_words_ratio)
-        stops = frozenset(c.stop_words)  # most prose has enough between spaces: no need to split it
-        if c.min_stop_words is not None and sum(f" {w} " in text for w in stops) < c.min_stop_words and \
-                (found := len(stops.intersection(ts.PUNCT.sub("", text).split()))) < c.min_stop_words:
+        alpha = np.count_nonzero(some & ts.LETTER)  # words with a letter
+        if c.max_non_alpha_words_ratio is not None and n_words and alpha / n_words < c.max_non_alpha_words_ratio:
+            return self.drop("max_non_alpha_words_ratio", alpha / n_words, c.max_non_alpha_words_ratio)
+        if c.min_stop_words is not None and \
+                (found := len(frozenset(c.stop_words).intersection(words))) < c.min_stop_words:
             return self.drop("min_stop_words", found, c.min_stop_words)
         return text
 
@@ -199,7 +201,7 @@ class C4Rule(_Set):
             if policy and any(p in line_low for p in _POLICY):
                 continue
             if sentences < need:  # counted only as far as the check needs
-                sentences += max(1, len(_SENTENCE_END.findall(line)))
+                sentences += wd.sentences(line)
             kept.append(line)
         if sentences < need:
             return self.drop("min_num_sentences", sentences, need)
@@ -214,22 +216,25 @@ class FineWebRule(_Set):
     name = "fineweb"
     FIELDS = ("line_punct_thr", "short_line_thr", "char_duplicates_ratio", "new_line_ratio")
 
+    @property
+    def checks(self) -> tuple[str, ...]:
+        return (f"{self.name}.empty", *super().checks)
+
     def __call__(self, text: str) -> str | Drop:
         c = self.cfg
-        lines = text.split("\n")
-        newlines = len(lines) - 1
+        if not (lines := [line for line in text.split("\n") if line.strip()]):
+            return self.drop("empty", 0, 1)
         if c.line_punct_thr is not None and \
-                (share := sum(map(methodcaller("endswith", (".", "'", '"', "!", "?")), lines)) / len(lines)) \
-                <= c.line_punct_thr and not (share == 0 and c.line_punct_exclude_zero):
+                (share := sum(map(methodcaller("endswith", _STOPS), lines)) / len(lines)) < c.line_punct_thr \
+                and not (share == 0 and c.line_punct_exclude_zero):
             return self.drop("line_punct_thr", share, c.line_punct_thr)
         if c.short_line_thr is not None and \
-                (share := sum(map(c.short_line_length.__ge__, map(len, lines))) / len(lines)) >= c.short_line_thr:
+                (share := sum(map(c.short_line_length.__ge__, map(len, lines))) / len(lines)) > c.short_line_thr:
             return self.drop("short_line_thr", share, c.short_line_thr)
-        if c.char_duplicates_ratio is not None and (share := ts.ratio(
-                ts.duplicates(list(filter(str.strip, lines)))[1], len(text) - newlines)) >= c.char_duplicates_ratio:
+        if c.char_duplicates_ratio is not None and \
+                (share := ts.duplicates(lines)[1] / (len(text) - text.count("\n"))) > c.char_duplicates_ratio:
             return self.drop("char_duplicates_ratio", share, c.char_duplicates_ratio)
-        if c.new_line_ratio is not None and newlines and \
-                (share := newlines / max(ts.count_tokens(text), 1)) > c.new_line_ratio:
+        if c.new_line_ratio is not None and (share := text.count("\n") / len(_words(text))) > c.new_line_ratio:
             return self.drop("new_line_ratio", share, c.new_line_ratio)
         return text
 
