@@ -128,17 +128,19 @@ def test_training_is_deterministic_within_and_across_processes(tmp_path):
     assert out.stdout.strip() == fsio.sha256_bytes(a.to_str().encode())
 
 
-def test_tiktoken_ids_equal_hf_ids_on_real_text(real):
+def test_tiktoken_and_fastokens_ids_equal_hf_ids_on_real_text(real):
     tok, evals = real
     hf = T.Encoder.build(tok, backend="hf")
     tt = T.Encoder.build(tok, backend="tiktoken")
-    assert (hf.backend, tt.backend) == ("hf", "tiktoken")
+    ft = T.Encoder.build(tok, backend="fastokens", probe_texts=evals["stdlib blocks"][:20])
+    assert (hf.backend, tt.backend, ft.backend) == ("hf", "tiktoken", "fastokens")
     n_docs = n_tokens = 0
     mismatches = []
     for name, docs in evals.items():
-        arrays = tt.encode_arrays(docs)  # what the tokenize stage writes
-        for i, (want, got) in enumerate(zip(hf.encode_batch(docs), tt.encode_batch(docs), strict=True)):
-            if want != got or arrays[i].tolist() != want:
+        arrays = tt.encode_arrays(docs), ft.encode_arrays(docs)  # what the tokenize stage writes
+        for i, (want, got, fast) in enumerate(zip(hf.encode_batch(docs), tt.encode_batch(docs),
+                                                  ft.encode_batch(docs), strict=True)):
+            if not want == got == fast == arrays[0][i].tolist() == arrays[1][i].tolist():
                 mismatches.append((name, i, docs[i][:60]))
             n_docs += 1
             n_tokens += len(want)
@@ -147,7 +149,8 @@ def test_tiktoken_ids_equal_hf_ids_on_real_text(real):
     assert not mismatches
     assert n_docs >= 3000
     auto = T.Encoder.build(tok, probe_texts=evals["stdlib blocks"][:200])
-    assert auto.backend == "tiktoken" and auto.reason == "tiktoken ids identical on 200 probe docs"
+    assert auto.backend == "fastokens" and auto.reason == "fastokens ids identical on 200 probe docs"
+    assert T.Encoder.build(tok).backend == "tiktoken"  # no probe: only tiktoken's static proof stands
 
 
 def test_special_token_strings_in_text_are_ordinary_text(small):
@@ -156,7 +159,8 @@ def test_special_token_strings_in_text_are_ordinary_text(small):
     hf = T.Encoder.build(small, backend="hf").encode_batch([text])
     tt = T.Encoder.build(small, backend="tiktoken").encode_batch([text])
     arrays = T.Encoder.build(small, backend="tiktoken").encode_arrays([text])
-    assert hf == tt == [arrays[0].tolist()] and not {0, 1} & set(hf[0])
+    fast = T.Encoder.build(small, backend="fastokens", probe_texts=[text]).encode_arrays([text])
+    assert hf == tt == [arrays[0].tolist()] == [fast[0].tolist()] and not {0, 1} & set(hf[0])
     assert small.decode(hf[0]) == text
     assert small.encode_special_tokens is False  # the caller's tokenizer is left as it was
 
@@ -190,8 +194,8 @@ def naive_tiktoken(tok: tokenizers.Tokenizer) -> tiktoken.Encoding:
 def test_merge_path_edge_cases_differ_naively_and_fall_back(merges, text, why):
     tok = bytelevel_bpe(merges)
     assert naive_tiktoken(tok).encode_ordinary(text) != tok.encode(text).ids
-    enc = T.Encoder.build(tok)
-    assert enc.backend == "hf" and why in enc.reason
+    enc = T.Encoder.build(tok)  # no probe: fastokens is not proven, tiktoken is refused
+    assert enc.backend == "hf" and why in enc.reason and "no probe docs" in enc.reason
     assert enc.encode_batch([text]) == [tok.encode(text).ids]
 
 
@@ -230,10 +234,14 @@ def _with(attr, value):
     (lambda s: _edit_json(s, _swap_merge_ids), "merge order"),
     (lambda s: _edit_json(s, lambda j: j["model"]["merges"].pop()), "come from no merge"),
 ])
-def test_unconvertible_tokenizer_falls_back_or_refuses(small, make, why):
+def test_unconvertible_tokenizer_falls_back_or_refuses(small, make, why, monkeypatch):
     tok = make(small)
+    fast = T.Encoder.build(tok, probe_texts=["hello world"])  # fastokens runs HF's pipeline: most of these
+    assert fast.backend == "fastokens" or fast.reason.startswith("fastokens "), fast.reason
+    assert fast.encode_batch(["hello world"])[0] == tok.encode("hello world", add_special_tokens=False).ids
+    monkeypatch.setattr(T, "_fastokens", lambda *a, **k: "fastokens left out")
     enc = T.Encoder.build(tok, probe_texts=["hello world"])
-    assert enc.backend == "hf" and why in enc.reason, enc.reason
+    assert enc.backend == "hf" and why in enc.reason and enc.reason.startswith("fastokens left out; "), enc.reason
     assert enc.encode_batch(["hello world"])[0] == tok.encode("hello world", add_special_tokens=False).ids
     with pytest.raises(BadInput, match="tiktoken"):
         T.Encoder.build(tok, backend="tiktoken")
@@ -241,6 +249,7 @@ def test_unconvertible_tokenizer_falls_back_or_refuses(small, make, why):
 
 def test_probe_difference_falls_back_naming_the_doc(small, monkeypatch):
     monkeypatch.setattr(T, "GPT2_PATTERN", r"\S+|\s+")  # a split HF does not use
+    monkeypatch.setattr(T, "_fastokens", lambda *a, **k: "fastokens left out")
     enc = T.Encoder.build(small, probe_texts=["hello", "don't stop"])
     assert enc.backend == "hf" and "probe doc 1" in enc.reason
     with pytest.raises(BadInput, match="probe doc 1"):
@@ -250,7 +259,7 @@ def test_probe_difference_falls_back_naming_the_doc(small, monkeypatch):
 def test_bad_backend_and_lone_surrogates_are_bad_input(small):
     with pytest.raises(BadInput, match="fastest"):
         T.Encoder.build(small, backend="fastest")
-    for backend in ("hf", "tiktoken"):
+    for backend in ("hf", "tiktoken", "fastokens"):
         with pytest.raises(BadInput, match="document 1 .*surrogate"):
             T.Encoder.build(small, backend=backend).encode_batch(["ok", "a\ud800b"])
 

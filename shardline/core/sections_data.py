@@ -171,9 +171,10 @@ class Tokenizer(_Section):
     every clean part (sources round-robin, in params order), so the sample spans the corpus, is
     the same in every run, and its cost does not grow with the corpus. 32 MB trains an 8k
     vocabulary in a few seconds; bench.data measures what a bigger sample would buy."""
-    backend: Literal["auto", "tiktoken", "hf"] = "auto"
-    """Encoding engine. auto: tiktoken when it is proven id-identical to the HF tokenizer on a
-    probe of the data, else HF encode_batch_fast."""
+    backend: Literal["auto", "fastokens", "tiktoken", "hf"] = "auto"
+    """Encoding engine; the ids never depend on it. auto: the fastest of fastokens, tiktoken
+    and HF's encode_batch_fast that gives the HF tokenizer's ids on a probe of the data (the
+    stage log and index.json say which, and why a faster one was passed over)."""
 
     @model_validator(mode="after")
     def _check(self) -> "Tokenizer":
