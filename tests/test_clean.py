@@ -189,3 +189,19 @@ def test_a_part_built_batch_by_batch_is_the_same_file(tmp_path, code_dir, monkey
     parts = sorted(p.name for p in (whole.clean / "code").glob("part-*.parquet"))
     assert sum(pq.ParquetFile(whole.clean / "code" / p).metadata.num_rows > 14 for p in parts) >= 1  # 3+ batches
     assert all((whole.clean / "code" / p).read_bytes() == (batched.clean / "code" / p).read_bytes() for p in parts)
+
+
+def test_parts_made_with_the_quality_rules_are_keyed_by_their_reference(tmp_path, code_dir, monkeypatch):
+    """A new reference (datatrove release, word tokenizer) rebuilds the parts its rules made, once;
+    parts cleaned without those rules keep their keys."""
+    from shardline.data import quality
+
+    src = [{"name": "code", "uri": str(code_dir), "format": "txt"}]
+    plain, _ = make_project(tmp_path / "a", src)
+    ruled, layout = make_project(tmp_path / "b", src, clean={"fineweb": {}})
+    download.run(plain, layout, **QUIET)
+    keys = lambda p: [part.key for part in clean.plan(p, layout)]  # noqa: E731
+    before_plain, before_ruled = keys(plain), keys(ruled)
+    monkeypatch.setattr(quality, "REFERENCE", "datatrove 9.9, other words")
+    assert keys(plain) == before_plain
+    assert not set(keys(ruled)) & set(before_ruled) and len(before_ruled) == len(keys(ruled))
