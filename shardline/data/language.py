@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 from shardline.core.errors import ShardlineError
 from shardline.core.sections_data import Language as Settings
-from shardline.data.rules import Drop
+from shardline.data.verdict import Drop
 
 
 class Found(NamedTuple):

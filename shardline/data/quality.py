@@ -33,7 +33,7 @@ import numpy as np
 from shardline.core.sections_quality import C4, FineWeb, GopherQuality, GopherRepetition
 from shardline.data import textstats as ts
 from shardline.data import words as wd
-from shardline.data.rules import Drop, Rule
+from shardline.data.verdict import Drop, Rule
 
 REFERENCE = "datatrove 0.10.1, spaCy English words"  # in the clean parts' keys: a new reference rebuilds them
 _CITATION = re.compile(r"\[\d*]|\[edit]|\[citation needed]")

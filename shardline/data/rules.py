@@ -18,23 +18,11 @@ import functools
 import re
 import unicodedata
 from dataclasses import dataclass
-from typing import Callable, NamedTuple
 
 import numpy as np
 
 from shardline.core.config import Clean
-
-class Drop(NamedTuple):
-    """Why a rule removed a document: `rule` is the check's name (a rule set's checks are named
-    `<set>.<field>`, e.g. gopher_quality.min_words), `value` what it measured, `limit` the setting."""
-
-    rule: str
-    value: float
-    limit: float
-    detail: str = ""  # what a number cannot say, e.g. the language detected
-
-
-Rule = Callable[[str], "str | Drop"]
+from shardline.data.verdict import Drop, Rule  # noqa: F401 (Rule: callers name it here too)
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 _MANY_BLANK = re.compile(r"\n{4,}")
@@ -185,7 +173,7 @@ whitespace.name = "whitespace"  # type: ignore[attr-defined]
 
 def build(cfg: Clean) -> list[Rule]:
     """The enabled rules, in the documented order."""
-    from shardline.data import language, quality  # they build on this module's Drop
+    from shardline.data import language, quality  # rule sets: imported when built, not with this module
 
     steps: list[Rule | None] = [
         Normalize(cfg.normalize) if cfg.normalize != "none" else None,
