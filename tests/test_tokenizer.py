@@ -153,6 +153,41 @@ def test_tiktoken_and_fastokens_ids_equal_hf_ids_on_real_text(real):
     assert T.Encoder.build(tok).backend == "tiktoken"  # no probe: only tiktoken's static proof stands
 
 
+def spacy_languages() -> list[tuple[str, str]]:
+    """(language, text) of spaCy's language data files that are >= 10% non-ASCII: stop words, example
+    sentences, number words and punctuation of ~40 languages in ~30 scripts, written by their speakers."""
+    import spacy
+
+    out = []
+    for p in sorted((Path(spacy.__file__).parent / "lang").rglob("*.py")):
+        text = p.read_text(encoding="utf-8")
+        if len(text) > 500 and sum(ord(c) > 127 for c in text) >= len(text) / 10:
+            out.append((p.parent.name, text))
+    return out
+
+
+def test_all_backends_give_hf_ids_with_a_vocabulary_learned_on_non_ascii_text():
+    """The same identity with merges inside and across multi-byte characters: a tokenizer trained on
+    one half of the languages' files, checked on the other half, with byte fallback on scripts it never saw."""
+    files = spacy_languages()
+    langs = sorted({lang for lang, _ in files})
+    train = [t for lang, t in files if langs.index(lang) % 2 == 0]
+    unseen = [q for lang, t in files if langs.index(lang) % 2 for q in paragraphs(t)]
+    seen = [q for lang, t in files if langs.index(lang) % 2 == 0 for q in paragraphs(t)]
+    tok = T.train_bpe(train, vocab_size=3000, special_tokens=SPECIALS)
+    assert sum(any(ord(c) > 127 for c in tok.decode([i])) for i in range(tok.get_vocab_size())) > 1000
+    docs = seen + unseen + unicode_sweep() + edge_docs()
+    hf = T.Encoder.build(tok, backend="hf")
+    tt = T.Encoder.build(tok, backend="tiktoken")
+    ft = T.Encoder.build(tok, backend="fastokens", probe_texts=seen[:50])
+    want = hf.encode_batch(docs)
+    for enc in (tt, ft):
+        got = [a.tolist() for a in enc.encode_arrays(docs)]
+        bad = [(i, docs[i][:40]) for i, (w, g) in enumerate(zip(want, got, strict=True)) if w != g]
+        assert not bad, (enc.backend, bad[:5])
+    assert len(langs) >= 30 and len(unseen) >= 250 and sum(map(len, want)) > 500_000
+
+
 def test_special_token_strings_in_text_are_ordinary_text(small):
     text = "a<|endoftext|>b <pad> <|endof <|endoftext|><|endoftext|>\n<pad><pad>"
     assert 0 in small.encode(text, add_special_tokens=False).ids  # what HF does by default
