@@ -26,26 +26,29 @@ Contract:
 
 from __future__ import annotations
 
+import functools
 import io
 import pickle
 import warnings
 from pathlib import Path
+from types import SimpleNamespace
+from typing import TYPE_CHECKING
 
 import torch
-import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.api import CheckpointException
-from torch.distributed.checkpoint.metadata import Metadata, TensorStorageMetadata
-from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_state_dict, set_model_state_dict,
-                                                     set_optimizer_state_dict)
 
 from shardline.core import chaos, fsio
 from shardline.core.errors import BadInput, ShardlineError
+
+if TYPE_CHECKING:
+    from torch.distributed.checkpoint.metadata import Metadata
 
 DIR = "dcp"
 
 
 def local_state(model: torch.nn.Module, opt: torch.optim.Optimizer) -> dict:
     """This rank's model and optimizer state in the form DCP saves (no collective, no gather)."""
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
     msd, osd = get_state_dict(model, opt)
     return {"model": msd, "optim": {"state": osd["state"]}}
 
@@ -59,30 +62,18 @@ class RankFailed(ShardlineError):
         super().__init__(f"rank {rank} could not write its shards ({type(error).__name__}: {error})")
 
 
-class _Writer(dcp.FileSystemWriter):
-    """DCP's file writer (each file fsynced), with chaos point checkpoint.dcp in its write phase."""
-
-    def __init__(self, path: Path, qualifier: str):
-        super().__init__(path, sync_files=True, thread_count=1)
-        self._qualifier = qualifier
-
-    def write_data(self, plan, planner):
-        chaos.disk_full("checkpoint.dcp", self._qualifier)
-        return super().write_data(plan, planner)
-
-
 def write(ckpt_tmp: Path, state: dict, rank: int, group, qualifier: str = "") -> dict[str, dict]:
     """Save this rank's `state` into ckpt_tmp/dcp (every rank calls it; `group` None: one process);
     returns {file: {bytes, sha256}} for the files this rank wrote, each fsynced. A failure on any
     rank inside DCP's write raises on every rank (DCP gathers them): the failed rank's own error
     there, RankFailed on the others."""
-    out = Path(ckpt_tmp) / DIR
-    writer = _Writer(out, qualifier)
+    out, d = Path(ckpt_tmp) / DIR, _dcp()
+    writer = d.Writer(out, qualifier)
     with warnings.catch_warnings():  # one process: DCP says it assumes so, which is the point
         warnings.simplefilter("ignore", UserWarning)
         try:
-            dcp.save(state, storage_writer=writer, process_group=group, no_dist=group is None)
-        except CheckpointException as e:  # {rank: (exception, traceback)}, the same on every rank
+            d.dcp.save(state, storage_writer=writer, process_group=group, no_dist=group is None)
+        except d.CheckpointException as e:  # {rank: (exception, traceback)}, the same on every rank
             failed, (err, _) = min(e.failures.items())
             if failed == rank:  # its own: an ENOSPC stays an OSError, which the CLI explains in a line
                 raise err from None
@@ -126,38 +117,65 @@ _ALLOWED = {("torch.distributed.checkpoint.metadata", n) for n in (
     ("pathlib", "WindowsPath"), ("pathlib", "PureWindowsPath"), ("collections", "OrderedDict")}
 
 
-class _Reader(dcp.FileSystemReader):
-    def read_metadata(self, *args, **kwargs) -> Metadata:
-        path = Path(self.path) / ".metadata"
-        try:
-            metadata = _MetadataUnpickler(io.BytesIO(path.read_bytes())).load()
-        except (pickle.UnpicklingError, EOFError, AttributeError, ImportError, OSError) as e:
-            raise BadInput(f"{path}: not DCP metadata this checkpoint can be read from ({e}); nothing was loaded") from None
-        entries = getattr(metadata, "state_dict_metadata", None)
-        if not isinstance(metadata, Metadata) or not isinstance(entries, dict):
-            raise BadInput(f"{path}: not DCP metadata ({type(metadata).__name__}); nothing was loaded")
-        # DCP unpickles a non-tensor entry with torch.load(weights_only=False): ours hold none
-        odd = next((k for k, m in entries.items() if not isinstance(m, TensorStorageMetadata)), None)
-        if odd is not None:
-            raise BadInput(f"{path}: {odd!r} is not a tensor, and a Shardline checkpoint holds only tensors; "
-                           "nothing was loaded")
-        if getattr(metadata, "storage_meta", None) is not None:
-            metadata.storage_meta.load_id = self.load_id
-        return metadata
+@functools.cache
+def _dcp() -> SimpleNamespace:
+    """DCP, and our writer and reader on it, imported on first use: torch.distributed.checkpoint
+    brings DTensor, ~1.5 s at the start of every process that reads or writes no sharded
+    checkpoint (eval, export, sample: most commands) otherwise."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
+    from torch.distributed.checkpoint.metadata import Metadata, TensorStorageMetadata
+
+    class Writer(dcp.FileSystemWriter):
+        """DCP's file writer (each file fsynced), with chaos point checkpoint.dcp in its write phase."""
+
+        def __init__(self, path: Path, qualifier: str):
+            super().__init__(path, sync_files=True, thread_count=1)
+            self._qualifier = qualifier
+
+        def write_data(self, plan, planner):
+            chaos.disk_full("checkpoint.dcp", self._qualifier)
+            return super().write_data(plan, planner)
+
+    class Reader(dcp.FileSystemReader):
+        def read_metadata(self, *args, **kwargs) -> Metadata:
+            path = Path(self.path) / ".metadata"
+            try:
+                metadata = _MetadataUnpickler(io.BytesIO(path.read_bytes())).load()
+            except (pickle.UnpicklingError, EOFError, AttributeError, ImportError, OSError) as e:
+                raise BadInput(f"{path}: not DCP metadata this checkpoint can be read from ({e}); "
+                               "nothing was loaded") from None
+            entries = getattr(metadata, "state_dict_metadata", None)
+            if not isinstance(metadata, Metadata) or not isinstance(entries, dict):
+                raise BadInput(f"{path}: not DCP metadata ({type(metadata).__name__}); nothing was loaded")
+            # DCP unpickles a non-tensor entry with torch.load(weights_only=False): ours hold none
+            odd = next((k for k, m in entries.items() if not isinstance(m, TensorStorageMetadata)), None)
+            if odd is not None:
+                raise BadInput(f"{path}: {odd!r} is not a tensor, and a Shardline checkpoint holds only tensors; "
+                               "nothing was loaded")
+            if getattr(metadata, "storage_meta", None) is not None:
+                metadata.storage_meta.load_id = self.load_id
+            return metadata
+
+    return SimpleNamespace(dcp=dcp, CheckpointException=CheckpointException, Writer=Writer, Reader=Reader,
+                           TensorStorageMetadata=TensorStorageMetadata)
 
 
 def metadata(path: Path) -> Metadata:
-    return _Reader(Path(path) / DIR).read_metadata()
+    return _dcp().Reader(Path(path) / DIR).read_metadata()
 
 
 def load_into(path: Path, model: torch.nn.Module, opt: torch.optim.Optimizer, world: int) -> None:
     """Load a sharded checkpoint into the live (possibly sharded) model and optimizer; every rank
     calls it. The optimizer's param_groups stay the live ones (see the contract)."""
+    from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_state_dict, set_model_state_dict,
+                                                         set_optimizer_state_dict)
+
     msd, osd = get_state_dict(model, opt)  # initialises an empty optimizer's state (a step at lr 0)
-    state = {"model": msd, "optim": {"state": osd["state"]}}
+    state, d = {"model": msd, "optim": {"state": osd["state"]}}, _dcp()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        dcp.load(state, storage_reader=_Reader(Path(path) / DIR), no_dist=world == 1)
+        d.dcp.load(state, storage_reader=d.Reader(Path(path) / DIR), no_dist=world == 1)
     set_model_state_dict(model, state["model"], options=StateDictOptions(strict=True))
     set_optimizer_state_dict(model, opt, {"state": state["optim"]["state"], "param_groups": osd["param_groups"]})
 
@@ -165,10 +183,10 @@ def load_into(path: Path, model: torch.nn.Module, opt: torch.optim.Optimizer, wo
 def full_state(path: Path, what: str = "model") -> dict:
     """Full tensors of one part of a sharded checkpoint, in one process: "model" -> {name: tensor};
     "optim" -> {parameter name: {step, exp_avg, exp_avg_sq}}."""
-    prefix = f"{what}." if what == "model" else "optim.state."
+    prefix, d = f"{what}." if what == "model" else "optim.state.", _dcp()
     md = metadata(path)
     flat = {k: torch.empty(m.size, dtype=m.properties.dtype) for k, m in md.state_dict_metadata.items()
-            if k.startswith(prefix) and isinstance(m, TensorStorageMetadata)}
+            if k.startswith(prefix) and isinstance(m, d.TensorStorageMetadata)}
     nested: dict = {}
     for k, t in flat.items():
         if what == "model":
@@ -179,5 +197,5 @@ def full_state(path: Path, what: str = "model") -> dict:
     state = {"model": nested} if what == "model" else {"optim": {"state": nested}}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        dcp.load(state, storage_reader=_Reader(Path(path) / DIR), no_dist=True)
+        d.dcp.load(state, storage_reader=d.Reader(Path(path) / DIR), no_dist=True)
     return nested
