@@ -139,9 +139,9 @@ def clean_part(part: frame.Part) -> tuple[list[Path], dict]:
     for rel, _sha, span in w.files:
         for doc_id, text in readers.read(Path(w.raw_dir, rel), rel, w.source, rstats, readers.Span(*span)):
             docs_in += 1
-            bytes_in += len(text.encode())
+            bytes_in += (size := len(text.encode()))
             notes.clear()
-            out = rules.apply(chain, text, counts, notes)
+            out = rules.apply(chain, text, counts, notes, size)
             u = split.hash_id(w.source.name, doc_id)
             if isinstance(out, rules.Drop):
                 samples.offer(out.rule, u, {"id": doc_id, "value": out.value, "limit": out.limit,
