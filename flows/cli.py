@@ -306,6 +306,9 @@ def main(argv: list[str] | None = None) -> int:
     except ShardlineError as e:
         _log(f"error: {e}")
         return 75 if is_transient(e) else 2
+    except BrokenPipeError:  # `shardline lineage latest | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        return 0
     except OSError as e:
         if e.errno != errno.ENOSPC:
             raise

@@ -44,6 +44,19 @@ def test_params_command_prints_resolved_settings(tmp_path):
     assert out["clean"]["normalize"] == "NFC" and out["sources"][0]["text_field"] == "text"
 
 
+def test_output_into_a_closed_pipe_ends_quietly(tmp_path):
+    """`shardline params | head -1`: the reader left early; that is no error of the command's."""
+    import subprocess
+
+    from tests.conftest import env_for
+
+    write_params(tmp_path, small_params([{"name": "a", "uri": "x", "format": "txt"}]))
+    p = subprocess.Popen([SL, "params"], cwd=tmp_path, env=env_for(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdout.close()  # before it writes: its first write meets no reader (EPIPE)
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=60) == 0 and err == "", err
+
+
 def test_given_tokenizer_json_is_used_as_is(tmp_path, code_dir):
     from shardline.data import clean, download, tokenize, shard, tokenizer
 
