@@ -35,8 +35,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-import torch
-
 from shardline.core import chaos, fsio
 from shardline.core.errors import ShardlineError
 from shardline.training import sharded
@@ -60,6 +58,7 @@ def step_dir(root: Path, step: int) -> Path:
 
 def versions() -> dict:
     import numpy
+    import torch
 
     from shardline import __version__
 
@@ -119,6 +118,8 @@ def save(root: Path, step: int, tensors: dict[str, Any], state: dict, lineage: d
                         f"checkpoint: {p} (a rank's shard, {meta['bytes']} bytes) is not in rank 0's temp dir whole; "
                         f"{root} must be on a filesystem every rank shares (at the same path)")
             fsio.fsync_dir(tmp / sharded.DIR)
+        if tensors:
+            import torch  # here, not at import: listing, verifying and reading lineage need no torch (~3 s)
         for name, obj in tensors.items():
             files[name] = _write(tmp / name, lambda out, obj=obj: torch.save(obj, out))
         files[STATE] = _write(tmp / STATE, lambda out: out.write(json.dumps(state, indent=2, sort_keys=True).encode()))
@@ -208,6 +209,8 @@ def load(path: Path, skip: tuple[str, ...] = ()) -> tuple[dict[str, Any], dict, 
     """(tensors by file name, train state, manifest) of a verified checkpoint; `skip`: tensor
     files not to read (e.g. what another rank will broadcast)."""
     path = Path(path)
+    import torch
+
     manifest = json.loads((path / MANIFEST).read_text())
     tensors = {name: torch.load(path / name, map_location="cpu", weights_only=True)
                for name in manifest["files"] if name.endswith(".pt") and name not in skip}  # not dcp/

@@ -36,10 +36,12 @@ import sys
 import time
 from collections import deque
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:  # imported where a device is asked about: the report reads records without torch
+    import torch
 
 from shardline.core import fsio
 
@@ -58,6 +60,8 @@ def guess_peak_flops(device: torch.device) -> float:
     """This rank's share of its device's peak fp32/bf16 FLOP/s, for MFU (an estimate).
     CPU: the cores of this machine split over the ranks torchrun put on it (LOCAL_WORLD_SIZE),
     at 2.5 GHz and 32 FLOP/cycle with two FMA units of AVX2/AVX-512 (16 without FMA)."""
+    import torch
+
     if device.type == "cuda" and torch.cuda.is_available():
         name = torch.cuda.get_device_name(device).upper()
         return next((peak for key, peak in _GPU_PEAK if key in name), _GPU_FALLBACK)
@@ -72,6 +76,8 @@ def guess_peak_flops(device: torch.device) -> float:
 
 def _gpu_util_reader(device: torch.device) -> Callable[[], float] | None:
     """A probed zero-argument reader of GPU utilisation, or None when there is no way to read it."""
+    import torch
+
     if device.type != "cuda" or not torch.cuda.is_available():
         return None
     try:
@@ -112,6 +118,8 @@ class Monitor:
                  start_step: int = 0, peak_flops: float | None = None, slow_factor: float = 3.0, window: int = 50,
                  log: Callable[[str], None] = print, progress: bool | None = None,
                  device: torch.device | None = None):
+        import torch
+
         device = device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
         self.tokens_per_step, self.flops_per_token = tokens_per_step, flops_per_token
         self.total_steps, self.start_step = total_steps, start_step

@@ -34,12 +34,11 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
-import torch
-
 from shardline.core import chaos, fsio
 from shardline.core.errors import BadInput, ShardlineError
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # torch on first use: what lists and verifies checkpoints never needs it (~3 s)
+    import torch
     from torch.distributed.checkpoint.metadata import Metadata
 
 DIR = "dcp"
@@ -104,6 +103,8 @@ class _MetadataUnpickler(pickle.Unpickler):
     (names are matched whole: pickle resolves a dotted name through a module's attributes)."""
 
     def find_class(self, module: str, name: str):
+        import torch
+
         if (module, name) in _ALLOWED or (module == "torch" and isinstance(getattr(torch, name, None), torch.dtype)):
             return super().find_class(module, name)
         raise pickle.UnpicklingError(f"it refers to {module}.{name}, which a checkpoint never holds")
@@ -183,6 +184,8 @@ def load_into(path: Path, model: torch.nn.Module, opt: torch.optim.Optimizer, wo
 def full_state(path: Path, what: str = "model") -> dict:
     """Full tensors of one part of a sharded checkpoint, in one process: "model" -> {name: tensor};
     "optim" -> {parameter name: {step, exp_avg, exp_avg_sq}}."""
+    import torch
+
     prefix, d = f"{what}." if what == "model" else "optim.state.", _dcp()
     md = metadata(path)
     flat = {k: torch.empty(m.size, dtype=m.properties.dtype) for k, m in md.state_dict_metadata.items()
