@@ -95,8 +95,22 @@ def deployment_run(env: dict, root: Path, name: str = "shardline-pipeline/line",
     return r, run_id
 
 
-def test_deployment_runs_the_line_like_dvc_repro(tmp_path, prefect_server):
-    root = make(tmp_path / "p")
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> Path:
+    """`dvc repro` of the default test project, once: what a deployment's line must equal. Other
+    projects read its input folder, so that their params (and dvc.lock) can equal its own."""
+    ref = make(tmp_path_factory.mktemp("reference") / "ref")
+    run([DVC, "repro"], ref)
+    return ref
+
+
+def like(ref: Path, root: Path) -> Path:
+    """A project with `ref`'s params, sources included."""
+    return make(root, sources=yaml.safe_load((ref / "params.yaml").read_text())["sources"])
+
+
+def test_deployment_runs_the_line_like_dvc_repro(tmp_path, prefect_server, reference):
+    root = like(reference, tmp_path / "p")
     runner = Runner(root, prefect_server)
     try:
         r, run_id = deployment_run(prefect_server, root)
@@ -107,9 +121,7 @@ def test_deployment_runs_the_line_like_dvc_repro(tmp_path, prefect_server):
     names = sorted(t["name"] for t in task_runs(prefect_server, run_id))
     assert names == sorted(f"stage-{s}" for s in ("download", "clean", "tokenize", "shard", "train", "report"))
     assert run([DVC, "status"], root).stdout.strip() == "Data and pipelines are up to date."
-    ref = make(tmp_path / "ref", sources=yaml.safe_load((root / "params.yaml").read_text())["sources"])
-    run([DVC, "repro"], ref)
-    a, b = (yaml.safe_load((d / "dvc.lock").read_text())["stages"] for d in (root, ref))
+    a, b = (yaml.safe_load((d / "dvc.lock").read_text())["stages"] for d in (root, reference))
     for stage in ("download", "clean", "tokenize", "shard"):
         assert a[stage] == b[stage], stage
     assert (root / "data/reports/evidence.md").exists()
@@ -123,10 +135,8 @@ def test_deployment_runs_the_line_like_dvc_repro(tmp_path, prefect_server):
     assert retrain["schedules"][0]["active"]  # stopping the runner did not pause the schedule
 
 
-def test_runner_killed_mid_training_resumes_to_the_same_weights(tmp_path, prefect_server):
-    root = make(tmp_path / "p")
-    ref = make(tmp_path / "ref", sources=yaml.safe_load((root / "params.yaml").read_text())["sources"])
-    run([DVC, "repro"], ref)
+def test_runner_killed_mid_training_resumes_to_the_same_weights(tmp_path, prefect_server, reference):
+    root, ref = like(reference, tmp_path / "p"), reference
     runner = Runner(root, prefect_server)
     _, run_id = deployment_run(prefect_server, root, watch=False)
     metrics = root / "data/metrics/train.jsonl"
