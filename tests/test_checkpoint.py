@@ -149,6 +149,40 @@ def test_a_sharded_checkpoint_in_one_process_round_trips_is_kept_whole_and_never
     assert not (tmp_path / "pwned").exists()
 
 
+def test_sharded_metadata_pickled_as_python_3_11_2_does_is_read(tmp_path):
+    """Python 3.11.2 (Debian 12's) pickles an enum member as builtins.getattr(enum, name): DCP's
+    .metadata holds one (_MEM_FORMAT_ENCODING). The unpickler admits exactly that, nothing else."""
+    import enum
+    import io
+    import pickle
+
+    model, opt = trained_state()
+    saving = Saving(Train(checkpoint_format="sharded"), Dist(Train(), torch.device("cpu")))
+    path = saving.submit(tmp_path / "ck", 3, model, opt, lambda: ({"rng.pt": rng.capture()}, {"step": 3}),
+                         {"x": 1}, None, then=lambda _: None)
+    saving.wait()
+
+    class AsOldPython(pickle.Pickler):
+        def reducer_override(self, obj):
+            if isinstance(obj, enum.Enum):
+                return getattr, (type(obj), obj.name)
+            return NotImplemented
+
+    def dumps(obj) -> bytes:
+        out = io.BytesIO()
+        AsOldPython(out, protocol=4).dump(obj)
+        return out.getvalue()
+
+    md = pickle.loads((path / "dcp/.metadata").read_bytes())
+    (path / "dcp/.metadata").write_bytes(old := dumps(md))
+    assert b"getattr" in old and sharded.metadata(path).state_dict_metadata == md.state_dict_metadata
+    assert all(torch.equal(sharded.full_state(path)[k], v) for k, v in model.state_dict().items())
+    nasty = b"\x80\x04\x8c\x08builtins\x8c\x07getattr\x93\x8c\x07pathlib\x8c\tPosixPath\x93\x8c\x06unlink\x86R."
+    (path / "dcp/.metadata").write_bytes(nasty)
+    with pytest.raises(BadInput, match=r"'PosixPath'\.'unlink', which is no enum member"):
+        sharded.metadata(path)
+
+
 def test_retention_keeps_last_and_every(tmp_path):
     model, _ = trained_state(1)
     for step in range(10, 110, 10):

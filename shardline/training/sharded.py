@@ -26,6 +26,7 @@ Contract:
 
 from __future__ import annotations
 
+import enum
 import functools
 import io
 import pickle
@@ -105,9 +106,18 @@ class _MetadataUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str):
         import torch
 
+        if (module, name) == ("builtins", "getattr"):  # how Python 3.11.2 pickles an enum member
+            return _enum_member
         if (module, name) in _ALLOWED or (module == "torch" and isinstance(getattr(torch, name, None), torch.dtype)):
             return super().find_class(module, name)
         raise pickle.UnpicklingError(f"it refers to {module}.{name}, which a checkpoint never holds")
+
+
+def _enum_member(cls, name: str):
+    """getattr, for what pickle needs it for here: a member of an enum the unpickler admitted."""
+    if isinstance(cls, type) and issubclass(cls, enum.Enum) and isinstance(name, str) and name in cls.__members__:
+        return cls[name]
+    raise pickle.UnpicklingError(f"it asks for {getattr(cls, '__name__', cls)!r}.{name!r}, which is no enum member")
 
 
 _ALLOWED = {("torch.distributed.checkpoint.metadata", n) for n in (
