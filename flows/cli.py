@@ -171,11 +171,11 @@ def cmd_lineage(args: argparse.Namespace) -> int:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    from shardline.data import dropped
+    from shardline.data import explain
 
     layout = Layout.at(args.root)
-    e = dropped.explain(config.load(Path(args.root, args.params)), layout, args.doc_id, args.source)
-    print(json.dumps(e, indent=2) if args.json else dropped.render(e))
+    e = explain.explain(config.load(Path(args.root, args.params)), layout, args.doc_id, args.source)
+    print(json.dumps(e, indent=2) if args.json else explain.render(e))
     return 0
 
 

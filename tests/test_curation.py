@@ -6,7 +6,7 @@ import signal
 
 import pydoc_data.topics
 
-from shardline.data import clean, download, dropped
+from shardline.data import clean, download, dropped, explain
 from shardline.results import report
 from tests.conftest import BIN, env_for, make_project, run, stdlib_files
 
@@ -45,11 +45,11 @@ def test_rules_apply_per_source_and_every_drop_is_explained(tmp_path):
         rows = [json.loads(x) for x in (dropped.folder(layout, "prose") / f"{rule}.jsonl").read_text().splitlines()]
         assert len(rows) == min(n, params.clean.drop_samples)
         for row in rows:
-            e = dropped.explain(params, layout, row["id"])
+            e = explain.explain(params, layout, row["id"])
             assert (e["verdict"], e["rule"], e["value"], e["limit"]) == ("dropped", rule, row["value"], row["limit"])
             assert list(row) == [k for k in dropped.FIELDS if k in row]
     n = len(pydoc_data.topics.topics)
-    kept = [i for i in range(1, n + 1) if dropped.explain(params, layout, f"prose.jsonl:{i}")["verdict"] == "kept"]
+    kept = [i for i in range(1, n + 1) if explain.explain(params, layout, f"prose.jsonl:{i}")["verdict"] == "kept"]
     assert kept  # the copies of the others went by the same rule as they did
     copy = [json.loads(x) for x in (dropped.folder(layout, "prose") / "dedup.jsonl").read_text().splitlines()]
     assert {(f"prose.jsonl:{n + i}", f"exact copy of prose.jsonl:{i}") for i in kept} \
@@ -71,7 +71,7 @@ def test_explain_on_the_command_line(tmp_path):
     sh = [str(BIN / "shardline"), "explain"]
     r = run([*sh, "prose.jsonl:1"], root)
     assert r.stdout.startswith("prose.jsonl:1: ") and ("kept for training" in r.stdout or "dropped by" in r.stdout)
-    kept = next(i for i in range(1, 80) if dropped.explain(params, layout, f"prose.jsonl:{i}")["verdict"] == "kept")
+    kept = next(i for i in range(1, 80) if explain.explain(params, layout, f"prose.jsonl:{i}")["verdict"] == "kept")
     r = run([*sh, f"prose.jsonl:{kept}", "--json"], root)
     e = json.loads(r.stdout)
     assert e["verdict"] == "kept" and e["side"] == "train" and e["lang"] == "en" and e["lang_score"] >= 0.65

@@ -141,10 +141,10 @@ def test_the_stage_drops_each_copy_once_deterministically_and_resumes_after_kill
     assert all(row["limit"] == 0.719 and 0.3 < row["value"] <= 1 for row in sample)
 
     params, layout = make_project(tmp_path / "straight", src, **sections)
-    from shardline.data import dropped
-    e = dropped.explain(params, layout, sample[0]["id"])
+    from shardline.data import explain
+    e = explain.explain(params, layout, sample[0]["id"])
     assert e["verdict"] == "dropped" and e["rule"] == "near_dedup" and sample[0]["detail"].endswith(e["of"])
-    kept = dropped.explain(params, layout, e["of"])
+    kept = explain.explain(params, layout, e["of"])
     assert kept["verdict"] == "kept" and kept["side"] == "train"
 
 

@@ -1,4 +1,4 @@
-"""What cleaning removed, and why: the dropped samples and `shardline explain`.
+"""What cleaning removed, and why: the dropped samples (`shardline explain`: shardline.data.explain).
 
 Contract:
 - data/clean/<source>/dropped/<rule>.jsonl: per source and rule (a check such as
@@ -8,9 +8,6 @@ Contract:
   parts. A row: {id, value, limit, detail?, head} (what the rule measured, its setting, the first
   200 characters; a near-duplicate's value is the exact Jaccard similarity of its shingles with the
   document it repeats, its limit the LSH's 50% point). Rewritten only when it changes.
-- `explain(doc_id)` says where a document went: kept (training or held out, which part and row,
-  its language), dropped in phase 2 (which reason, the document it repeats), or dropped by a rule
-  (the rules are run again on the raw record: which check, the value, the limit).
 """
 
 from __future__ import annotations
@@ -24,9 +21,8 @@ import pyarrow.parquet as pq
 
 from shardline.core import fsio
 from shardline.core.config import Params
-from shardline.core.errors import BadInput
 from shardline.core.layout import Layout
-from shardline.data import frame, minhash, readers, rules, select
+from shardline.data import frame, minhash, select
 
 HEAD_CHARS = 200  # of a dropped document, in its sample
 FIELDS = ("id", "value", "limit", "detail", "head")  # a sample row's, in this order
@@ -126,83 +122,3 @@ def write(parts: list[frame.Part], params: Params, layout: Layout, sample_of: Ca
                 fsio.write_bytes(path, data)
             out.add(path)
     return out
-
-
-def _find_raw(params: Params, layout: Layout, doc_id: str, source: str | None):
-    """(source, part, relpath, span) whose raw file holds doc_id, by the clean plan."""
-    rel, _, n = doc_id.rpartition(":")
-    if not rel or not n.isdigit():
-        raise BadInput(f"{doc_id!r}: not a document id; ids are <file under data/raw/<source>/files>:<line or row>, "
-                       "as in data/clean/<source>/dropped/*.jsonl")
-    line = int(n)
-    names = [s.name for s in params.sources]
-    if source is not None and source not in names:
-        raise BadInput(f"--source {source!r}: not in params.yaml (sources: {', '.join(names)})")
-    from shardline.data.clean import plan  # the clean stage writes these files: it imports this module
-
-    hits = []
-    for part in plan(params, layout):
-        if source not in (None, part.work.source.name):
-            continue
-        for path, _sha, span in part.work.files:
-            if path == rel and span[2] <= line:
-                hits.append((part.work.source.name, part, span))
-    if not hits:
-        raise BadInput(f"{doc_id!r}: no source has a raw file {rel!r} (looked in "
-                       f"{', '.join(layout.rel(layout.raw_files(s)) for s in names)})")
-    found = {}
-    for src, part, span in hits:  # the span that starts last before the line holds it
-        if src not in found or span[2] > found[src][2][2]:
-            found[src] = (src, part, span)
-    if len(found) > 1:
-        raise BadInput(f"{doc_id!r}: sources {', '.join(found)} both have {rel!r}; pass --source")
-    return next(iter(found.values()))
-
-
-def explain(params: Params, layout: Layout, doc_id: str, source: str | None = None) -> dict:
-    """Where a document went, as data (the CLI prints it)."""
-    src, part, span = _find_raw(params, layout, doc_id, source)
-    out: dict = {"id": doc_id, "source": src, "part": part.name}
-    if frame.finished(part) is not None:
-        ids = pq.read_table(part.work.out, columns=["id"]).column("id").to_pylist()
-        if doc_id in ids:
-            row = ids.index(doc_id)
-            t = pq.read_table(part.work.out, columns=["lang", "lang_score"]).slice(row, 1).to_pylist()[0]
-            sel = fsio.read_json(select.selection_path(part.work.out))
-            out.update(row=row, lang=t["lang"], lang_score=t["lang_score"])
-            for reason, entries in sel.get("why", {}).items():
-                for r, of_part, of_row in entries:
-                    if r == row:
-                        of = pq.read_table(Path(part.work.out).parent.parent / f"{of_part}.parquet", columns=["id"]) \
-                            .column("id")[of_row].as_py()
-                        return {**out, "verdict": "dropped", "rule": reason, "of": of}
-            side = "val" if row in set(sel["heldout"]) else "train"
-            return {**out, "verdict": "kept", "side": side}
-    cfg = params.clean_for(next(s for s in params.sources if s.name == src))
-    stats = readers.ReadStats()
-    w = part.work
-    for rid, text in readers.read(Path(w.raw_dir, doc_id.rpartition(":")[0]), doc_id.rpartition(":")[0],
-                                  w.source, stats, readers.Span(*span)):
-        if rid == doc_id:
-            result = rules.apply(rules.build(cfg), text, {}, {})
-            if isinstance(result, rules.Drop):
-                return {**out, "verdict": "dropped", "rule": result.rule, "value": result.value,
-                        "limit": result.limit, **({"detail": result.detail} if result.detail else {})}
-            return {**out, "verdict": "not cleaned yet",
-                    "detail": "the current rules keep it, but the clean stage has not run on it: run 'dvc repro clean'"}
-    why = f" (unreadable: {stats.samples[0]})" if stats.samples else ""
-    raise BadInput(f"{doc_id!r}: no such record in {layout.rel(Path(w.raw_dir))}/{doc_id.rpartition(':')[0]}{why}")
-
-
-def render(e: dict) -> str:
-    where = f"{e['source']}, {e['part']}" + (f" row {e['row']}" if "row" in e else "")
-    if e["verdict"] == "kept":
-        lang = f"; language {e['lang']} ({e['lang_score']:.2f})" if e.get("lang") else ""
-        return f"{e['id']}: kept for {'training' if e['side'] == 'train' else 'held-out evaluation'} ({where}){lang}"
-    if e["verdict"] == "dropped" and "of" in e:
-        return f"{e['id']}: dropped by {e['rule']}: it repeats {e['of']} ({where})"
-    if e["verdict"] == "dropped":
-        detail = f"; {e['detail']}" if e.get("detail") else ""
-        return f"{e['id']}: dropped by {e['rule']}: measured {e['value']}, limit {e['limit']}{detail} ({where})"
-    return f"{e['id']}: {e['detail']} ({where})"
-
