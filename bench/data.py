@@ -1,6 +1,6 @@
 """The data half of the line (download -> clean -> tokenize -> shard) as a user runs it, at 1 GB and 4 GB.
 
-    python -m bench.data [--gb 1] [--repeats 1] [--baseline REV] [--no-scale] [--no-quality] [--no-curation] [--quick] [--keep]
+    python -m bench.data [--gb 1] [--repeats 1] [--baseline REV] [--no-scale] [--no-quality] [--quick] [--keep]
 
 Corpus: JSONL {"id", "text"}, distinct documents (a unique header line + 3-30 real paragraphs from
 ../shared/corpora/*.jsonl, else the stdlib sources and pydoc_data prose; ~5.5 KB each), seeded,
@@ -18,7 +18,7 @@ RSS of every stage <= 1 GiB; encode-only >= 3x raw tiktoken, every part's ids id
 (each token part's sha256 against raw tiktoken's ids and EOS, as the stage writes them); BPE training <= 10 s; at 4x the
 size, total <= 4.2x and peak RSS <= 1.1x (or <= 1 GiB); a tokenizer trained on a 256 MiB sample
 (every k-th training document) compresses the held-out documents' paragraphs (bytes/token) at
-most 1% worse than the stage's. Then bench.curation (its own targets) on the same corpora. Caveat: ~3 MB of unique paragraphs recombined make any sample look
+most 1% worse than the stage's (bench.curation runs the FineWeb-like rules on the same corpora). Caveat: ~3 MB of unique paragraphs recombined make any sample look
 alike and hold few distinct words (BPE training and the sample check are easier than on web text).
 """
 
@@ -358,8 +358,6 @@ def main(argv: list[str] | None = None) -> None:
                     "in the same run at the base size ('' for none); default: main when issue 24 opened")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--keep", action="store_true", help="keep the project directories (/tmp)")
-    ap.add_argument("--curation", action=argparse.BooleanOptionalAction, default=True,
-                    help="also bench.curation: the FineWeb-like rule sets and near-dedup")
     a = ap.parse_args(argv)
     if a.quick:
         a.gb, a.scale = 0.25, False
@@ -413,10 +411,6 @@ def main(argv: list[str] | None = None) -> None:
               f"{q['sample']:.4f}; on {q['heldout_kb']:.0f} kB of held-out paragraphs")
         target("tokenizer sample cost, bytes/token stage / sample - 1", 100 * (q["stage"] / q["sample"] - 1), "<=", 1,
                "%")
-    if a.curation:
-        from bench import curation
-
-        fails += curation.main([f"--gb={a.gb:g}", f"--seed={a.seed}", "--scale" if a.scale else "--no-scale"])
     if fails:
         sys.exit(f"\n{len(fails)} target(s) missed:\n  " + "\n  ".join(fails))
 
