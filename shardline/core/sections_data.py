@@ -22,7 +22,9 @@ class Source(_Section):
     """Local path, glob or file:// URI; http(s):// URL; hf://<dataset>[/<config>]; or builtin://python-stdlib
     and builtin://pydoc-topics (text that ships with every Python, found at run time)."""
     format: Literal["txt", "jsonl", "parquet"]
-    """How records are read: txt (see txt_unit), jsonl (one JSON object per line), parquet."""
+    """How records are read: txt (see txt_unit), jsonl (one JSON object per line), parquet. txt and
+    jsonl files may be compressed (gzip, zstd, bz2, xz: known by their first bytes, e.g. Dolma's
+    .json.gz); they give the documents, ids and shards of the plain files."""
     sha256: str | None = None
     """Expected sha256 of the single file the uri names; a mismatch fails and nothing is promoted."""
     text_field: str = "text"

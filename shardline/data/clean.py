@@ -77,16 +77,18 @@ def dropped_path(part: str | Path) -> Path:
 
 
 def _group(source: Source, raw_dir: Path, files: list[dict], part_bytes: float) -> list[list[tuple]]:
-    """Small files share a part; a big file is cut into spans of its own parts."""
+    """Small files share a part; a big file is cut into spans of its own parts. A compressed file
+    counts the bytes it decodes to (its spans cut those), so it is parted as its plain copy."""
     groups: list[list[tuple]] = [[]]
     size = 0
     for f in files:
-        for span in readers.spans(raw_dir / f["path"], source, f["bytes"], part_bytes):
+        decoded = f.get("decoded_bytes", f["bytes"])
+        for span in readers.spans(raw_dir / f["path"], source, decoded, part_bytes, f.get("compression")):
             if groups[-1] and size >= part_bytes:
                 groups.append([])
                 size = 0
-            groups[-1].append((f["path"], f["sha256"], span, f["bytes"]))
-            size += f["bytes"] if span.end < 0 else part_bytes
+            groups[-1].append((f["path"], f["sha256"], span, decoded))
+            size += decoded if span.end < 0 else part_bytes
     return [g for g in groups if g]
 
 
@@ -105,14 +107,17 @@ def plan(params: Params, layout: Layout) -> list[frame.Part]:
         manifest = download.read_manifest(layout, source.name)
         reading = {k: getattr(source, k) for k in ("format", "text_field", "txt_unit")}
         raw_dir = layout.raw_files(source.name)
+        squeezed = {f["path"] for f in manifest["files"] if f.get("compression")}  # their spans decode in order
         for i, group in enumerate(_group(source, raw_dir, manifest["files"], params.clean.part_mb * 2**20)):
             files = [(path, sha, span) for path, sha, span, _ in group]
             key = fsio.stable_hash({"files": files, "reading": reading, "rules": rule_keys, "v": CODE_VERSION,
                                     "source": source.name})  # the split hash is keyed by the source name
             out = layout.clean / source.name / f"part-{i:05d}.parquet"
+            cut = [path for path, _, span, _ in group if span.end >= 0 and path in squeezed]
             parts.append(frame.Part("clean", f"{source.name}/part-{i:05d}", key, str(marker_path(out)),
                                     sum(_span_bytes(span, size) for _, _, span, size in group),
-                                    Work(source, tuple(files), str(raw_dir), str(out), cfg)))
+                                    Work(source, tuple(files), str(raw_dir), str(out), cfg),
+                                    group=f"{source.name}/{cut[0]}" if cut else None))
     return parts
 
 

@@ -26,7 +26,7 @@ from typing import Callable
 from urllib.parse import unquote, urlparse
 
 from shardline.core import chaos, fsio
-from shardline.data import http
+from shardline.data import compressed, http
 from shardline.core.config import Params, Source
 from shardline.core.errors import BadInput, ChecksumMismatch
 from shardline.core.layout import Layout
@@ -162,6 +162,19 @@ def _materialise(item: Item, dest: Path, source: Source, params: Params, log: Lo
     return fsio.sha256_file(dest)
 
 
+def _decoding(source: Source, dest: Path, digest: str, old: dict | None, log: Log, layout: Layout) -> dict:
+    """A compressed jsonl/txt file's codec and decoded size: the clean stage parts it by the bytes
+    it decodes to. Damage is logged here and counted by the clean stage, which keeps what precedes it."""
+    if source.format not in ("jsonl", "txt") or not (which := compressed.codec(dest)):
+        return {}
+    if old and old.get("sha256") == digest and "decoded_bytes" in old:
+        return {"compression": which, "decoded_bytes": old["decoded_bytes"]}
+    size, damage = compressed.decoded_size(dest, which)
+    if damage:
+        log(f"download: {layout.rel(dest)}: {damage}; the clean stage keeps the records before it")
+    return {"compression": which, "decoded_bytes": size}
+
+
 def download_source(source: Source, params: Params, layout: Layout, log: Log = print,
                     progress: Progress | None = None, items: list[Item] | None = None) -> dict:
     """Materialise one source and write its manifest; returns the manifest."""
@@ -173,6 +186,10 @@ def download_source(source: Source, params: Params, layout: Layout, log: Log = p
     if source.sha256 and len(items) != 1:
         raise BadInput(f"sources[{source.name}].sha256: given, but the uri names {len(items)} files; "
                        "a sha256 pins exactly one file")
+    try:  # what an earlier run learnt about a file it already had (its decoded size)
+        before = {e["path"]: e for e in read_manifest(layout, source.name)["files"]}
+    except (BadInput, OSError, ValueError, KeyError, TypeError):
+        before = {}
     entries = []
     for item in items:
         dest = files_dir / item.rel
@@ -185,7 +202,8 @@ def download_source(source: Source, params: Params, layout: Layout, log: Log = p
         if fresh:
             chaos.done("download", f"{source.name}/{item.rel}")
             chaos.point("download.file")
-        entries.append({"path": item.rel, "bytes": dest.stat().st_size, "sha256": digest, "origin": item.origin})
+        entries.append({"path": item.rel, "bytes": dest.stat().st_size, "sha256": digest, "origin": item.origin,
+                        **_decoding(source, dest, digest, before.get(item.rel), log, layout)})
         if progress is not None:
             progress.advance(entries[-1]["bytes"], skipped=not fresh)
     fsio.prune(files_dir, {files_dir / e["path"] for e in entries} | set(files_dir.rglob("*.part")))

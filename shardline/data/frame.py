@@ -13,6 +13,8 @@ every stage:
 - stats: a part's tallies live in its marker, so a skipped part gives them back without being
   redone; `run` returns every part's marker, and the stage sums them into its stats file.
 - progress: parts done of all, MB/s and ETA (`shardline.core.progress`).
+- groups: parts that name the same `group` run in plan order as one task of the mapper (the
+  spans of one compressed file: its stream is decoded once, front to back).
 A marker is {key, files: {name: bytes}, stats}; names are relative to the marker's folder.
 """
 
@@ -38,6 +40,7 @@ class Part:
     marker: str  # its done-marker's path
     size: int    # input bytes, for progress
     work: Any    # what `do` needs; picklable (parts may run in other processes or on a cluster)
+    group: str | None = None  # parts of one group run in order in one task
 
 
 def finished(part: Part) -> dict | None:
@@ -67,25 +70,37 @@ def _one(part: Part, do: Do) -> dict:
     return marker
 
 
+def _many(parts: list[Part], do: Do) -> list[dict]:
+    return [_one(part, do) for part in parts]
+
+
 def run(stage: str, parts: Sequence[Part], do: Do, mapper: Mapper, log: Callable[[str], None],
         sink: Sink | None = None) -> tuple[list[dict], int]:
     """Every part's marker, in part order, and how many were already done."""
     progress = Progress(stage, len(parts), sum(p.size for p in parts), log, sink=sink)
     markers: list[dict | None] = [None] * len(parts)
-    todo = []
+    tasks: list[list[int]] = []
+    where: dict[str, list[int]] = {}
     for i, part in enumerate(parts):
         markers[i] = finished(part)
-        if markers[i] is None:
-            todo.append(i)
-        else:
+        if markers[i] is not None:
             progress.advance(part.size, skipped=True)
+        elif part.group is not None and part.group in where:
+            where[part.group].append(i)
+        else:
+            tasks.append([i])
+            if part.group is not None:
+                where[part.group] = tasks[-1]
 
-    def on_done(j: int, _marker: dict) -> None:  # progress only: the results come back in order below
-        progress.advance(parts[todo[j]].size)
+    def on_done(j: int, _markers: list) -> None:  # progress only: the results come back in order below
+        for i in tasks[j]:
+            progress.advance(parts[i].size)
 
-    for i, marker in zip(todo, mapper(functools.partial(_one, do=do), [parts[i] for i in todo], on_done=on_done)):
-        markers[i] = marker
-    return markers, len(parts) - len(todo)  # type: ignore[return-value]
+    done = mapper(functools.partial(_many, do=do), [[parts[i] for i in t] for t in tasks], on_done=on_done)
+    for task, got in zip(tasks, done):
+        for i, marker in zip(task, got):
+            markers[i] = marker
+    return markers, len(parts) - sum(map(len, tasks))  # type: ignore[return-value]
 
 
 def sweep(root: Path, keep: Iterable[Path]) -> None:

@@ -15,10 +15,17 @@ Big files are read in `Span`s so one huge file still gives many parallel, resuma
 jsonl at line boundaries, blank-line txt at blank lines, parquet by row groups; a span knows
 the line (row) it starts on, so ids do not depend on how a file was split. A whole-file txt
 document cannot be split.
+
+Compressed jsonl and txt (`shardline.data.compressed`) are read as the bytes they decode to:
+spans and lines count decoded bytes, and ids name the file without its compression suffix, so
+a compressed copy gives exactly the documents and ids of the plain file. Damage in a compressed
+stream ends the file: the records before it are kept, the damage is one bad record whose sample
+names the file and byte offset.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from dataclasses import dataclass, field
@@ -27,6 +34,7 @@ from typing import Iterator, NamedTuple
 
 from shardline.core.config import Source
 from shardline.core.errors import BadInput
+from shardline.data import compressed
 
 MAX_SAMPLES = 5
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -72,14 +80,63 @@ def _no_surrogates(text: str, stats: ReadStats) -> str:
         return _SURROGATE.sub("\ufffd", text)
 
 
-def _read_span(path: Path, span: Span) -> bytes:
-    with open(path, "rb") as f:
-        f.seek(span.start)
-        return f.read(span.end - span.start if span.end >= 0 else -1)
+class _Plain:
+    """A plain file read like a `compressed.Reader`: from `start`, tracking the offset consumed."""
+
+    def __init__(self, path: Path, start: int):
+        self._f = open(path, "rb")
+        self._f.seek(start)
+        self.pos = start
+
+    def readline(self) -> bytes:
+        line = self._f.readline()
+        self.pos += len(line)
+        return line
+
+    def read(self, n: int = -1) -> bytes:
+        data = self._f.read(n)
+        self.pos += len(data)
+        return data
+
+    def close(self) -> None:
+        self._f.close()
 
 
-def _txt(path: Path, rel: str, source: Source, stats: ReadStats, span: Span) -> Iterator[tuple[str, str]]:
-    text = _decode(_read_span(path, span), stats)
+def _open(path: Path, which: str | None, start: int):
+    return compressed.open_at(path, which, start) if which else _Plain(path, start)
+
+
+def _damaged(stats: ReadStats, rel: str, e: compressed.Damaged) -> None:
+    stats.records += 1
+    stats.reject(f"{rel}: byte {e.offset}", f"{e}; the records before it are kept; re-download or replace the file")
+
+
+def _read_all(f, n: int, stats: ReadStats, rel: str) -> tuple[bytes, bool]:
+    """Up to `n` bytes (-1: all) and whether the stream ended in damage (then: what came before)."""
+    chunks, left = [], n
+    try:
+        while left != 0 and (chunk := f.read(min(left, 1 << 20) if left > 0 else 1 << 20)):
+            chunks.append(chunk)
+            left -= len(chunk) if left > 0 else 0
+    except compressed.Damaged as e:
+        _damaged(stats, rel, e)
+        return b"".join(chunks), True
+    return b"".join(chunks), False
+
+
+def _txt(path: Path, rel: str, source: Source, stats: ReadStats, span: Span, which: str | None) -> Iterator[tuple[str, str]]:
+    f = _open(path, which, span.start)
+    try:
+        raw, damaged = _read_all(f, span.end - span.start if span.end >= 0 else -1, stats, rel)
+    finally:
+        if not which:
+            f.close()
+    if damaged:
+        if source.txt_unit == "file":
+            return  # a document cut short is not the document
+        raw = raw[: raw.rfind(b"\n\n") + 1]  # nor is the block the damage cut
+    rel = compressed.id_name(rel, which)
+    text = _decode(raw, stats)
     if source.txt_unit == "file":
         stats.records += 1
         yield f"{rel}:1", text
@@ -96,19 +153,25 @@ def _txt(path: Path, rel: str, source: Source, stats: ReadStats, span: Span) -> 
             block = []
 
 
-def _jsonl(path: Path, rel: str, source: Source, stats: ReadStats, span: Span) -> Iterator[tuple[str, str]]:
+def _jsonl(path: Path, rel: str, source: Source, stats: ReadStats, span: Span, which: str | None) -> Iterator[tuple[str, str]]:
     key = source.text_field
-    with open(path, "rb") as f:
-        f.seek(span.start)
-        pos = span.start
-        for lineno, raw in enumerate(f, span.first):
-            if 0 <= span.end <= pos:
+    f = _open(path, which, span.start)
+    name = compressed.id_name(rel, which)
+    try:
+        for lineno in itertools.count(span.first):
+            if 0 <= span.end <= f.pos:
                 break
-            pos += len(raw)
+            try:
+                raw = f.readline()
+            except compressed.Damaged as e:
+                _damaged(stats, rel, e)
+                break
+            if not raw:
+                break
             if not raw.strip():
                 continue
             stats.records += 1
-            where = f"{rel}:{lineno}"
+            where = f"{name}:{lineno}"
             try:
                 obj = json.loads(_decode(raw, stats))
             except json.JSONDecodeError as e:
@@ -121,6 +184,9 @@ def _jsonl(path: Path, rel: str, source: Source, stats: ReadStats, span: Span) -
                 stats.reject(where, why)
                 continue
             yield where, _no_surrogates(text, stats)
+    finally:
+        if not which:
+            f.close()
 
 
 def _parquet(path: Path, rel: str, source: Source, stats: ReadStats, span: Span) -> Iterator[tuple[str, str]]:
@@ -150,15 +216,15 @@ def _parquet(path: Path, rel: str, source: Source, stats: ReadStats, span: Span)
         raise BadInput(f"{rel}: parquet data is damaged after row {row} ({e}); re-download it") from None
 
 
-READERS = {"txt": _txt, "jsonl": _jsonl, "parquet": _parquet}
-
-
 def read(path: Path, rel: str, source: Source, stats: ReadStats, span: Span = Span(*WHOLE)) -> Iterator[tuple[str, str]]:
-    return READERS[source.format](path, rel, source, stats, span)
+    if source.format == "parquet":
+        return _parquet(path, rel, source, stats, span)
+    return (_txt if source.format == "txt" else _jsonl)(path, rel, source, stats, span, compressed.codec(path))
 
 
-def spans(path: Path, source: Source, size: int, part_bytes: float) -> list[Span]:
-    """Cut a file into spans of about `part_bytes`, at record boundaries (one read of the file)."""
+def spans(path: Path, source: Source, size: int, part_bytes: float, which: str | None = None) -> list[Span]:
+    """Cut a file into spans of about `part_bytes`, at record boundaries (one read of the file).
+    `size` counts decoded bytes, and spans cut them, when the file is compressed (`which`)."""
     if size <= part_bytes or (source.format == "txt" and source.txt_unit == "file"):
         return [Span(*WHOLE)]
     if source.format == "parquet":
@@ -177,6 +243,14 @@ def spans(path: Path, source: Source, size: int, part_bytes: float) -> list[Span
                 start, acc, first = g + 1, 0, rows + 1
         return out
     sep = b"\n" if source.format == "jsonl" else b"\n\n"
+    if which:
+        reader = compressed.Reader(path, which)
+        try:
+            return [Span(*s) for s in compressed.decoded_spans(reader, sep, part_bytes)]
+        except compressed.Damaged:  # one span: its reader meets the damage and reports it
+            return [Span(*WHOLE)]
+        finally:
+            reader.raw.close()
     out, start, line = [], 0, 1
     with open(path, "rb") as f:
         while start < size:
