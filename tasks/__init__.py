@@ -87,6 +87,4 @@ def progress_sink(stage: str) -> Sink:
 
 
 def _label(item: Any) -> str:
-    if isinstance(item, list) and item:  # a frame task: parts run in order as one (shardline.data.frame)
-        return _label(item[0]) + (f"+{len(item) - 1}" if len(item) > 1 else "")
     return str(getattr(item, "name", None) or getattr(item, "out", None) or item)

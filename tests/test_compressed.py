@@ -144,7 +144,7 @@ def test_the_spans_of_one_compressed_file_run_in_order_as_one_task(tmp_path):
     tasks: list[list[str]] = []
 
     def mapper(fn, items, on_done=None):
-        tasks.extend([p.name for p in item] for item in items)
+        tasks.extend([p.name for p in item.parts] for item in items)
         return [fn(item) for item in items]
 
     frame.run("clean", parts, clean.clean_part, mapper, lambda _: None)

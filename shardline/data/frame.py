@@ -70,8 +70,24 @@ def _one(part: Part, do: Do) -> dict:
     return marker
 
 
-def _many(parts: list[Part], do: Do) -> list[dict]:
-    return [_one(part, do) for part in parts]
+@dataclass(frozen=True)
+class Task:
+    """What one mapper call does: a part, or a group's parts in order. `name` and `size` are what
+    mappers know items by (task-run names, whether a process pool pays)."""
+
+    parts: tuple[Part, ...]
+
+    @property
+    def name(self) -> str:
+        return self.parts[0].name + (f" (+{len(self.parts) - 1} of its group)" if len(self.parts) > 1 else "")
+
+    @property
+    def size(self) -> int:
+        return sum(p.size for p in self.parts)
+
+
+def _many(task: Task, do: Do) -> list[dict]:
+    return [_one(part, do) for part in task.parts]
 
 
 def run(stage: str, parts: Sequence[Part], do: Do, mapper: Mapper, log: Callable[[str], None],
@@ -96,7 +112,7 @@ def run(stage: str, parts: Sequence[Part], do: Do, mapper: Mapper, log: Callable
         for i in tasks[j]:
             progress.advance(parts[i].size)
 
-    done = mapper(functools.partial(_many, do=do), [[parts[i] for i in t] for t in tasks], on_done=on_done)
+    done = mapper(functools.partial(_many, do=do), [Task(tuple(parts[i] for i in t)) for t in tasks], on_done=on_done)
     for task, got in zip(tasks, done):
         for i, marker in zip(task, got):
             markers[i] = marker
