@@ -37,7 +37,8 @@ def test_cross_field_checks_name_the_field():
         "mix: missing source 'a'; give every source a weight", "mix.b: unknown source"]
     assert problems({"sources": [SRC, SRC]}) == ["sources: duplicate name 'a'"]
     assert problems({"sources": [{**SRC, "uri": "hf://x/y"}]}) == \
-        ["sources[0].format: hf:// sources are stored as parquet; set format: parquet"]
+        ["sources[0].uri: 'hf://x/y': write hf://datasets/<org>/<name>@<revision>/<glob> (files as files, the "
+         "revision pinned); datasets.load_dataset splits are no longer read"]
     assert problems({"sources": [SRC], "tokenizer": {"eos_token": "<eos>", "bos_token": "<s>"}}) == \
         ["tokenizer.eos_token: '<eos>' must be one of special_tokens ['<|endoftext|>']",
          "tokenizer.bos_token: '<s>' must be one of special_tokens ['<|endoftext|>']"]

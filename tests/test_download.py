@@ -1,6 +1,7 @@
 import hashlib
 import json
 import os
+import re
 
 import pytest
 
@@ -79,14 +80,34 @@ def test_no_match_and_sha_on_many_files_are_clear_errors(tmp_path, code_dir):
         download.run(params, layout, log=lambda _: None)
 
 
-def test_hf_source_from_a_local_dataset_dir(tmp_path):
-    data = tmp_path / "ds"
-    data.mkdir()
-    rows = [{"text": f"document number {i} " * 5, "n": i} for i in range(50)]
-    (data / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    params, layout = make_project(tmp_path / "p", [{"name": "hf", "uri": f"hf://{data}", "format": "parquet"}])
-    m = download.run(params, layout, log=lambda _: None)
+def test_hf_source_pins_the_revision_and_fetches_only_the_glob_from_the_local_hub_cache(tmp_path, monkeypatch):
+    """hf:// runs through huggingface_hub's snapshot_download. Offline (HF_HUB_OFFLINE=1) the local Hub
+    cache answers: it is built here in the cache's own layout (refs/<branch> -> commit, snapshots/<commit>/)."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    table = pq.read_table(layout.raw / "hf" / "files" / m["hf"]["files"][0]["path"])
-    assert table.column("text").to_pylist() == [r["text"] for r in rows]
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = tmp_path / "hub" / "datasets--org--web"
+    snap = repo / "snapshots" / commit
+    (snap / "data").mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    rows = [f"document number {i} " * 5 for i in range(50)]
+    pq.write_table(pa.table({"text": rows[:30]}), snap / "data" / "train-00000.parquet")
+    pq.write_table(pa.table({"text": rows[30:]}), snap / "data" / "train-00001.parquet")
+    pq.write_table(pa.table({"text": ["held out"]}), snap / "data" / "test-00000.parquet")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    uri = "hf://datasets/org/web@main/data/train-*.parquet"
+    params, layout = make_project(tmp_path / "p", [{"name": "web", "uri": uri, "format": "parquet"}])
+    m = download.run(params, layout, log=lambda _: None)["web"]
+    assert m["revision"] == commit and [f["path"] for f in m["files"]] == ["data/train-00000.parquet",
+                                                                             "data/train-00001.parquet"]
+    got = [t for f in m["files"] for t in pq.read_table(layout.raw_files("web") / f["path"]).column("text").to_pylist()]
+    assert got == rows
+    for bad, says in [("hf://datasets/org/web@v9/data/*.parquet", "must be in the local Hub cache"),
+                      ("hf://datasets/org/web/data/*.parquet", "write hf://datasets/<org>/<name>@<revision>/<glob>"),
+                      ("hf://datasets/org/web@main/nothing/*.parquet", "matched no files at commit " + commit)]:
+        params, layout = make_project(tmp_path / "q", [{"name": "web", "uri": bad, "format": "parquet"}])
+        with pytest.raises(BadInput, match=re.escape(says)):
+            download.run(params, layout, log=lambda _: None)

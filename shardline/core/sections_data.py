@@ -18,9 +18,12 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 class Source(_Section):
     name: str
     """Folder name under data/raw, data/clean, data/tokens, data/shards; also the key in `mix`."""
-    uri: str
-    """Local path, glob or file:// URI; http(s):// URL; hf://<dataset>[/<config>]; or builtin://python-stdlib
-    and builtin://pydoc-topics (text that ships with every Python, found at run time)."""
+    uri: str | tuple[str, ...]
+    """Local path, glob, directory or file:// URI; http(s):// URL; object store URL (s3://, gs://:
+    an object, a prefix or a glob; credentials from the environment);
+    hf://datasets/<org>/<name>@<revision>/<glob> (files of a Hub dataset at a pinned revision);
+    builtin://python-stdlib and builtin://pydoc-topics (text that ships with every Python); or a
+    list of these, read in order."""
     format: Literal["txt", "jsonl", "parquet"]
     """How records are read: txt (see txt_unit), jsonl (one JSON object per line), parquet. txt and
     jsonl files may be compressed (gzip, zstd, bz2, xz: known by their first bytes, e.g. Dolma's
@@ -31,8 +34,6 @@ class Source(_Section):
     """The JSON field (jsonl) or column (parquet, hf://) holding the document text."""
     txt_unit: Literal["file", "blank_lines"] = "file"
     """txt only: one document per file, or one per block separated by one or more blank lines."""
-    split: str = "train"
-    """hf:// only: the dataset split to read."""
     clean: dict[str, Any] | None = None
     """This source's own cleaning rules: any rule of the `clean` section (not dedup, near_dedup,
     part_mb, max_bad_fraction, drop_samples, which are stage-wide), replacing the section's value
@@ -45,8 +46,10 @@ class Source(_Section):
             problems.append(f"name: {self.name!r} must be letters, digits, '_', '-', '.' (it names folders)")
         if self.sha256 is not None and not re.fullmatch(r"[0-9a-f]{64}", self.sha256):
             problems.append("sha256: must be 64 lowercase hex digits")
-        if self.uri.startswith("hf://") and self.format != "parquet":
-            problems.append("format: hf:// sources are stored as parquet; set format: parquet")
+        for uri in (self.uri,) if isinstance(self.uri, str) else self.uri:
+            if uri.startswith("hf://") and not uri.startswith("hf://datasets/"):
+                problems.append(f"uri: {uri!r}: write hf://datasets/<org>/<name>@<revision>/<glob> (files as files, "
+                                "the revision pinned); datasets.load_dataset splits are no longer read")
         if problems:
             raise ValueError("\n".join(problems))
         return self

@@ -8,10 +8,15 @@ Contract:
   `.part` file continues with a Range request, see `shardline.data.http`).
 - Files and source folders no longer named by params.yaml are removed, so data/raw is exactly
   what the params describe.
-- uri forms: local path / glob / directory / file://; http(s)://; hf://<dataset>[/<config>]
-  (org/name/config; a local directory is taken whole); builtin://python-stdlib (the
-  interpreter's standard-library .py files, tests excluded) and builtin://pydoc-topics (the
-  reference-manual prose shipped in pydoc_data), both located at run time.
+- uri forms: local path / glob / directory / file://; http(s)://; an object store URL (s3://,
+  gs://, any fsspec protocol: one object, a prefix or a glob; `shardline.data.objects`);
+  hf://datasets/<org>/<name>@<revision>/<glob> (the revision resolved to a commit, pinned in the
+  manifest as `revision`); builtin://python-stdlib (the interpreter's standard-library .py
+  files, tests excluded) and builtin://pydoc-topics (the reference-manual prose shipped in
+  pydoc_data), both located at run time; or a list of these (e.g. many https:// files).
+- Each manifest entry holds what identifies the file where it came from: `sha256` always,
+  `etag`/`version` for store objects. A store object whose identity changed is fetched again
+  (a new data version); one that did not is not fetched again.
 """
 
 from __future__ import annotations
@@ -20,13 +25,13 @@ import glob
 import json
 import os
 import sysconfig
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 from urllib.parse import unquote, urlparse
 
 from shardline.core import chaos, fsio
-from shardline.data import compressed, http
+from shardline.data import compressed, http, objects
 from shardline.core.config import Params, Source
 from shardline.core.errors import BadInput, ChecksumMismatch
 from shardline.core.layout import Layout
@@ -42,8 +47,9 @@ class Item:
     """One file to materialise: `rel` under files/, fetched from `origin` by `kind`."""
 
     rel: str
-    kind: str  # local | http | hf | builtin-topics
+    kind: str  # local | http | object | builtin-topics
     origin: str
+    meta: dict = field(default_factory=dict, hash=False)  # a store object's size, etag, version
 
 
 def read_manifest(layout: Layout, name: str) -> dict:
@@ -66,8 +72,8 @@ def _stdlib_items() -> list[Item]:
     return items
 
 
-def _local_items(source: Source, root: Path) -> list[Item]:
-    spec = source.uri
+def _local_items(source: Source, spec: str, root: Path) -> list[Item]:
+    uri = spec
     if spec.startswith("file://"):
         spec = unquote(urlparse(spec).path)
     path = Path(spec) if os.path.isabs(spec) else root / spec
@@ -82,14 +88,25 @@ def _local_items(source: Source, root: Path) -> list[Item]:
         base = path.parent
         files = [path] if path.is_file() else []
     if not files:
-        raise BadInput(f"sources[{source.name}].uri: {source.uri!r} matched no files "
+        raise BadInput(f"sources[{source.name}].uri: {uri!r} matched no files "
                        f"(looked in {path}); fix the path or glob in params.yaml")
     return [Item(str(f.relative_to(base)), "local", str(f)) for f in files]
 
 
 def resolve(source: Source, root: Path) -> list[Item]:
     """The files a source consists of, in a stable order."""
-    uri = source.uri
+    if isinstance(source.uri, tuple):
+        items = [i for uri in source.uri for i in _resolve_one(source, uri, root)]
+        seen: dict[str, str] = {}
+        for i in items:
+            if seen.setdefault(i.rel, i.origin) != i.origin:
+                raise BadInput(f"sources[{source.name}].uri: {seen[i.rel]} and {i.origin} would both be "
+                               f"stored as {i.rel!r}; list files whose names differ")
+        return items
+    return _resolve_one(source, source.uri, root)
+
+
+def _resolve_one(source: Source, uri: str, root: Path) -> list[Item]:
     if uri.startswith("builtin://"):
         which = uri[len("builtin://"):]
         expected = {"python-stdlib": "txt", "pydoc-topics": "jsonl"}
@@ -105,8 +122,16 @@ def resolve(source: Source, root: Path) -> list[Item]:
         name = Path(unquote(urlparse(uri).path)).name or "download"
         return [Item(name, "http", uri)]
     if uri.startswith("hf://"):
-        return [Item(f"{source.split}.parquet", "hf", uri[len("hf://"):])]
-    return _local_items(source, root)
+        commit, folder, files = objects.hub_snapshot(uri[len("hf://"):])
+        if not files:
+            raise BadInput(f"sources[{source.name}].uri: {uri} matched no files at commit {commit}; fix the glob")
+        return [Item(f, "local", str(folder / f), {"revision": commit}) for f in files]
+    if "://" in uri and not uri.startswith("file://"):
+        found = objects.list_objects(uri)
+        if not found:
+            raise BadInput(f"sources[{source.name}].uri: {uri!r} matched no objects; fix the URL or glob in params.yaml")
+        return [Item(o.rel, "object", o.url, o.meta) for o in found]
+    return _local_items(source, uri, root)
 
 
 def _write_topics(dest: Path) -> None:
@@ -116,36 +141,13 @@ def _write_topics(dest: Path) -> None:
     fsio.write_bytes(dest, ("\n".join(lines) + "\n").encode())
 
 
-def _write_hf(spec: str, split: str, dest: Path) -> None:
-    try:
-        import datasets
-    except ImportError:  # pragma: no cover - datasets is a hard dependency
-        raise BadInput("hf:// sources need the 'datasets' package: pip install datasets") from None
-    if os.path.exists(spec):
-        name, config = spec, None
-    else:
-        segs = spec.strip("/").split("/")
-        name, config = ("/".join(segs[:2]), "/".join(segs[2:]) or None) if len(segs) > 2 else (spec, None)
-    try:
-        ds = datasets.load_dataset(name, config, split=split)
-    except (ConnectionError, OSError) as e:
-        raise BadInput(f"hf://{spec}: cannot load ({e}); without network, put the dataset in the local "
-                       "HF cache or a local directory and set HF_DATASETS_OFFLINE=1") from None
-    tmp = fsio.temp_name(dest)
-    ds.to_parquet(str(tmp))
-    with open(tmp, "rb+") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, dest)
-    fsio.fsync_dir(dest.parent)
-
-
 def _policy(params: Params) -> http.RetryPolicy:
     d = params.download
     return http.RetryPolicy(attempts=d.attempts, backoff_s=d.backoff_s,
                             max_backoff_s=d.max_backoff_s, timeout_s=d.timeout_s)
 
 
-def _materialise(item: Item, dest: Path, source: Source, params: Params, log: Log) -> str:
+def _materialise(item: Item, dest: Path, source: Source, params: Params, log: Log, old: dict | None) -> str:
     """Put `item` at `dest` unless it is already there; return its sha256."""
     if item.kind == "http":
         return http.fetch(item.origin, dest, sha256=source.sha256, policy=_policy(params), log=log).sha256
@@ -155,10 +157,12 @@ def _materialise(item: Item, dest: Path, source: Source, params: Params, log: Lo
             if have == fsio.sha256_file(item.origin):
                 return have
         return fsio.copy_file(item.origin, dest)
-    if item.kind == "hf":
-        _write_hf(item.origin, source.split, dest)
-    else:
-        _write_topics(dest)
+    if item.kind == "object":
+        if old and dest.exists() and dest.stat().st_size == item.meta["size"] == old["bytes"] \
+                and all(old.get(k) == v for k, v in item.meta.items() if k != "size"):
+            return old["sha256"]  # the same object as last run: its identity in the store says so
+        return objects.fetch_object(item.origin, dest, item.meta, _policy(params), log)
+    _write_topics(dest)
     return fsio.sha256_file(dest)
 
 
@@ -194,7 +198,7 @@ def download_source(source: Source, params: Params, layout: Layout, log: Log = p
     for item in items:
         dest = files_dir / item.rel
         fresh = not dest.exists()
-        digest = _materialise(item, dest, source, params, log)
+        digest = _materialise(item, dest, source, params, log, before.get(item.rel))
         if source.sha256 and digest != source.sha256:
             dest.unlink()
             raise ChecksumMismatch(f"{layout.rel(dest)}: sha256 mismatch for {item.origin}: expected "
@@ -203,11 +207,14 @@ def download_source(source: Source, params: Params, layout: Layout, log: Log = p
             chaos.done("download", f"{source.name}/{item.rel}")
             chaos.point("download.file")
         entries.append({"path": item.rel, "bytes": dest.stat().st_size, "sha256": digest, "origin": item.origin,
-                        **_decoding(source, dest, digest, before.get(item.rel), log, layout)})
+                        **{k: v for k, v in item.meta.items() if k != "size"}, **_decoding(source, dest, digest, before.get(item.rel), log, layout)})
         if progress is not None:
             progress.advance(entries[-1]["bytes"], skipped=not fresh)
-    fsio.prune(files_dir, {files_dir / e["path"] for e in entries} | set(files_dir.rglob("*.part")))
+    fsio.prune(files_dir, {files_dir / e["path"] for e in entries} | set(files_dir.rglob("*.part"))
+               | set(files_dir.rglob("*.part.json")))
+    revisions = sorted({e.pop("revision") for e in entries if "revision" in e})
     manifest = {"source": source.name, "uri": source.uri, "format": source.format,
+                **({"revision": revisions[0]} if revisions else {}),
                 "files": entries, "bytes": sum(e["bytes"] for e in entries)}
     fsio.write_json(layout.manifest(source.name), manifest)
     log(f"download: {source.name}: {len(entries)} file(s), {manifest['bytes'] / 1e6:.1f} MB")
@@ -217,7 +224,8 @@ def download_source(source: Source, params: Params, layout: Layout, log: Log = p
 def run(params: Params, layout: Layout, log: Log = print, mapper: Mapper = thread_map,
         sink: Sink | None = None) -> dict[str, dict]:
     items = {s.name: resolve(s, layout.root) for s in params.sources}
-    local = sum(os.path.getsize(i.origin) for its in items.values() for i in its if i.kind == "local")
+    local = sum(os.path.getsize(i.origin) if i.kind == "local" else i.meta.get("size", 0)
+                for its in items.values() for i in its)
     progress = Progress("download", sum(map(len, items.values())), local, log, what="files", sink=sink)
     return per_source(layout.raw, params.sources,
                       lambda s: download_source(s, params, layout, log, progress, items[s.name]), mapper)

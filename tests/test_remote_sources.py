@@ -1,0 +1,81 @@
+"""Raw sources in an object store: S3 through a real moto_server on 127.0.0.1 (tests/s3.py)."""
+
+import gzip
+import hashlib
+import json
+
+import pytest
+
+from shardline.core import fsio
+from shardline.core.errors import BadInput, DownloadError
+from shardline.data import download, objects
+from tests.conftest import make_project
+from tests.s3 import BUCKET, aws, client, free_port, s3_env  # noqa: F401 (fixtures)
+
+QUIET = dict(log=lambda _: None)
+
+
+def jsonl(n: int, tag: str) -> bytes:
+    return "".join(json.dumps({"text": f"{tag} document {i}: " + "words of text " * 20}) + "\n"
+                   for i in range(n)).encode()
+
+
+def put(env, key: str, data: bytes) -> None:
+    client(env).put_object(Bucket=BUCKET, Key=key, Body=data)
+
+
+def test_an_s3_glob_is_fetched_pinned_by_etag_and_a_changed_object_is_a_new_version(aws, tmp_path, monkeypatch):
+    put(aws, "dolma/v1/a.json.gz", gzip.compress(jsonl(50, "a")))
+    put(aws, "dolma/v1/b.json.gz", gzip.compress(jsonl(40, "b")))
+    put(aws, "dolma/v1/notes.txt", b"not a shard")
+    params, layout = make_project(tmp_path, [{"name": "web", "uri": f"s3://{BUCKET}/dolma/*/*.json.gz",
+                                              "format": "jsonl"}])
+    m = download.run(params, layout, **QUIET)["web"]
+    assert [f["path"] for f in m["files"]] == ["v1/a.json.gz", "v1/b.json.gz"]
+    for f in m["files"]:
+        body = client(aws).get_object(Bucket=BUCKET, Key=f"dolma/{f['path']}")
+        assert f["etag"] == body["ETag"].strip('"') and f["sha256"] == hashlib.sha256(body["Body"].read()).hexdigest()
+        assert f["origin"] == f"s3://{BUCKET}/dolma/{f['path']}" and f["compression"] == "gzip"
+    fetched = []
+    real = objects.fetch_object
+    monkeypatch.setattr(objects, "fetch_object", lambda url, *a, **k: fetched.append(url) or real(url, *a, **k))
+    assert download.run(params, layout, **QUIET)["web"] == m and fetched == []  # same etags: nothing fetched
+    put(aws, "dolma/v1/b.json.gz", gzip.compress(jsonl(41, "b")))
+    again = download.run(params, layout, **QUIET)["web"]
+    assert fetched == [f"s3://{BUCKET}/dolma/v1/b.json.gz"]
+    assert again["files"][0] == m["files"][0] and again["files"][1]["sha256"] != m["files"][1]["sha256"]
+    assert again["files"][1]["decoded_bytes"] == len(jsonl(41, "b"))
+
+
+def test_a_part_continues_only_when_it_belongs_to_the_same_object(aws, tmp_path):
+    body = jsonl(400, "r")
+    put(aws, "resume/r.jsonl", body)
+    [obj] = objects.list_objects(f"s3://{BUCKET}/resume/r.jsonl")
+    for note, says in [(obj.meta, "resuming at byte 1000"), ({**obj.meta, "etag": "older"}, None)]:
+        dest = tmp_path / "r.jsonl"
+        dest.unlink(missing_ok=True)
+        dest.with_name("r.jsonl.part").write_bytes(body[:1000] if says else b"x" * 1000)  # the old object's bytes
+        fsio.write_json(dest.with_name("r.jsonl.part.json"), note)
+        logs: list[str] = []
+        assert objects.fetch_object(obj.url, dest, obj.meta, log=logs.append) == hashlib.sha256(body).hexdigest()
+        assert dest.read_bytes() == body and not dest.with_name("r.jsonl.part.json").exists()
+        assert (says in logs[0]) if says else logs == []
+
+
+def test_store_errors_are_one_line_and_say_what_to_do(aws, tmp_path, monkeypatch, request):
+    for uri, err, says in [(f"s3://{BUCKET}/nothing/*.jsonl", BadInput, "matched no objects; fix the URL"),
+                           ("gs://bucket/x/*.jsonl", BadInput, "install gcsfs")]:
+        params, layout = make_project(tmp_path / "p", [{"name": "s", "uri": uri, "format": "jsonl"}])
+        with pytest.raises(err, match=says) as e:
+            download.run(params, layout, **QUIET)
+        assert "\n" not in str(e.value)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")  # nothing listens there
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    import s3fs
+
+    s3fs.S3FileSystem.clear_instance_cache()  # fsspec reuses a filesystem per process: the new endpoint needs a new one
+    request.addfinalizer(s3fs.S3FileSystem.clear_instance_cache)  # and later tests need theirs back
+    params, layout = make_project(tmp_path / "q", [{"name": "s", "uri": f"s3://{BUCKET}/x.jsonl", "format": "jsonl"}])
+    with pytest.raises(DownloadError) as e:
+        download.run(params, layout, **QUIET)
+    assert e.value.transient and f"s3://{BUCKET}/x.jsonl" in str(e.value) and "\n" not in str(e.value)
