@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 
 from shardline.core.errors import BadInput
-from shardline.data import clean, compressed, download, frame, readers, shard, tokenize
+from shardline.data import clean, compressed, download, explain, frame, readers, shard, tokenize
 from tests.conftest import make_project, stdlib_files
 
 QUIET = dict(log=lambda _: None)
@@ -53,15 +53,16 @@ def build_shards(root: Path, files: dict[str, bytes], **clean_cfg):
                                   eval={"fraction": 0.1, "min_docs": 2, "every": 0}, clean=clean_cfg)
     for stage in (download, clean, tokenize, shard):
         stage.run(params, layout, **QUIET)
-    return layout
+    return params, layout
 
 
 def test_shards_from_compressed_copies_are_byte_identical(tmp_path):
     plain = corpus()
     packed = {name + SUFFIX[c]: squeeze(data, c) for (name, data), c in zip(plain.items(), SUFFIX)}
     # part_mb small enough that every file is cut into several spans: decoded offsets must match
-    a = build_shards(tmp_path / "plain", plain, part_mb=0.05)
-    b = build_shards(tmp_path / "packed", packed, part_mb=0.05)
+    _, a = build_shards(tmp_path / "plain", plain, part_mb=0.05)
+    params, b = build_shards(tmp_path / "packed", packed, part_mb=0.05)
+    assert explain.explain(params, b, "c.jsonl:3")["verdict"] == "kept"  # ids name the file as if plain
     manifest = download.read_manifest(b, "s")
     assert [(f["compression"], f["decoded_bytes"]) for f in manifest["files"]] == \
         [(c, len(d)) for c, d in zip(SUFFIX, plain.values())]

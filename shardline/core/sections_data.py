@@ -24,10 +24,12 @@ class Source(_Section):
     hf://datasets/<org>/<name>@<revision>/<glob> (files of a Hub dataset at a pinned revision);
     builtin://python-stdlib and builtin://pydoc-topics (text that ships with every Python); or a
     list of these, read in order."""
-    format: Literal["txt", "jsonl", "parquet"]
-    """How records are read: txt (see txt_unit), jsonl (one JSON object per line), parquet. txt and
-    jsonl files may be compressed (gzip, zstd, bz2, xz: known by their first bytes, e.g. Dolma's
-    .json.gz); they give the documents, ids and shards of the plain files."""
+    format: Literal["txt", "jsonl", "parquet", "warc"]
+    """How records are read: txt (see txt_unit), jsonl (one JSON object per line), parquet, warc
+    (Common Crawl WARC or WET, gzip'd or not: a page's main text, its URL the document id; URL and
+    date become columns of the clean parts). txt and jsonl files may be compressed (gzip, zstd,
+    bz2, xz: known by their first bytes, e.g. Dolma's .json.gz); they give the documents, ids and
+    shards of the plain files."""
     sha256: str | None = None
     """Expected sha256 of the single file the uri names; a mismatch fails and nothing is promoted."""
     text_field: str = "text"
@@ -134,6 +136,11 @@ class Clean(_Section):
     """C4's filter: removes javascript, policy and unterminated lines; drops lorem ipsum, curly braces."""
     fineweb: FineWeb | None = None
     """FineWeb's extras: line-ending punctuation, short lines, duplicate-line characters."""
+    url_blocklist: str | None = None
+    """A local text file of domains, one per line (relative to the project): documents whose URL's
+    host is one of them or a subdomain are dropped, counted as the check `url_blocklist` (only
+    documents with a URL: WARC records). Judged first, before every rule; its sha256 is part of
+    the rules' key."""
     dedup: bool = True
     """Exact dedup by content hash within and across sources; the first in params order wins."""
     near_dedup: NearDedup | None = None

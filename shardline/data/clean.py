@@ -40,7 +40,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from shardline.core import fsio
-from shardline.data import download, dropped, frame, quality, readers, rules, select, split
+from shardline.data import download, dropped, frame, quality, readers, rules, select, split, urls
 from shardline.core.config import Clean, Params, Source
 from shardline.core.errors import BadInput
 from shardline.core.layout import Layout, clean_split_of
@@ -52,6 +52,7 @@ REFERENCED = ("language", "gopher_repetition", "gopher_quality", "c4", "fineweb"
 _BATCH = 2048  # documents per Arrow batch while a part is cleaned
 _SCHEMA = pa.schema([("id", pa.string()), ("text", pa.string()), ("hash", pa.binary(16)), ("bytes", pa.int64()),
                      ("u", pa.uint64()), ("lang", pa.string()), ("lang_score", pa.float32())])
+_WEB = _SCHEMA.append(pa.field("url", pa.string())).append(pa.field("date", pa.string()))  # format: warc
 
 Log = Callable[[str], None]
 
@@ -65,6 +66,7 @@ class Work:
     raw_dir: str
     out: str
     cfg: Clean  # the clean section
+    blocklist: tuple[str, str] | None = None  # clean.url_blocklist: (absolute path, sha256)
 
 
 def marker_path(part: str | Path) -> Path:
@@ -104,6 +106,9 @@ def plan(params: Params, layout: Layout) -> list[frame.Part]:
         rule_keys = cfg.model_dump(mode="json", exclude={"max_bad_fraction", "dedup", "near_dedup"})
         if any(rule_keys.get(k) is not None for k in REFERENCED):  # their parts follow the reference they were made by
             rule_keys["reference"] = quality.REFERENCE
+        blocklist = urls.resolve(cfg.url_blocklist, layout.root) if cfg.url_blocklist else None
+        if blocklist:  # the list's content decides, not where it lies
+            rule_keys["url_blocklist"] = blocklist[1]
         manifest = download.read_manifest(layout, source.name)
         reading = {k: getattr(source, k) for k in ("format", "text_field", "txt_unit")}
         raw_dir = layout.raw_files(source.name)
@@ -116,7 +121,7 @@ def plan(params: Params, layout: Layout) -> list[frame.Part]:
             cut = [path for path, _, span, _ in group if span.end >= 0 and path in squeezed]
             parts.append(frame.Part("clean", f"{source.name}/part-{i:05d}", key, str(marker_path(out)),
                                     sum(_span_bytes(span, size) for _, _, span, size in group),
-                                    Work(source, tuple(files), str(raw_dir), str(out), cfg),
+                                    Work(source, tuple(files), str(raw_dir), str(out), cfg, blocklist),
                                     group=f"{source.name}/{cut[0]}" if cut else None))
     return parts
 
@@ -134,19 +139,26 @@ def clean_part(part: frame.Part) -> tuple[list[Path], dict]:
     part already done)."""
     w: Work = part.work
     chain = rules.build(w.cfg)
+    schema = _WEB if w.source.format == "warc" else _SCHEMA
     rstats = readers.ReadStats()
     counts: dict[str, list[int]] = {name: [0, 0] for name in rules.names(w.cfg)}
-    cols: dict[str, list] = {name: [] for name in _SCHEMA.names}
+    cols: dict[str, list] = {name: [] for name in schema.names}
     batches: list[pa.RecordBatch] = []
     samples = dropped.Samples(w.cfg.drop_samples)
     notes: dict = {}
+    meta: dict = {}
     docs_in = bytes_in = kept = kept_bytes = 0
     for rel, _sha, span in w.files:
-        for doc_id, text in readers.read(Path(w.raw_dir, rel), rel, w.source, rstats, readers.Span(*span)):
+        for doc_id, text in readers.read(Path(w.raw_dir, rel), rel, w.source, rstats, readers.Span(*span), meta):
             docs_in += 1
             bytes_in += (size := len(text.encode()))
             notes.clear()
-            out = rules.apply(chain, text, counts, notes, size)
+            out = (w.blocklist and "url" in meta and urls.blocked(meta["url"], *w.blocklist)) or None
+            if out is not None:
+                counts[urls.NAME][0] += 1
+                counts[urls.NAME][1] += size
+            else:
+                out = rules.apply(chain, text, counts, notes, size)
             u = split.hash_id(w.source.name, doc_id)
             if isinstance(out, rules.Drop):
                 samples.offer(out.rule, u, {"id": doc_id, "value": out.value, "limit": out.limit,
@@ -154,21 +166,22 @@ def clean_part(part: frame.Part) -> tuple[list[Path], dict]:
                                             "head": text[:dropped.HEAD_CHARS]})
                 continue
             data = out.encode()
-            for name, value in (("id", doc_id), ("text", out), ("hash", hashlib.blake2b(data, digest_size=16).digest()),
-                                ("bytes", len(data)), ("u", u), ("lang", notes.get("lang")),
-                                ("lang_score", notes.get("score"))):
-                cols[name].append(value)
+            row = {"id": doc_id, "text": out, "hash": hashlib.blake2b(data, digest_size=16).digest(),
+                   "bytes": len(data), "u": u, "lang": notes.get("lang"), "lang_score": notes.get("score"),
+                   "url": meta.get("url"), "date": meta.get("date")}
+            for name in schema.names:
+                cols[name].append(row[name])
             kept += 1
             kept_bytes += len(data)
             if len(cols["id"]) == _BATCH:  # to Arrow as we go: Python strs cost 1-4 bytes a char
-                batches.append(pa.RecordBatch.from_pydict(cols, schema=_SCHEMA))
+                batches.append(pa.RecordBatch.from_pydict(cols, schema=schema))
                 cols = {k: [] for k in cols}
-    batches.append(pa.RecordBatch.from_pydict(cols, schema=_SCHEMA))
+    batches.append(pa.RecordBatch.from_pydict(cols, schema=schema))
     stats = {"docs_in": docs_in, "bytes_in": bytes_in, "records": rstats.records, "bad": rstats.bad,
              "invalid_utf8": rstats.invalid_utf8, "samples": rstats.samples, "docs_kept": kept,
              "bytes_kept": kept_bytes, "rules": {k: {"docs": v[0], "bytes": v[1]} for k, v in counts.items()}}
     with fsio.atomic_writer(w.out, point="clean.write") as f:  # one row group, as one table: the same bytes
-        pq.write_table(pa.Table.from_batches(batches, schema=_SCHEMA), f, compression="zstd")
+        pq.write_table(pa.Table.from_batches(batches, schema=schema), f, compression="zstd")
     fsio.write_json(dropped_path(w.out), samples.result())
     return [Path(w.out), dropped_path(w.out)], stats
 

@@ -8,6 +8,7 @@ what the clean stage wrote (its plan, parts and selections) and never writes.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -16,12 +17,35 @@ from shardline.core import fsio
 from shardline.core.config import Params
 from shardline.core.errors import BadInput
 from shardline.core.layout import Layout
-from shardline.data import frame, readers, rules, select
+from shardline.data import compressed, frame, readers, rules, select
 from shardline.data.clean import plan
+
+
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def _stored_as(path: str, rel: str) -> bool:
+    """Whether raw file `path` gives ids named `rel` (a compressed file's ids drop its suffix)."""
+    return path == rel or any(path == rel + s for ss in compressed.SUFFIXES.values() for s in ss)
+
+
+def _find_url(params: Params, layout: Layout, url: str, source: str | None):
+    """(source, part, path, span) of the WARC part whose clean output holds `url`."""
+    for part in plan(params, layout):
+        if part.work.source.format != "warc" or source not in (None, part.work.source.name):
+            continue
+        if frame.finished(part) is not None and url in set(pq.read_table(part.work.out, columns=["id"])
+                                                          .column("id").to_pylist()):
+            path, _sha, span = part.work.files[0]
+            return part.work.source.name, part, path, span
+    raise BadInput(f"{url!r}: not among the kept documents of any WARC source; a page dropped by a rule is "
+                   "in the samples under data/clean/<source>/dropped/")
 
 
 def _find_raw(params: Params, layout: Layout, doc_id: str, source: str | None):
     """(source, part, relpath, span) whose raw file holds doc_id, by the clean plan."""
+    if _URL.match(doc_id):  # a WARC record's id
+        return _find_url(params, layout, doc_id, source)
     rel, _, n = doc_id.rpartition(":")
     if not rel or not n.isdigit():
         raise BadInput(f"{doc_id!r}: not a document id; ids are <file under data/raw/<source>/files>:<line or row>, "
@@ -35,15 +59,15 @@ def _find_raw(params: Params, layout: Layout, doc_id: str, source: str | None):
         if source not in (None, part.work.source.name):
             continue
         for path, _sha, span in part.work.files:
-            if path == rel and span[2] <= line:
-                hits.append((part.work.source.name, part, span))
+            if _stored_as(path, rel) and span[2] <= line:
+                hits.append((part.work.source.name, part, path, span))
     if not hits:
         raise BadInput(f"{doc_id!r}: no source has a raw file {rel!r} (looked in "
                        f"{', '.join(layout.rel(layout.raw_files(s)) for s in names)})")
     found = {}
-    for src, part, span in hits:  # the span that starts last before the line holds it
-        if src not in found or span[2] > found[src][2][2]:
-            found[src] = (src, part, span)
+    for src, part, path, span in hits:  # the span that starts last before the line holds it
+        if src not in found or span[2] > found[src][3][2]:
+            found[src] = (src, part, path, span)
     if len(found) > 1:
         raise BadInput(f"{doc_id!r}: sources {', '.join(found)} both have {rel!r}; pass --source")
     return next(iter(found.values()))
@@ -51,7 +75,7 @@ def _find_raw(params: Params, layout: Layout, doc_id: str, source: str | None):
 
 def explain(params: Params, layout: Layout, doc_id: str, source: str | None = None) -> dict:
     """Where a document went, as data (the CLI prints it)."""
-    src, part, span = _find_raw(params, layout, doc_id, source)
+    src, part, path, span = _find_raw(params, layout, doc_id, source)
     out: dict = {"id": doc_id, "source": src, "part": part.name}
     if frame.finished(part) is not None:
         ids = pq.read_table(part.work.out, columns=["id"]).column("id").to_pylist()
@@ -71,8 +95,7 @@ def explain(params: Params, layout: Layout, doc_id: str, source: str | None = No
     cfg = params.clean_for(next(s for s in params.sources if s.name == src))
     stats = readers.ReadStats()
     w = part.work
-    for rid, text in readers.read(Path(w.raw_dir, doc_id.rpartition(":")[0]), doc_id.rpartition(":")[0],
-                                  w.source, stats, readers.Span(*span)):
+    for rid, text in readers.read(Path(w.raw_dir, path), path, w.source, stats, readers.Span(*span)):
         if rid == doc_id:
             result = rules.apply(rules.build(cfg), text, {}, {})
             if isinstance(result, rules.Drop):
@@ -81,7 +104,7 @@ def explain(params: Params, layout: Layout, doc_id: str, source: str | None = No
             return {**out, "verdict": "not cleaned yet",
                     "detail": "the current rules keep it, but the clean stage has not run on it: run 'dvc repro clean'"}
     why = f" (unreadable: {stats.samples[0]})" if stats.samples else ""
-    raise BadInput(f"{doc_id!r}: no such record in {layout.rel(Path(w.raw_dir))}/{doc_id.rpartition(':')[0]}{why}")
+    raise BadInput(f"{doc_id!r}: no such record in {layout.rel(Path(w.raw_dir))}/{path}{why}")
 
 
 def render(e: dict) -> str:

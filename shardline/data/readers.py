@@ -8,7 +8,9 @@ Contract: a reader yields documents and counts what it could not use in `ReadSta
 - a file that cannot be read at all (truncated parquet, missing column) raises `BadInput`
   naming the file and the remedy: that is not a record-level problem.
 Document ids are `<relpath>:<n>`: the 1-based line of the record (jsonl; txt blocks: the line
-the block starts on) or the row (parquet); a whole-file txt document is `<relpath>:1`.
+the block starts on) or the row (parquet); a whole-file txt document is `<relpath>:1`. A WARC
+record's id is its URL (`shardline.data.warc`): the same page in two crawls is the same
+document, on the same side of the held-out split.
 The same input therefore always gives the same ids.
 
 Big files are read in `Span`s so one huge file still gives many parallel, resumable parts:
@@ -216,7 +218,20 @@ def _parquet(path: Path, rel: str, source: Source, stats: ReadStats, span: Span)
         raise BadInput(f"{rel}: parquet data is damaged after row {row} ({e}); re-download it") from None
 
 
-def read(path: Path, rel: str, source: Source, stats: ReadStats, span: Span = Span(*WHOLE)) -> Iterator[tuple[str, str]]:
+def _warc(path: Path, rel: str, stats: ReadStats, notes: dict | None) -> Iterator[tuple[str, str]]:
+    from shardline.data import warc  # resiliparse: loaded by the sources that need it
+
+    for url, date, text in warc.records(path, stats, rel):
+        if notes is not None:
+            notes.update(url=url, date=date)
+        yield url, text
+
+
+def read(path: Path, rel: str, source: Source, stats: ReadStats, span: Span = Span(*WHOLE),
+         notes: dict | None = None) -> Iterator[tuple[str, str]]:
+    """(id, text) of each document; a WARC record's URL and date go to `notes` before it is yielded."""
+    if source.format == "warc":
+        return _warc(path, rel, stats, notes)
     if source.format == "parquet":
         return _parquet(path, rel, source, stats, span)
     return (_txt if source.format == "txt" else _jsonl)(path, rel, source, stats, span, compressed.codec(path))
@@ -225,8 +240,8 @@ def read(path: Path, rel: str, source: Source, stats: ReadStats, span: Span = Sp
 def spans(path: Path, source: Source, size: int, part_bytes: float, which: str | None = None) -> list[Span]:
     """Cut a file into spans of about `part_bytes`, at record boundaries (one read of the file).
     `size` counts decoded bytes, and spans cut them, when the file is compressed (`which`)."""
-    if size <= part_bytes or (source.format == "txt" and source.txt_unit == "file"):
-        return [Span(*WHOLE)]
+    if size <= part_bytes or (source.format == "txt" and source.txt_unit == "file") or source.format == "warc":
+        return [Span(*WHOLE)]  # a WARC is read whole: its gzip members cannot be found from the middle
     if source.format == "parquet":
         import pyarrow.parquet as pq
 

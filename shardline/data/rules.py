@@ -199,7 +199,8 @@ def build(cfg: Clean) -> list[Rule]:
 
 def names(cfg: Clean) -> list[str]:
     """Every check the rules can drop or change a document by, in order (a rule set has several)."""
-    return [c for r in build(cfg) for c in getattr(r, "checks", (r.name,))]  # type: ignore[attr-defined]
+    return (["url_blocklist"] if cfg.url_blocklist else []) + \
+        [c for r in build(cfg) for c in getattr(r, "checks", (r.name,))]  # type: ignore[attr-defined]
 
 
 def _plain(v):

@@ -1,0 +1,54 @@
+"""The URL blocklist (`clean.url_blocklist`): documents from listed domains are dropped, counted
+and sampled as the check `url_blocklist`, like any rule.
+
+Contract: the list is a local text file, one domain per line (`#` starts a comment, blank lines
+and a leading `*.` or `.` are ignored, case does not matter). A URL is blocked when its host is
+a listed domain or a subdomain of one (`ads.example.com` is blocked by `example.com`, and
+`notexample.com` is not). Only documents with a URL (WARC records) are judged. The file's
+sha256 is part of the rules' key, so an edited list is a new data version.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from shardline.core import fsio
+from shardline.core.errors import BadInput
+from shardline.data.verdict import Drop
+
+NAME = "url_blocklist"
+
+
+def resolve(path: str, root: Path) -> tuple[str, str]:
+    """(absolute path, sha256) of the list, or BadInput naming the field."""
+    p = Path(path) if Path(path).is_absolute() else root / path
+    if not p.is_file():
+        raise BadInput(f"clean.url_blocklist: {p} is not a file; give a text file of domains, one per line")
+    return str(p), fsio.sha256_file(p)
+
+
+@functools.lru_cache(maxsize=2)
+def _domains(path: str, digest: str) -> frozenset[str]:  # digest: a new list is a new cache entry
+    out = set()
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            d = line.split("#", 1)[0].strip().lower().removeprefix("*.").strip(".")
+            if d:
+                out.add(d)
+    return frozenset(out)
+
+
+def blocked(url: str, path: str, digest: str) -> Drop | None:
+    """The Drop for a URL whose host (or a parent domain of it) is listed, else None."""
+    try:
+        host = (urlsplit(url).hostname or "").rstrip(".")
+    except ValueError:  # a malformed URL has no host to judge
+        return None
+    domains = _domains(path, digest)
+    labels = host.split(".")
+    for i in range(len(labels) - 1 if len(labels) > 1 else 1):
+        if ".".join(labels[i:]) in domains:
+            return Drop(NAME, host, ".".join(labels[i:]))
+    return None
