@@ -11,7 +11,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from shardline.core.section_base import _Section
-from shardline.core.sections_quality import C4, FineWeb, GopherQuality, GopherRepetition
+from shardline.core.sections_quality import C4, Decontaminate, FineWeb, GopherQuality, GopherRepetition, Pii
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -102,10 +102,10 @@ class NearDedup(_Section):
 
 
 class Clean(_Section):
-    """Rules run in this fixed order: normalize, strip_control, whitespace, min/max_chars,
-    max_line_chars, max_repeated_line_fraction, min_alpha_fraction, max_replacement_fraction,
-    language, gopher_repetition, gopher_quality, c4, fineweb (FineWeb's order); then, over the
-    whole corpus, exact dedup and near_dedup. Set a rule to null (or false) to switch it off; `{}`
+    """Rules run in this fixed order: url_blocklist, normalize, strip_control, whitespace,
+    min/max_chars, max_line_chars, max_repeated_line_fraction, min_alpha_fraction,
+    max_replacement_fraction, language, gopher_repetition, gopher_quality, c4, fineweb (FineWeb's
+    order), decontaminate, pii; then, over the whole corpus, exact dedup and near_dedup. Set a rule to null (or false) to switch it off; `{}`
     switches a rule set on with its defaults. A source's `clean:` replaces any rule for itself."""
 
     normalize: Literal["NFC", "NFKC", "none"] = "NFC"
@@ -136,6 +136,11 @@ class Clean(_Section):
     """C4's filter: removes javascript, policy and unterminated lines; drops lorem ipsum, curly braces."""
     fineweb: FineWeb | None = None
     """FineWeb's extras: line-ending punctuation, short lines, duplicate-line characters."""
+    decontaminate: Decontaminate | None = None
+    """Benchmark decontamination: `{paths: [eval.jsonl, ...], ngram: 13}`. The evaluation sets'
+    content hash is part of the rules' key (and the lineage): a changed set is a new data version."""
+    pii: Pii | None = None
+    """Replace e-mail and IP addresses (`{}`: both), counted like a transform (bytes changed)."""
     url_blocklist: str | None = None
     """A local text file of domains, one per line (relative to the project): documents whose URL's
     host is one of them or a subdomain are dropped, counted as the check `url_blocklist` (only

@@ -140,3 +140,26 @@ class FineWeb(_Section):
     characters (newlines not counted)."""
     new_line_ratio: float | None = Field(0.3, ge=0)
     """Drop documents with more newlines per word (as gopher_quality's words) than this (lists and menus)."""
+
+
+class Pii(_Section):
+    """Personal data replaced as datatrove's PIIFormatter does (its patterns and replacements; see
+    shardline.data.pii for exactly what is and is not caught). A transform, run last, after every
+    filter: the filters judge the text as written."""
+
+    emails: bool = True
+    """Replace e-mail addresses with email@example.com / firstname.lastname@example.org."""
+    ips: bool = True
+    """Replace public IPv4 addresses with one of datatrove's six replacement addresses."""
+
+
+class Decontaminate(_Section):
+    """Drop training documents that share a word n-gram with an evaluation set (lowercased words:
+    case and punctuation do not hide a copy). Held-out documents are judged too."""
+
+    paths: tuple[str, ...] = Field(min_length=1)
+    """Evaluation sets: local .jsonl or .parquet files (relative to the project)."""
+    ngram: int = Field(13, ge=1)
+    """Words per n-gram (13, as GPT-3's decontamination)."""
+    text_field: str = "text"
+    """The JSON field or parquet column holding each evaluation document's text."""

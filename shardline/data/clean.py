@@ -40,7 +40,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from shardline.core import fsio
-from shardline.data import download, dropped, frame, quality, readers, rules, select, split, urls
+from shardline.data import decontam, download, dropped, frame, inputs, quality, readers, rules, select, split, urls
 from shardline.core.config import Clean, Params, Source
 from shardline.core.errors import BadInput
 from shardline.core.layout import Layout, clean_split_of
@@ -67,6 +67,7 @@ class Work:
     out: str
     cfg: Clean  # the clean section
     blocklist: tuple[str, str] | None = None  # clean.url_blocklist: (absolute path, sha256)
+    index: str | None = None  # clean.decontaminate: the n-gram index's path
 
 
 def marker_path(part: str | Path) -> Path:
@@ -106,9 +107,8 @@ def plan(params: Params, layout: Layout) -> list[frame.Part]:
         rule_keys = cfg.model_dump(mode="json", exclude={"max_bad_fraction", "dedup", "near_dedup"})
         if any(rule_keys.get(k) is not None for k in REFERENCED):  # their parts follow the reference they were made by
             rule_keys["reference"] = quality.REFERENCE
-        blocklist = urls.resolve(cfg.url_blocklist, layout.root) if cfg.url_blocklist else None
-        if blocklist:  # the list's content decides, not where it lies
-            rule_keys["url_blocklist"] = blocklist[1]
+        given = inputs.resolve(cfg, layout)
+        rule_keys.update(given.keys)  # the files' content decides, not where they lie
         manifest = download.read_manifest(layout, source.name)
         reading = {k: getattr(source, k) for k in ("format", "text_field", "txt_unit")}
         raw_dir = layout.raw_files(source.name)
@@ -121,7 +121,8 @@ def plan(params: Params, layout: Layout) -> list[frame.Part]:
             cut = [path for path, _, span, _ in group if span.end >= 0 and path in squeezed]
             parts.append(frame.Part("clean", f"{source.name}/part-{i:05d}", key, str(marker_path(out)),
                                     sum(_span_bytes(span, size) for _, _, span, size in group),
-                                    Work(source, tuple(files), str(raw_dir), str(out), cfg, blocklist),
+                                    Work(source, tuple(files), str(raw_dir), str(out), cfg, given.blocklist,
+                                         given.index),
                                     group=f"{source.name}/{cut[0]}" if cut else None))
     return parts
 
@@ -138,7 +139,7 @@ def clean_part(part: frame.Part) -> tuple[list[Path], dict]:
     """Phase 1 for one part: its parquet file, its dropped sample and tallies (the frame skips a
     part already done)."""
     w: Work = part.work
-    chain = rules.build(w.cfg)
+    chain = rules.build(w.cfg, w.index)
     schema = _WEB if w.source.format == "warc" else _SCHEMA
     rstats = readers.ReadStats()
     counts: dict[str, list[int]] = {name: [0, 0] for name in rules.names(w.cfg)}
@@ -277,6 +278,7 @@ def run(params: Params, layout: Layout, log: Log = print, mapper: Mapper = proce
     layout.clean.mkdir(parents=True, exist_ok=True)
     fsio.remove_temps(layout.clean)
     parts = plan(params, layout)
+    indexes = {p for p in (inputs.build_index(params.clean_for(s), layout, log) for s in params.sources) if p}
     markers, skipped = frame.run("clean", parts, clean_part, mapper, log, sink)
     log(f"clean: {len(parts)} part(s), {skipped} already done, {len(parts) - skipped} cleaned")
     check_bad_fraction(_summarise(parts, markers, params), params, layout)  # judged on input, before the split
@@ -284,8 +286,11 @@ def run(params: Params, layout: Layout, log: Log = print, mapper: Mapper = proce
     samples = dropped.write(parts, params, layout, dropped_path)
     outs = [Path(p.work.out) for p in parts]
     frame.sweep(layout.clean, {f for o in outs for f in (o, marker_path(o), select.selection_path(o), dropped_path(o))}
-                | select.signature_files(parts, params) | samples | {layout.clean_stats, layout.clean_split})
+                | select.signature_files(parts, params) | samples | {layout.clean_stats, layout.clean_split}
+                | indexes | {decontam.meta_path(p) for p in indexes})
     summary = _summarise(parts, markers, params, thresholds, near)
+    given = {s.name: inputs.resolve(params.clean_for(s), layout).keys for s in params.sources}
+    summary["rule_inputs"] = {name: keys for name, keys in given.items() if keys}  # content hashes: the lineage's
     fsio.write_json(layout.clean_stats, summary)
     fsio.write_json(layout.clean_split, {  # last: every selection on disk is this run's
         "ctx": select.context(parts, params), "settings": params.eval.split(),

@@ -97,7 +97,7 @@ def explain(params: Params, layout: Layout, doc_id: str, source: str | None = No
     w = part.work
     for rid, text in readers.read(Path(w.raw_dir, path), path, w.source, stats, readers.Span(*span)):
         if rid == doc_id:
-            result = rules.apply(rules.build(cfg), text, {}, {})
+            result = rules.apply(rules.build(cfg, part.work.index), text, {}, {})
             if isinstance(result, rules.Drop):
                 return {**out, "verdict": "dropped", "rule": result.rule, "value": result.value,
                         "limit": result.limit, **({"detail": result.detail} if result.detail else {})}

@@ -3,8 +3,10 @@ says which check removed it, what it measured and the limit it broke).
 
 Contract: `build(clean_cfg)` returns the enabled rules in the one documented order
 (normalize, strip_control, whitespace, min_chars, max_chars, max_line_chars,
-max_repeated_line_fraction, min_alpha_fraction, max_replacement_fraction, language, then the
-rule sets of `shardline.data.quality` in FineWeb's order). Transforms come first so that filters
+max_repeated_line_fraction, min_alpha_fraction, max_replacement_fraction, language, the rule
+sets of `shardline.data.quality` in FineWeb's order, then decontaminate
+(`shardline.data.decontam`) and pii (`shardline.data.pii`), the last transform: as in FineWeb,
+PII goes after every filter). The URL blocklist is judged before them all (`shardline.data.urls`). Transforms come first so that filters
 judge the text that will be kept. Rules hold no state and are picklable (they run in worker
 processes). A rule set is one rule with several checks (`checks`), each counted on its own;
 `apply` counts, per check, documents dropped and UTF-8 bytes removed (by a drop or by a
@@ -177,9 +179,10 @@ strip_control.name = "strip_control"  # type: ignore[attr-defined]
 whitespace.name = "whitespace"  # type: ignore[attr-defined]
 
 
-def build(cfg: Clean) -> list[Rule]:
-    """The enabled rules, in the documented order."""
-    from shardline.data import language, quality  # rule sets: imported when built, not with this module
+def build(cfg: Clean, index: str | None = None) -> list[Rule]:
+    """The enabled rules, in the documented order; `index`: the decontamination index's path (the
+    clean stage builds it from cfg.decontaminate's evaluation sets)."""
+    from shardline.data import decontam, language, pii, quality  # imported when built, not with this module
 
     steps: list[Rule | None] = [
         Normalize(cfg.normalize) if cfg.normalize != "none" else None,
@@ -193,14 +196,18 @@ def build(cfg: Clean) -> list[Rule]:
         ReplacementFraction(cfg.max_replacement_fraction) if cfg.max_replacement_fraction is not None else None,
         language.Language(cfg.language) if cfg.language is not None else None,
     ]
+    tail: list[Rule | None] = [
+        decontam.Decontaminate(index, cfg.decontaminate.ngram) if cfg.decontaminate is not None and index else None,
+        pii.Pii(cfg.pii.emails, cfg.pii.ips) if cfg.pii is not None else None,
+    ]
     return [r for r in steps if r is not None] + quality.build(cfg.gopher_quality, cfg.gopher_repetition, cfg.c4,
-                                                              cfg.fineweb)
+                                                              cfg.fineweb) + [r for r in tail if r is not None]
 
 
 def names(cfg: Clean) -> list[str]:
     """Every check the rules can drop or change a document by, in order (a rule set has several)."""
     return (["url_blocklist"] if cfg.url_blocklist else []) + \
-        [c for r in build(cfg) for c in getattr(r, "checks", (r.name,))]  # type: ignore[attr-defined]
+        [c for r in build(cfg, "index") for c in getattr(r, "checks", (r.name,))]  # type: ignore[attr-defined]
 
 
 def _plain(v):

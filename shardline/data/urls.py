@@ -11,22 +11,11 @@ sha256 is part of the rules' key, so an edited list is a new data version.
 from __future__ import annotations
 
 import functools
-from pathlib import Path
 from urllib.parse import urlsplit
 
-from shardline.core import fsio
-from shardline.core.errors import BadInput
 from shardline.data.verdict import Drop
 
 NAME = "url_blocklist"
-
-
-def resolve(path: str, root: Path) -> tuple[str, str]:
-    """(absolute path, sha256) of the list, or BadInput naming the field."""
-    p = Path(path) if Path(path).is_absolute() else root / path
-    if not p.is_file():
-        raise BadInput(f"clean.url_blocklist: {p} is not a file; give a text file of domains, one per line")
-    return str(p), fsio.sha256_file(p)
 
 
 @functools.lru_cache(maxsize=2)

@@ -64,6 +64,9 @@ def collect(params: Params, layout: Layout, shards_version: str, *, parent: str 
         # the document boundaries the model's attention reads (train.attention document), as ids
         "special_ids": {"eos": meta.get("eos_id"), "bos": meta.get("bos_id")},
         "clean_rules": params.section("clean"),
+        # what the rules read besides the raw data (URL blocklist, evaluation sets), by content hash
+        "clean_rule_inputs": (fsio.read_json(layout.clean_stats).get("rule_inputs") or None)
+        if layout.clean_stats.exists() else None,
         "source_clean_rules": {s.name: s.clean for s in params.sources if s.clean},
         "mix": params.mix,
         "sources": sources(params, layout),
