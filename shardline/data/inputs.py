@@ -47,7 +47,8 @@ def resolve(cfg: Clean, layout: Layout) -> Inputs:
         keys["url_blocklist"] = blocklist[1]
     if (d := cfg.decontaminate) is not None:
         shas = [fsio.sha256_file(_file(p, layout.root, "decontaminate.paths")) for p in d.paths]
-        keys["decontaminate"] = fsio.stable_hash({"sets": shas, "ngram": d.ngram, "text_field": d.text_field})
+        keys["decontaminate"] = fsio.stable_hash({"sets": shas, "ngram": d.ngram, "text_field": d.text_field,
+                                                   "hash": decontam.HASH_VERSION})
         index = str(layout.clean / "decontam" / f"{keys['decontaminate'][:24]}.npy")
     return Inputs(blocklist, index, keys)
 

@@ -1,0 +1,248 @@
+"""Real-corpus inputs: compressed jsonl, Common Crawl WARC, decontamination, many small files.
+
+    python -m bench.sources [--mb 200] [--repeats 2] [--keep]
+
+Each figure is a same-run ratio on the same data:
+- compressed: bench.data's corpus (its first --mb MB, as 8 jsonl files, like a Dolma shard set),
+  plain, gzip (level 6) and zstd (level 3) copies; each through `shardline stage download` and
+  `stage clean` in its own project (clean.part_mb 4, so files are cut into spans). Target: the
+  clean stage on the compressed copies >= 0.8x its speed on the plain files, at the worst of the
+  repeats; and the clean parts byte-identical.
+- warc: a .warc.gz of real HTML pages (Debian's python3-doc when installed, else the pages pydoc
+  renders for the stdlib's modules), one gzip member per record. Ours (fastwarc + resiliparse,
+  format: warc) against datatrove's own WarcReader + Trafilatura extractor (FineWeb's pipeline,
+  favour_precision) on the same file, one core each, in MB/s of WARC file.
+- decontamination: an index of 10 MB of evaluation text (stdlib .py files) checked against the
+  corpus's first 64 MB, one core. Target >= 20 MB/s.
+- many files: 1,000 and 10,000 small jsonl files (~4 kB each) through download and clean; the
+  peak memory of the process tree. Target: 10,000 files <= 1.25x the peak of 1,000.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import io
+import json
+import os
+import shutil
+import sys
+import sysconfig
+import tempfile
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import yaml
+
+from bench import data as bd
+
+FILES = 8
+
+
+def _project(uri: Path, fmt: str = "jsonl", part_mb: float = 4) -> Path:
+    root = Path(tempfile.mkdtemp(prefix="shardline-bench-sources-"))
+    params = yaml.safe_load((bd.REPO / "params.yaml").read_text())
+    params["sources"] = [{"name": "web", "uri": str(uri), "format": fmt}]
+    params["clean"]["part_mb"], params["mix"] = part_mb, {"web": 1.0}
+    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    return root
+
+
+def _copies(mb: float) -> dict[str, Path]:
+    """The corpus's first `mb` MB as FILES jsonl files, plain, .gz and .zst (cached)."""
+    src, _ = bd.corpus(1.0, 0)
+    base = bd.CACHE / f"sources-{mb:g}"
+    dirs = {k: base / k for k in ("plain", "gzip", "zstd")}
+    if all((d / ".done").exists() for d in dirs.values()):
+        return dirs
+    shutil.rmtree(base, ignore_errors=True)
+    for d in dirs.values():
+        d.mkdir(parents=True)
+    per, n = int(mb * 1e6 / FILES), 0
+    with open(src, "rb") as f:
+        for i in range(FILES):
+            chunk = f.read(per) + f.readline()
+            name = f"shard-{i:04d}.jsonl"
+            (dirs["plain"] / name).write_bytes(chunk)
+            (dirs["gzip"] / (name + ".gz")).write_bytes(gzip.compress(chunk, 6))
+            out = pa.BufferOutputStream()
+            with pa.CompressedOutputStream(out, "zstd") as z:
+                z.write(chunk)
+            (dirs["zstd"] / (name + ".zst")).write_bytes(out.getvalue().to_pybytes())
+            n += len(chunk)
+    for d in dirs.values():
+        (d / ".done").touch()
+    return dirs
+
+
+def _clean_parts(root: Path) -> list[bytes]:
+    return [p.read_bytes() for p in sorted((root / "data" / "clean" / "web").glob("part-*.parquet"))]
+
+
+def compressed(mb: float, repeats: int, keep: bool, target) -> None:
+    dirs = _copies(mb)
+    size = {k: sum(p.stat().st_size for p in d.glob("shard-*")) for k, d in dirs.items()}
+    walls: dict[str, list[float]] = {k: [] for k in dirs}
+    parts = {}
+    for i in range(repeats):
+        for kind, d in dirs.items():
+            root = _project(d)
+            dl = bd.run_stage(root, "download")
+            cl = bd.run_stage(root, "clean")
+            walls[kind].append(cl["wall"])
+            parts[kind] = _clean_parts(root)
+            print(f"  run {i + 1} {kind:5s} ({size[kind] / 1e6:6.1f} MB on disk): download {dl['wall']:5.1f} s, "
+                  f"clean {cl['wall']:5.1f} s ({size['plain'] / cl['wall'] / 1e6:5.1f} MB/s of text), "
+                  f"peak {cl['tree']:.0f} MiB", flush=True)
+            if not keep:
+                shutil.rmtree(root)
+    same = parts["plain"] == parts["gzip"] == parts["zstd"] and len(parts["plain"]) > FILES
+    print(f"  clean parts byte-identical across plain, gzip, zstd ({len(parts['plain'])} parts): {same}")
+    target("clean parts of compressed copies identical to the plain files' (1 = yes)", float(same), ">=", 1)
+    for kind in ("gzip", "zstd"):
+        worst = min(p / c for p, c in zip(walls["plain"], walls[kind]))
+        target(f"clean stage on {kind} jsonl / on plain jsonl, speed", worst, ">=", 0.8, "x")
+
+
+def _pages() -> list[tuple[str, bytes]]:
+    docs = sorted(Path("/usr/share/doc").glob("python3*/html/library/*.html"))
+    if len(docs) > 100:
+        return [(f"https://docs.python.org/3/library/{p.name}", p.read_bytes()) for p in docs]
+    import importlib
+    import pkgutil
+    import pydoc
+
+    out = []
+    for m in sorted(m.name for m in pkgutil.iter_modules() if not m.name.startswith(("_", "test", "idle", "tkinter"))):
+        try:
+            mod = importlib.import_module(m)
+            out.append((f"https://docs.example.org/{m}.html",
+                        pydoc.html.page(pydoc.describe(mod), pydoc.html.document(mod, m)).encode()))
+        except Exception:  # noqa: BLE001 - modules that do not import here are not pages
+            continue
+        if len(out) >= 150:
+            break
+    return out
+
+
+def warc(target, mb: float = 10) -> None:
+    from warcio.statusandheaders import StatusAndHeaders
+    from warcio.warcwriter import WARCWriter
+
+    from shardline.data import readers, warc as ours
+
+    pages, html = _pages(), 0
+    d = Path(tempfile.mkdtemp(prefix="shardline-bench-warc-"))
+    path = d / "crawl.warc.gz"
+    with open(path, "wb") as f:
+        w = WARCWriter(f, gzip=True)
+        i = 0
+        while html < mb * 1e6:
+            url, body = pages[i % len(pages)]
+            http = StatusAndHeaders("200 OK", [("Content-Type", "text/html; charset=utf-8")], protocol="HTTP/1.1")
+            w.write_record(w.create_warc_record(f"{url}?copy={i // len(pages)}", "response", payload=io.BytesIO(body),
+                                                http_headers=http))
+            html, i = html + len(body), i + 1
+    size = path.stat().st_size
+    t0 = time.perf_counter()
+    n_ours = sum(1 for _ in ours.records(path, readers.ReadStats(), path.name))
+    t_ours = time.perf_counter() - t0
+    from datatrove.pipeline.extractors import Trafilatura
+    from datatrove.pipeline.readers import WarcReader
+
+    t0 = time.perf_counter()
+    try:
+        reader, ext = WarcReader(str(d), glob_pattern="*.warc.gz"), Trafilatura(favour_precision=True, timeout=10)
+    except ImportError as e:  # datatrove checks its optional dependencies when a step is made
+        target(f"WARC comparison needs datatrove's WARC dependencies ({e}; pip install -e '.[bench]')", 0, ">=", 1)
+        return
+    n_dt = sum(1 for _ in ext.run(reader.run(None, 0, 1), 0, 1))
+    t_dt = time.perf_counter() - t0
+    print(f"  warc: {i} pages, {html / 1e6:.1f} MB of HTML, {size / 1e6:.1f} MB .warc.gz; ours {t_ours:.1f} s "
+          f"({size / t_ours / 1e6:.2f} MB/s of WARC, {html / t_ours / 1e6:.1f} MB/s of HTML, {n_ours} documents); "
+          f"datatrove WarcReader + Trafilatura {t_dt:.1f} s ({size / t_dt / 1e6:.2f} MB/s, {n_dt} documents)")
+    target("WARC extraction, ours / datatrove's WarcReader + Trafilatura, speed", t_dt / t_ours, ">=", 1, "x")
+    shutil.rmtree(d)
+
+
+def decontamination(target) -> None:
+    from shardline.data import decontam
+
+    lib = Path(sysconfig.get_paths()["stdlib"])
+    d = Path(tempfile.mkdtemp(prefix="shardline-bench-decontam-"))
+    size = 0
+    with open(d / "eval.jsonl", "w") as f:
+        for p in sorted(lib.rglob("*.py")):
+            if size >= 10e6:
+                break
+            text = p.read_text(errors="replace")
+            f.write(json.dumps({"text": text}) + "\n")
+            size += len(text.encode())
+    idx = decontam.Index.build([d / "eval.jsonl"], 13)
+    idx.save(d / "index.npy")
+    rule = decontam.Decontaminate(str(d / "index.npy"), 13)
+    src, _ = bd.corpus(1.0, 0)
+    with open(src, "rb") as f:
+        texts = [json.loads(line)["text"] for line in f.read(64 * 10**6).splitlines()[:-1]]
+    rule(texts[0])  # the index loaded and its filter built: once per process, not per document
+    n = sum(len(t.encode()) for t in texts)
+    t0 = time.perf_counter()
+    dropped = sum(1 for t in texts if not isinstance(rule(t), str))
+    took = time.perf_counter() - t0
+    print(f"  decontamination: index of {size / 1e6:.1f} MB ({len(idx):,} 13-grams, "
+          f"{(d / 'index.npy').stat().st_size / 2**20:.1f} MiB); {n / 1e6:.0f} MB of documents in {took:.1f} s, "
+          f"{dropped} dropped")
+    target("decontamination against a 10 MB evaluation set, one core", n / took / 1e6, ">=", 20, " MB/s")
+    shutil.rmtree(d)
+
+
+def many_files(target, keep: bool) -> None:
+    src, _ = bd.corpus(1.0, 0)
+    peaks = {}
+    with open(src, "rb") as f:
+        lines = [f.readline() for _ in range(10_000)]
+    for count in (1_000, 10_000):
+        d = Path(tempfile.mkdtemp(prefix=f"shardline-bench-files-{count}-"))
+        for i in range(count):
+            (d / f"{i // 1000:02d}" / f"doc-{i:05d}.jsonl").parent.mkdir(exist_ok=True)
+            (d / f"{i // 1000:02d}" / f"doc-{i:05d}.jsonl").write_bytes(lines[i % len(lines)])
+        root = _project(d)
+        dl, cl = bd.run_stage(root, "download"), bd.run_stage(root, "clean")
+        peaks[count] = max(dl["tree"], cl["tree"])
+        print(f"  {count:,} files: download {dl['wall']:.1f} s (peak {dl['tree']:.0f} MiB), clean {cl['wall']:.1f} s "
+              f"(peak {cl['tree']:.0f} MiB)", flush=True)
+        for p in (d, *(() if keep else (root,))):
+            shutil.rmtree(p)
+    target("peak memory, 10,000 files / 1,000 files", peaks[10_000] / peaks[1_000], "<=", 1.25, "x")
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--mb", type=float, default=200, help="corpus for the compressed comparison, MB")
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--keep", action="store_true")
+    a = ap.parse_args(argv)
+    fails: list[str] = []
+
+    def target(what: str, v: float, op: str, lim: float, unit: str = "") -> None:
+        ok = v <= lim if op == "<=" else v >= lim
+        line = f"{what}: {v:.2f}{unit} (target {op} {lim:g}{unit})"
+        print(f"{line}: PASS" if ok else f"{line}: FAIL by {abs(v - lim):.2f}{unit}", flush=True)
+        fails.extend([] if ok else [line])
+
+    print(f"compressed jsonl, {a.mb:g} MB in {FILES} files, {a.repeats} repeat(s):", flush=True)
+    compressed(a.mb, a.repeats, a.keep, target)
+    print("Common Crawl WARC:", flush=True)
+    warc(target)
+    print("benchmark decontamination:", flush=True)
+    decontamination(target)
+    print("many small files:", flush=True)
+    many_files(target, a.keep)
+    if fails:
+        sys.exit(f"\n{len(fails)} target(s) missed:\n  " + "\n  ".join(fails))
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("DO_NOT_TRACK", "1")
+    main()
