@@ -29,7 +29,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 BENCHES = [("tokenize", []), ("loader", []), ("train", []), ("pipeline", []), ("scale", []), ("sharded", []),
-           ("data", []), ("curation", []), ("gpu", [])]
+           ("data", ["--no-sources"]), ("sources", []), ("curation", []), ("gpu", [])]
 HEADLINE = re.compile(r"^\s*ratio |\(target|\((full|no-op)\)|identical: |^summary: |parts phase: |^\s+[1-9]\. .*\(info\)$")
 
 

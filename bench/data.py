@@ -1,6 +1,10 @@
 """The data half of the line (download -> clean -> tokenize -> shard) as a user runs it, at 1 GB and 4 GB.
 
     python -m bench.data [--gb 1] [--repeats 1] [--baseline REV] [--no-scale] [--no-quality] [--quick] [--keep]
+                         [--no-sources]
+
+Then bench.sources (compressed jsonl, Common Crawl WARC, decontamination, 10,000 small files;
+its own docstring says how), unless --no-sources.
 
 Corpus: JSONL {"id", "text"}, distinct documents (a unique header line + 3-30 real paragraphs from
 ../shared/corpora/*.jsonl, else the stdlib sources and pydoc_data prose; ~5.5 KB each), seeded,
@@ -192,7 +196,8 @@ def run_stage(root: Path, name: str, engine_tree: Path = REPO) -> dict:
     if p.returncode:
         sys.exit(f"stage {name} failed (exit {p.returncode}) in {root}:\n{log.read_text(errors='replace')[-3000:]}")
     rss = ru.ru_maxrss * 1024 / MiB  # KiB on Linux
-    return {"wall": wall, "cpu": ru.ru_utime + ru.ru_stime, "rss": rss, "tree": max(tree[0] / MiB, rss)}
+    return {"wall": wall, "cpu": ru.ru_utime + ru.ru_stime, "rss": rss, "tree": max(tree[0] / MiB, rss),
+            "pss": tree[0] / MiB}  # pss alone: a child's ru_maxrss starts at its parent's size (fork)
 
 
 def _parse(path: str, start: int, end: int) -> int:
@@ -358,6 +363,8 @@ def main(argv: list[str] | None = None) -> None:
                     "in the same run at the base size ('' for none); default: main when issue 24 opened")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--keep", action="store_true", help="keep the project directories (/tmp)")
+    ap.add_argument("--sources", action=argparse.BooleanOptionalAction, default=True,
+                    help="then bench.sources: compressed jsonl, WARC, decontamination, many files")
     a = ap.parse_args(argv)
     if a.quick:
         a.gb, a.scale = 0.25, False
@@ -411,6 +418,12 @@ def main(argv: list[str] | None = None) -> None:
               f"{q['sample']:.4f}; on {q['heldout_kb']:.0f} kB of held-out paragraphs")
         target("tokenizer sample cost, bytes/token stage / sample - 1", 100 * (q["stage"] / q["sample"] - 1), "<=", 1,
                "%")
+    if a.sources:
+        print("\nbench.sources (python -m bench.sources):", flush=True)
+        try:
+            importlib.import_module("bench.sources").main(["--keep"] if a.keep else [])
+        except SystemExit as e:
+            fails.extend([str(e.code).strip()] if e.code else [])
     if fails:
         sys.exit(f"\n{len(fails)} target(s) missed:\n  " + "\n  ".join(fails))
 

@@ -111,3 +111,16 @@ def test_hf_source_pins_the_revision_and_fetches_only_the_glob_from_the_local_hu
         params, layout = make_project(tmp_path / "q", [{"name": "web", "uri": bad, "format": "parquet"}])
         with pytest.raises(BadInput, match=re.escape(says)):
             download.run(params, layout, log=lambda _: None)
+
+
+def test_a_list_of_uris_is_one_source_in_order_and_names_must_not_clash(tmp_path, code_dir):
+    files = sorted(code_dir.glob("*.py"))[:3]
+    params, layout = make_project(tmp_path / "p", [{"name": "l", "uri": [str(files[2]), str(files[0])], "format": "txt"}])
+    m = download.run(params, layout, log=lambda _: None)["l"]
+    assert [f["path"] for f in m["files"]] == [files[2].name, files[0].name] and m["uri"] == [str(files[2]), str(files[0])]
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / files[0].name).write_text("x")
+    params, layout = make_project(tmp_path / "q", [{"name": "l", "uri": [str(files[0]), str(tmp_path / "other" / files[0].name)],
+                                                    "format": "txt"}])
+    with pytest.raises(BadInput, match=f"would both be stored as '{files[0].name}'"):
+        download.run(params, layout, log=lambda _: None)

@@ -44,7 +44,7 @@ from shardline.data import decontam, download, dropped, frame, inputs, quality, 
 from shardline.core.config import Clean, Params, Source
 from shardline.core.errors import BadInput
 from shardline.core.layout import Layout, clean_split_of
-from shardline.core.parallel import Mapper, process_map
+from shardline.core.parallel import Mapper, process_map, thread_map
 from shardline.core.progress import Sink
 
 CODE_VERSION = 4  # bump when cleaning output changes for the same inputs and params
@@ -82,11 +82,18 @@ def dropped_path(part: str | Path) -> Path:
 def _group(source: Source, raw_dir: Path, files: list[dict], part_bytes: float) -> list[list[tuple]]:
     """Small files share a part; a big file is cut into spans of its own parts. A compressed file
     counts the bytes it decodes to (its spans cut those), so it is parted as its plain copy."""
+    def cut(f: dict) -> list[readers.Span]:
+        return readers.spans(raw_dir / f["path"], source, f.get("decoded_bytes", f["bytes"]), part_bytes,
+                             f.get("compression"))
+
+    # finding a compressed file's spans decodes it: on threads (the decoders release the GIL)
+    decode = [f for f in files if f.get("compression") and f["decoded_bytes"] > part_bytes]
+    found = dict(zip((f["path"] for f in decode), thread_map(cut, decode)))
     groups: list[list[tuple]] = [[]]
     size = 0
     for f in files:
         decoded = f.get("decoded_bytes", f["bytes"])
-        for span in readers.spans(raw_dir / f["path"], source, decoded, part_bytes, f.get("compression")):
+        for span in found.get(f["path"]) or cut(f):
             if groups[-1] and size >= part_bytes:
                 groups.append([])
                 size = 0

@@ -213,7 +213,8 @@ def download_source(source: Source, params: Params, layout: Layout, log: Log = p
     fsio.prune(files_dir, {files_dir / e["path"] for e in entries} | set(files_dir.rglob("*.part"))
                | set(files_dir.rglob("*.part.json")))
     revisions = sorted({e.pop("revision") for e in entries if "revision" in e})
-    manifest = {"source": source.name, "uri": source.uri, "format": source.format,
+    uri = list(source.uri) if isinstance(source.uri, tuple) else source.uri  # as JSON has it
+    manifest = {"source": source.name, "uri": uri, "format": source.format,
                 **({"revision": revisions[0]} if revisions else {}),
                 "files": entries, "bytes": sum(e["bytes"] for e in entries)}
     fsio.write_json(layout.manifest(source.name), manifest)
