@@ -191,3 +191,21 @@ def test_the_clean_stage_drops_samples_and_explains_contaminated_documents(tmp_p
     assert [p.key for p in clean.plan(params, layout)] != keys  # a changed evaluation set: a new data version
     (tmp_path / "evals" / "mmlu.jsonl").write_text(json.dumps({"question": question}) + "\n")
     assert [p.key for p in clean.plan(params, layout)] == keys and len(key) == 64
+
+
+@pytest.mark.parametrize("clean_cfg, says", [
+    ({"decontaminate": {"paths": ["evals/missing.jsonl"]}}, "clean.decontaminate.paths: "),
+    ({"url_blocklist": "nope.txt"}, "clean.url_blocklist: "),
+])
+def test_a_missing_rule_file_is_one_line_naming_the_field(tmp_path, clean_cfg, says):
+    from shardline.core.errors import BadInput
+    from shardline.data import clean, download
+    from tests.conftest import make_project
+
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.jsonl").write_text(json.dumps({"text": "some text " * 10}) + "\n")
+    params, layout = make_project(tmp_path, [{"name": "s", "uri": str(tmp_path / "in"), "format": "jsonl"}], clean=clean_cfg)
+    download.run(params, layout, log=lambda _: None)
+    with pytest.raises(BadInput) as e:
+        clean.run(params, layout, log=lambda _: None)
+    assert str(e.value).startswith(says) and "is not a file" in str(e.value) and "\n" not in str(e.value)

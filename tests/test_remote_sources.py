@@ -79,3 +79,48 @@ def test_store_errors_are_one_line_and_say_what_to_do(aws, tmp_path, monkeypatch
     with pytest.raises(DownloadError) as e:
         download.run(params, layout, **QUIET)
     assert e.value.transient and f"s3://{BUCKET}/x.jsonl" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_dolma_zstd_a_parquet_glob_an_s3_and_a_warc_source_build_shards_together(aws, tmp_path):
+    """The issue's acceptance: the four kinds of real-corpus source in one params.yaml, through the data half."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from warcio.statusandheaders import StatusAndHeaders
+    from warcio.warcwriter import WARCWriter
+
+    from shardline.data import clean, shard, tokenize
+    from tests.conftest import stdlib_files
+    from tests.test_warc import _page
+
+    texts = [p.read_text() for p in stdlib_files(24)]
+    (tmp_path / "dolma").mkdir()
+    out = pa.BufferOutputStream()
+    with pa.CompressedOutputStream(out, "zstd") as z:
+        z.write("".join(json.dumps({"id": i, "text": t, "source": "stdlib"}) + "\n" for i, t in enumerate(texts[:8])).encode())
+    (tmp_path / "dolma" / "v1-0000.json.zst").write_bytes(out.getvalue().to_pybytes())
+    (tmp_path / "fw").mkdir()
+    for k in range(2):
+        pq.write_table(pa.table({"text": texts[8 + 4 * k:12 + 4 * k]}), tmp_path / "fw" / f"train-{k:05d}.parquet")
+    put(aws, "pile/00.jsonl", "".join(json.dumps({"text": t}) + "\n" for t in texts[16:]).encode())
+    (tmp_path / "cc").mkdir()
+    with open(tmp_path / "cc" / "CC-MAIN-0.warc.gz", "wb") as f:
+        w = WARCWriter(f, gzip=True)
+        for name in ("json", "csv", "textwrap", "shlex"):
+            http = StatusAndHeaders("200 OK", [("Content-Type", "text/html")], protocol="HTTP/1.1")
+            w.write_record(w.create_warc_record(f"https://docs.example.org/{name}.html", "response",
+                                                payload=io.BytesIO(_page(name).encode()), http_headers=http))
+    sources = [{"name": "dolma", "uri": str(tmp_path / "dolma" / "*.json.zst"), "format": "jsonl"},
+               {"name": "fineweb", "uri": str(tmp_path / "fw" / "train-*.parquet"), "format": "parquet"},
+               {"name": "pile", "uri": f"s3://{BUCKET}/pile/*.jsonl", "format": "jsonl"},
+               {"name": "cc", "uri": str(tmp_path / "cc"), "format": "warc",
+                "clean": {"min_alpha_fraction": None, "max_repeated_line_fraction": None}}]
+    params, layout = make_project(tmp_path / "p", sources, eval={"fraction": 0.1, "min_docs": 1, "every": 0})
+    for stage in (download, clean, tokenize, shard):
+        stage.run(params, layout, **QUIET)
+    for s in sources:
+        index = json.loads((layout.shards / s["name"] / "index.json").read_text())
+        assert index["total_blocks"] > 0, s["name"]
+    stats = json.loads(layout.clean_stats.read_text())["sources"]
+    assert [stats[s["name"]]["docs_in"] for s in sources] == [8, 8, 8, 4]
