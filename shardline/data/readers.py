@@ -30,15 +30,14 @@ from __future__ import annotations
 import itertools
 import json
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, NamedTuple
 
 from shardline.core.config import Source
 from shardline.core.errors import BadInput
 from shardline.data import compressed
+from shardline.data.readstats import ReadStats, decode  # noqa: F401 (ReadStats: callers name it here)
 
-MAX_SAMPLES = 5
 _SURROGATE = re.compile("[\ud800-\udfff]")
 WHOLE = (0, -1, 1)  # a span covering a whole file
 
@@ -49,27 +48,6 @@ class Span(NamedTuple):
     start: int
     end: int  # -1: to the end
     first: int
-
-
-@dataclass
-class ReadStats:
-    records: int = 0
-    bad: int = 0
-    invalid_utf8: int = 0
-    samples: list[str] = field(default_factory=list)
-
-    def reject(self, where: str, why: str) -> None:
-        self.bad += 1
-        if len(self.samples) < MAX_SAMPLES:
-            self.samples.append(f"{where}: {why}")
-
-
-def _decode(raw: bytes, stats: ReadStats) -> str:
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        stats.invalid_utf8 += 1
-        return raw.decode("utf-8", errors="replace")
 
 
 def _no_surrogates(text: str, stats: ReadStats) -> str:
@@ -138,7 +116,7 @@ def _txt(path: Path, rel: str, source: Source, stats: ReadStats, span: Span, whi
             return  # a document cut short is not the document
         raw = raw[: raw.rfind(b"\n\n") + 1]  # nor is the block the damage cut
     rel = compressed.id_name(rel, which)
-    text = _decode(raw, stats)
+    text = decode(raw, stats)
     if source.txt_unit == "file":
         stats.records += 1
         yield f"{rel}:1", text
@@ -175,7 +153,7 @@ def _jsonl(path: Path, rel: str, source: Source, stats: ReadStats, span: Span, w
             stats.records += 1
             where = f"{name}:{lineno}"
             try:
-                obj = json.loads(_decode(raw, stats))
+                obj = json.loads(decode(raw, stats))
             except json.JSONDecodeError as e:
                 stats.reject(where, f"invalid JSON ({e.msg} at column {e.colno})")
                 continue

@@ -39,7 +39,7 @@ from fastwarc.warc import ArchiveIterator, WarcRecord, WarcRecordType
 from resiliparse.extract.html2text import extract_plain_text
 from resiliparse.parse.encoding import map_encoding_to_html5
 
-from shardline.data.readers import ReadStats
+from shardline.data.readstats import ReadStats, decode
 
 HTML_TYPES = ("text/html", "application/xhtml+xml")
 _META_CHARSET = re.compile(rb"""<meta[^>]{0,200}?charset\s*=\s*["']?\s*([\w.:-]+)""", re.I)
@@ -99,7 +99,7 @@ def records(path: str | os.PathLike, stats: ReadStats, rel: str,
             url = rec.headers.get("WARC-Target-URI", "")
             date = rec.headers.get("WARC-Date", "")
             if kind == WarcRecordType.conversion:
-                text = _utf8(block, stats)
+                text = decode(block, stats)
             else:
                 text = _response_text(rec, block, stats, f"{rel}:{url}", counts, check_type=identified is None)
                 if text is None:
@@ -160,15 +160,7 @@ def _html(body: bytes, declared: str | None, stats: ReadStats) -> str:
             return body.decode(codec, errors="replace")
         except LookupError:
             pass
-    return _utf8(body, stats)
-
-
-def _utf8(raw: bytes, stats: ReadStats) -> str:
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        stats.invalid_utf8 += 1
-        return raw.decode("utf-8", errors="replace")
+    return decode(body, stats)
 
 
 def _damaged(stats: ReadStats, rel: str, offset: int, what: str) -> None:
