@@ -30,7 +30,7 @@ from shardline import stages
 from shardline.core import chaos, config
 from shardline.core.errors import ShardlineError
 from shardline.core.layout import Layout
-from shardline.stream.remote import aws_env
+from shardline.core.stores import aws_env
 from tasks import options, progress_sink
 
 

@@ -17,7 +17,8 @@ from shardline.core import config, fsio
 from shardline.core.errors import ShardCorrupt
 from shardline.core.layout import Layout
 from shardline.stream.loader import Loader
-from shardline.stream.remote import FetchError, Remote, aws_env, read_indexes
+from shardline.core.stores import aws_env
+from shardline.stream.remote import FetchError, Remote, read_indexes
 from tests.conftest import BIN, env_for, init_repo, run, small_params, stdlib_files, write_params
 from tests.s3 import BUCKET, CountingServer, aws, client, s3_env, upload_dir  # noqa: F401 (fixtures)
 from tests.test_loader import ids, make_shards

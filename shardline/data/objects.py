@@ -52,7 +52,7 @@ def _identity(info: dict) -> dict:
 
 
 def _fs(uri: str):
-    from shardline.stream.remote import filesystem  # the shard store's: same credentials, same errors
+    from shardline.core.stores import filesystem  # the shard store's too: same credentials, same errors
 
     try:
         return filesystem(uri)
