@@ -152,3 +152,24 @@ def test_the_spans_of_one_compressed_file_run_in_order_as_one_task(tmp_path):
     gz = [p.name for p in parts if p.group == "s/a.jsonl.gz"]
     assert len(gz) > 2 and tasks[0] == gz and all(len(t) == 1 for t in tasks[1:])
     assert len(tasks) == len(parts) - len(gz) + 1
+
+
+def test_threads_reading_spans_of_two_compressed_files_keep_their_own_streams(tmp_path):
+    """Parts run on threads under Prefect's and Dask's runners: each thread continues its own stream."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    src = make_project(tmp_path / "p", [{"name": "s", "uri": "x", "format": "jsonl"}])[0].sources[0]
+    files = {}
+    for name, data in list(corpus().items())[:2]:
+        (tmp_path / (name + ".gz")).write_bytes(gzip.compress(data))
+        (tmp_path / name).write_bytes(data)
+        files[name] = len(data)
+
+    def docs(name: str, packed: bool) -> list:
+        path = tmp_path / (name + (".gz" if packed else ""))
+        cut = readers.spans(path, src, files[name], 20_000, "gzip" if packed else None)
+        return [d for span in cut for d in readers.read(path, path.name, src, readers.ReadStats(), span)]
+
+    with ThreadPoolExecutor(2) as pool:
+        got = list(pool.map(lambda n: docs(n, True), list(files) * 3))
+    assert got == [docs(n, False) for n in list(files) * 3] and len(got[0]) == 10

@@ -195,6 +195,7 @@ def test_a_warc_source_cleans_to_pages_by_url_with_date_and_the_blocklist_counte
     with open(tmp_path / "in" / "CC-MAIN-2.warc.gz", "wb") as f:
         w = WARCWriter(f, gzip=True)
         _response(w, "https://ads.spam.example/json.html", _page("json").encode())
+        _response(w, "https://ads.spam.example/json.html", _page("shlex").encode())  # one URL, crawled twice
         _response(w, "https://notspam.example/csv.html", _page("csv").encode())
     (tmp_path / "block.txt").write_text("# domains\nspam.example\n")
     params, layout = make_project(tmp_path, [{"name": "web", "uri": str(tmp_path / "in"), "format": "warc"}],
@@ -209,9 +210,11 @@ def test_a_warc_source_cleans_to_pages_by_url_with_date_and_the_blocklist_counte
     from shardline.data import rules
 
     assert table.column("text").to_pylist()[0] == rules.apply(rules.build(params.clean), _expected(MODULES[0]), {})
-    assert stats["rules"]["url_blocklist"]["docs"] == 1 and stats["records"] == len(MODULES) + 2
+    assert stats["rules"]["url_blocklist"]["docs"] == 2 and stats["records"] == len(MODULES) + 3
     sample = [json.loads(x) for x in (layout.clean / "web" / "dropped" / "url_blocklist.jsonl").read_text().splitlines()]
     assert [(s["id"], s["value"], s["limit"]) for s in sample] == [("https://ads.spam.example/json.html",
-                                                                    "ads.spam.example", "spam.example")]
+                                                                    "ads.spam.example", "spam.example")] * 2
     got = explain.explain(params, layout, _url("csv"))
     assert got["verdict"] == "kept" and got["side"] == "train"
+    got = explain.explain(params, layout, "https://ads.spam.example/json.html")  # dropped: found in the raw WARC
+    assert (got["verdict"], got["rule"], got["limit"]) == ("dropped", "url_blocklist", "spam.example")

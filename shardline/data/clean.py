@@ -40,7 +40,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from shardline.core import fsio
-from shardline.data import decontam, download, dropped, frame, inputs, quality, readers, rules, select, split, urls
+from shardline.data import compressed, decontam, download, dropped, frame, inputs, quality, readers, rules, select, split, urls
 from shardline.core.config import Clean, Params, Source
 from shardline.core.errors import BadInput
 from shardline.core.layout import Layout, clean_split_of
@@ -82,6 +82,11 @@ def dropped_path(part: str | Path) -> Path:
 def _group(source: Source, raw_dir: Path, files: list[dict], part_bytes: float) -> list[list[tuple]]:
     """Small files share a part; a big file is cut into spans of its own parts. A compressed file
     counts the bytes it decodes to (its spans cut those), so it is parted as its plain copy."""
+    if source.format in ("jsonl", "txt"):  # a manifest written before compressed sources were read: ask the bytes
+        files = [f if "compression" in f or not (c := compressed.codec(raw_dir / f["path"])) else
+                 {**f, "compression": c, "decoded_bytes": compressed.decoded_size(raw_dir / f["path"], c)[0]}
+                 for f in files]
+
     def cut(f: dict) -> list[readers.Span]:
         return readers.spans(raw_dir / f["path"], source, f.get("decoded_bytes", f["bytes"]), part_bytes,
                              f.get("compression"))
@@ -97,7 +102,7 @@ def _group(source: Source, raw_dir: Path, files: list[dict], part_bytes: float) 
             if groups[-1] and size >= part_bytes:
                 groups.append([])
                 size = 0
-            groups[-1].append((f["path"], f["sha256"], span, decoded))
+            groups[-1].append((f["path"], f["sha256"], span, decoded, f.get("compression")))
             size += decoded if span.end < 0 else part_bytes
     return [g for g in groups if g]
 
@@ -119,15 +124,14 @@ def plan(params: Params, layout: Layout) -> list[frame.Part]:
         manifest = download.read_manifest(layout, source.name)
         reading = {k: getattr(source, k) for k in ("format", "text_field", "txt_unit")}
         raw_dir = layout.raw_files(source.name)
-        squeezed = {f["path"] for f in manifest["files"] if f.get("compression")}  # their spans decode in order
         for i, group in enumerate(_group(source, raw_dir, manifest["files"], params.clean.part_mb * 2**20)):
-            files = [(path, sha, span) for path, sha, span, _ in group]
+            files = [(path, sha, span) for path, sha, span, _, _ in group]
             key = fsio.stable_hash({"files": files, "reading": reading, "rules": rule_keys, "v": CODE_VERSION,
                                     "source": source.name})  # the split hash is keyed by the source name
             out = layout.clean / source.name / f"part-{i:05d}.parquet"
-            cut = [path for path, _, span, _ in group if span.end >= 0 and path in squeezed]
+            cut = [path for path, _, span, _, which in group if span.end >= 0 and which]  # decoded in order
             parts.append(frame.Part("clean", f"{source.name}/part-{i:05d}", key, str(marker_path(out)),
-                                    sum(_span_bytes(span, size) for _, _, span, size in group),
+                                    sum(_span_bytes(span, size) for _, _, span, size, _ in group),
                                     Work(source, tuple(files), str(raw_dir), str(out), cfg, given.blocklist,
                                          given.index),
                                     group=f"{source.name}/{cut[0]}" if cut else None))

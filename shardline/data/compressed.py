@@ -5,9 +5,10 @@ Contract:
 - `codec(path)` names a file's compression from its first bytes (its name does not count: a
   `.gz` that is plain text is read as plain text); None for a plain file.
 - `open_at(path, codec, start)` is a binary stream of the decoded bytes from decoded offset
-  `start`. Decoding cannot seek, so the last stream a process opened is kept and continued when
+  `start`. Decoding cannot seek, so the last stream a thread opened is kept and continued when
   the next span of the same file starts at or after where it stopped: the spans of one file,
-  read in order by one worker (the frame's `Part.group`), decode it once.
+  read in order by one worker (the frame's `Part.group`), decode it once. `release()` closes it
+  when a file's last span is read.
 - Damage (a truncated or corrupt stream) raises `Damaged` with the compressed byte offset the
   decoder had read up to and the decoded bytes it had produced: the readers keep the records
   before it and count the damage as one bad record (`clean.max_bad_fraction`). Truncation is
@@ -30,9 +31,12 @@ from __future__ import annotations
 import io
 import lzma
 import os
+import re
+import threading
 from typing import BinaryIO
 
-_MAGIC = ((b"\x1f\x8b", "gzip"), (b"\x28\xb5\x2f\xfd", "zstd"), (b"BZh", "bz2"), (b"\xfd7zXZ\x00", "xz"))
+_MAGIC = ((b"\x1f\x8b", "gzip"), (b"\x28\xb5\x2f\xfd", "zstd"), (b"\xfd7zXZ\x00", "xz"))
+_BZ2 = re.compile(rb"BZh[1-9](1AY&SY|\x17rE8P\x90)")  # block size, then a block's or the end's magic
 SUFFIXES = {"gzip": (".gz", ".gzip"), "zstd": (".zst", ".zstd"), "bz2": (".bz2",), "xz": (".xz",)}
 _CHUNK = 1 << 20
 _STEP = 1 << 16
@@ -48,7 +52,9 @@ class Damaged(Exception):
 
 def codec(path: str | os.PathLike) -> str | None:
     with open(path, "rb") as f:
-        head = f.read(6)
+        head = f.read(10)
+    if _BZ2.match(head):  # "BZh" alone could begin a text file
+        return "bz2"
     return next((name for magic, name in _MAGIC if head.startswith(magic)), None)
 
 
@@ -67,14 +73,18 @@ class _Decoded(io.RawIOBase):
 
         self.codec, self.decoded = which, 0
         self._file = open(path, "rb")
-        if which == "gzip":
-            from isal import igzip
+        try:
+            if which == "gzip":
+                from isal import igzip
 
-            self._stream = igzip.IGzipFile(fileobj=self._file, mode="rb")
-        elif which == "xz":
-            self._stream = lzma.LZMAFile(self._file)
-        else:
-            self._stream = pa.CompressedInputStream(pa.PythonFile(self._file, mode="r"), which)
+                self._stream = igzip.IGzipFile(fileobj=self._file, mode="rb")
+            elif which == "xz":
+                self._stream = lzma.LZMAFile(self._file)
+            else:
+                self._stream = pa.CompressedInputStream(pa.PythonFile(self._file, mode="r"), which)
+        except BaseException:
+            self._file.close()
+            raise
 
     def readable(self) -> bool:
         return True
@@ -96,11 +106,16 @@ class _Decoded(io.RawIOBase):
         super().close()
 
 
+def _identity(path: str | os.PathLike) -> tuple:
+    st = os.stat(path)
+    return str(path), st.st_ino, st.st_mtime_ns, st.st_size
+
+
 class Reader:
     """A decoded stream and the decoded offset the caller has consumed up to (`pos`)."""
 
     def __init__(self, path: str | os.PathLike, which: str):
-        self.path, self.raw = str(path), _Decoded(path, which)
+        self.path, self.raw = _identity(path), _Decoded(path, which)
         self.stream: BinaryIO = io.BufferedReader(self.raw, _CHUNK)  # type: ignore[assignment]
         self.pos = 0
 
@@ -114,23 +129,38 @@ class Reader:
         self.pos += len(data)
         return data
 
+    def at_end(self) -> bool:
+        try:
+            return not self.stream.peek(1)
+        except Damaged:  # the damage is the end: the span's reader has reported it, or will
+            return True
+
     def skip(self, n: int) -> None:
         while n > 0 and (data := self.read(min(n, _CHUNK))):
             n -= len(data)
 
 
-_LAST: Reader | None = None
+_KEPT = threading.local()  # per thread: parts may run on threads (Prefect's, Dask's), each its own stream
 
 
 def open_at(path: str | os.PathLike, which: str, start: int) -> Reader:
-    """A reader at decoded offset `start`, continuing this process's last one when it can."""
-    global _LAST
-    if _LAST is None or _LAST.path != str(path) or _LAST.pos > start or _LAST.raw.closed:
-        if _LAST is not None:
-            _LAST.raw.close()
-        _LAST = Reader(path, which)
-    _LAST.skip(start - _LAST.pos)
-    return _LAST
+    """A reader at decoded offset `start`, continuing this thread's last one when it is the same
+    file (path, inode, mtime, size) and has not passed `start`. One stream per thread is kept."""
+    last: Reader | None = getattr(_KEPT, "reader", None)
+    if last is None or last.path != _identity(path) or last.pos > start or last.raw.closed:
+        if last is not None:
+            last.raw.close()
+        last = _KEPT.reader = Reader(path, which)
+    last.skip(start - last.pos)
+    return last
+
+
+def release() -> None:
+    """Close this thread's kept stream (a file's last span is read)."""
+    last: Reader | None = getattr(_KEPT, "reader", None)
+    if last is not None:
+        last.raw.close()
+        _KEPT.reader = None
 
 
 def decoded_size(path: str | os.PathLike, which: str) -> tuple[int, str | None]:
@@ -163,7 +193,8 @@ def decoded_spans(reader: Reader, sep: bytes, part_bytes: float) -> list[tuple[i
                     break
             if eof:
                 break
-            keep = max(min(len(buf) - (n - 1), pos - at), 0)  # a separator may straddle two reads
+            # searched up to here: only a separator straddling two reads can still start in buf
+            keep = max(len(buf) - (n - 1), 0)
             counted += buf.count(b"\n", 0, keep)
             del buf[:keep]
             at += keep

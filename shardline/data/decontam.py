@@ -122,7 +122,7 @@ def _word_hashes(text: str) -> np.ndarray:
     return _fmix(out)
 
 
-@functools.cache
+@functools.lru_cache(maxsize=8)  # a few sizes: one huge document must not stay pinned in every worker
 def _q_powers(length: int) -> tuple[np.ndarray, np.ndarray]:
     """Q^i and Q^-i for i < length (a power of two: few sizes are ever made)."""
     out = []

@@ -159,8 +159,9 @@ def _materialise(item: Item, dest: Path, source: Source, params: Params, log: Lo
         return fsio.copy_file(item.origin, dest)
     if item.kind == "object":
         if old and dest.exists() and dest.stat().st_size == item.meta["size"] == old["bytes"] \
+                and ("etag" in item.meta or "version" in item.meta) \
                 and all(old.get(k) == v for k, v in item.meta.items() if k != "size"):
-            return old["sha256"]  # the same object as last run: its identity in the store says so
+            return old["sha256"]  # the same object as last run: its etag (or version) in the store says so
         return objects.fetch_object(item.origin, dest, item.meta, _policy(params), log)
     _write_topics(dest)
     return fsio.sha256_file(dest)

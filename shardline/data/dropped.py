@@ -40,7 +40,9 @@ class Samples:
         if not self.k:
             return
         heap = self.heaps.setdefault(rule, [])
-        item = (-u, row["id"], row)  # a max-heap of the k lowest: the root is the first to go
+        # a max-heap of the k lowest: the root is the first to go. Two documents may share an id
+        # (a URL crawled twice): their content breaks the tie, so rows are never compared as dicts
+        item = (-u, row["id"], json.dumps(row, sort_keys=True, default=str), row)
         if len(heap) < self.k:
             heapq.heappush(heap, item)
         elif item > heap[0]:
@@ -53,7 +55,7 @@ class Samples:
 
     def result(self) -> dict[str, list[dict]]:
         """rule -> rows, lowest u first (each row carries its u)."""
-        return {rule: [{**row, "u": -neg} for neg, _, row in sorted(heap, reverse=True)]
+        return {rule: [{**row, "u": -neg} for neg, _, _, row in sorted(heap, reverse=True)]
                 for rule, heap in sorted(self.heaps.items())}
 
 

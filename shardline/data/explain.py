@@ -17,7 +17,7 @@ from shardline.core import fsio
 from shardline.core.config import Params
 from shardline.core.errors import BadInput
 from shardline.core.layout import Layout
-from shardline.data import compressed, frame, readers, rules, select
+from shardline.data import compressed, frame, readers, rules, select, urls
 from shardline.data.clean import plan
 
 
@@ -30,16 +30,20 @@ def _stored_as(path: str, rel: str) -> bool:
 
 
 def _find_url(params: Params, layout: Layout, url: str, source: str | None):
-    """(source, part, path, span) of the WARC part whose clean output holds `url`."""
-    for part in plan(params, layout):
-        if part.work.source.format != "warc" or source not in (None, part.work.source.name):
-            continue
+    """(source, part, path, span) of the WARC record whose id is `url`: among a part's kept
+    documents, else by reading the raw files again (a record a rule dropped)."""
+    warc = [p for p in plan(params, layout) if p.work.source.format == "warc" and source in (None, p.work.source.name)]
+    for part in warc:
         if frame.finished(part) is not None and url in set(pq.read_table(part.work.out, columns=["id"])
                                                           .column("id").to_pylist()):
             path, _sha, span = part.work.files[0]
             return part.work.source.name, part, path, span
-    raise BadInput(f"{url!r}: not among the kept documents of any WARC source; a page dropped by a rule is "
-                   "in the samples under data/clean/<source>/dropped/")
+    for part in warc:
+        for path, _sha, span in part.work.files:
+            for rid, _ in readers.read(Path(part.work.raw_dir, path), path, part.work.source, readers.ReadStats()):
+                if rid == url:
+                    return part.work.source.name, part, path, span
+    raise BadInput(f"{url!r}: no WARC source has a record with this URL")
 
 
 def _find_raw(params: Params, layout: Layout, doc_id: str, source: str | None):
@@ -97,7 +101,8 @@ def explain(params: Params, layout: Layout, doc_id: str, source: str | None = No
     w = part.work
     for rid, text in readers.read(Path(w.raw_dir, path), path, w.source, stats, readers.Span(*span)):
         if rid == doc_id:
-            result = rules.apply(rules.build(cfg, part.work.index), text, {}, {})
+            blocked = urls.blocked(doc_id, *w.blocklist) if w.blocklist and _URL.match(doc_id) else None
+            result = blocked or rules.apply(rules.build(cfg, part.work.index), text, {}, {})
             if isinstance(result, rules.Drop):
                 return {**out, "verdict": "dropped", "rule": result.rule, "value": result.value,
                         "limit": result.limit, **({"detail": result.detail} if result.detail else {})}

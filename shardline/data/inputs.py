@@ -11,6 +11,7 @@ the field.
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -48,7 +49,8 @@ def resolve(cfg: Clean, layout: Layout) -> Inputs:
     if (d := cfg.decontaminate) is not None:
         shas = [fsio.sha256_file(_file(p, layout.root, "decontaminate.paths")) for p in d.paths]
         keys["decontaminate"] = fsio.stable_hash({"sets": shas, "ngram": d.ngram, "text_field": d.text_field,
-                                                   "hash": decontam.HASH_VERSION})
+                                                   "hash": decontam.HASH_VERSION,
+                                                   "unicode": unicodedata.unidata_version})  # \w and lower()
         index = str(layout.clean / "decontam" / f"{keys['decontaminate'][:24]}.npy")
     return Inputs(blocklist, index, keys)
 

@@ -3,13 +3,15 @@
 Contract:
 - `list_objects(uri)`: the files a URL names (one object, every object under a prefix, or a
   glob), each with what identifies its content in the store: size and etag, plus the object
-  version (S3 VersionId, GCS generation) when the store keeps one. Credentials and endpoint
+  version (S3 VersionId, GCS generation) where the listing gives one (S3's gives it for a single
+  object, not for a prefix or glob). Credentials and endpoint
   come from the environment only (AWS_*, GOOGLE_APPLICATION_CREDENTIALS), as for the shard
   store (`shardline.stream.remote`).
 - `fetch_object(url, dest, meta)` leaves a complete, fsynced `dest` or raises. Bytes in flight
   live in `<dest>.part` beside `<dest>.part.json` (the etag they belong to): a later try or run
   continues the part from where it stopped, unless the object changed meanwhile; then the part
-  is dropped and the new object fetched whole, never mixed with the old one. Transient faults
+  is dropped and the new object fetched whole, never mixed with the old one; an object that
+  changes while it is fetched fails the fetch (transient: the next run lists it afresh). Transient faults
   (network, timeouts, throttling) are retried as `shardline.data.http` retries them: tries in a
   row without progress are bounded, a try that adds bytes resets the count.
 - `hub_snapshot(spec)`: `hf://datasets/<repo>@<revision>/<glob>` through huggingface_hub's own
@@ -26,6 +28,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
+from urllib.parse import unquote
 
 from shardline.core import chaos, fsio
 from shardline.core.errors import BadInput, DownloadError, is_transient
@@ -33,6 +36,10 @@ from shardline.data import http
 
 _CHUNK = 1 << 20
 _GLOB = set("*?[")
+
+
+class _Changed(Exception):
+    """The object is not the one listed: a new version, to be listed and fetched afresh."""
 
 
 @dataclass(frozen=True)
@@ -122,11 +129,16 @@ def fetch_object(url: str, dest: Path, meta: dict, policy: http.RetryPolicy = ht
                 while chunk := src.read(_CHUNK):
                     out.write(chunk)
             got = part.stat().st_size
-            if got != meta["size"] or _identity(fs.info(path)) != meta:
+            fs.invalidate_cache(path)  # ask the store, not the listing this process made
+            now = _identity(fs.info(path))
+            if got != meta["size"] or now.get("etag") != meta.get("etag") or now["size"] != meta["size"]:
                 part.unlink()
-                raise DownloadError(f"{url}: the object changed while it was fetched ({got} bytes, expected "
-                                    f"{meta['size']}); fetching the new one", transient=True)
+                note.unlink()
+                raise _Changed(f"{url}: the object changed while it was fetched ({got} bytes, listed as "
+                               f"{meta['size']}); run the download stage again to fetch the new one")
             break
+        except _Changed as e:
+            raise DownloadError(str(e), transient=True) from None
         except FileNotFoundError as e:
             raise DownloadError(f"{url}: gone from the store ({e}); run the download stage again") from None
         except Exception as e:  # noqa: BLE001 - the store's client raises its own types
@@ -156,6 +168,7 @@ def hub_snapshot(spec: str) -> tuple[str, Path, list[str]]:
     org, _, rest = spec.removeprefix("datasets/").partition("/")
     name_rev, _, pattern = rest.partition("/")
     name, _, revision = name_rev.partition("@")
+    revision = unquote(revision)  # refs/convert/parquet is written refs%2Fconvert%2Fparquet, as the Hub's URLs do
     if not (spec.startswith("datasets/") and org and name and revision and pattern):
         raise BadInput(f"hf://{spec}: write hf://datasets/<org>/<name>@<revision>/<glob>; the revision pins the "
                        "data version (a branch, tag or commit) and the glob names the files")

@@ -86,6 +86,15 @@ def _open(path: Path, which: str | None, start: int):
     return compressed.open_at(path, which, start) if which else _Plain(path, start)
 
 
+def _done(f, which: str | None) -> None:
+    """A plain file is closed; a decoded stream is kept for the file's next span, unless the file
+    is read to its end."""
+    if not which:
+        f.close()
+    elif f.at_end():
+        compressed.release()
+
+
 def _damaged(stats: ReadStats, rel: str, e: compressed.Damaged) -> None:
     stats.records += 1
     stats.reject(f"{rel}: byte {e.offset}", f"{e}; the records before it are kept; re-download or replace the file")
@@ -109,8 +118,7 @@ def _txt(path: Path, rel: str, source: Source, stats: ReadStats, span: Span, whi
     try:
         raw, damaged = _read_all(f, span.end - span.start if span.end >= 0 else -1, stats, rel)
     finally:
-        if not which:
-            f.close()
+        _done(f, which)
     if damaged:
         if source.txt_unit == "file":
             return  # a document cut short is not the document
@@ -165,8 +173,7 @@ def _jsonl(path: Path, rel: str, source: Source, stats: ReadStats, span: Span, w
                 continue
             yield where, _no_surrogates(text, stats)
     finally:
-        if not which:
-            f.close()
+        _done(f, which)
 
 
 def _parquet(path: Path, rel: str, source: Source, stats: ReadStats, span: Span) -> Iterator[tuple[str, str]]:
