@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import http.server
 import random
 import re
@@ -15,6 +16,10 @@ class _Quiet(http.server.ThreadingHTTPServer):
         """A client that went away (a killed download, a cut body) is expected here, not news."""
         if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
             super().handle_error(request, client_address)
+
+
+def _etag(data: bytes) -> str:
+    return '"' + hashlib.sha256(data).hexdigest()[:16] + '"'
 
 
 class FlakyServer:
@@ -61,6 +66,15 @@ class FlakyServer:
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 
+            def do_HEAD(self):
+                data = srv.files.get(self.path)
+                if data is None:
+                    return self._status(404)
+                self.send_response(200)
+                self.send_header("ETag", _etag(data))
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+
             def do_GET(self):
                 rng_header = self.headers.get("Range")
                 with srv.lock:
@@ -86,6 +100,7 @@ class FlakyServer:
                 else:
                     self.send_response(200)
                 body = data[start:]
+                self.send_header("ETag", _etag(data))
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 with srv.lock:

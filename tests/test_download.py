@@ -124,3 +124,20 @@ def test_a_list_of_uris_is_one_source_in_order_and_names_must_not_clash(tmp_path
                                                     "format": "txt"}])
     with pytest.raises(BadInput, match=f"would both be stored as '{files[0].name}'"):
         download.run(params, layout, log=lambda _: None)
+
+
+def test_an_http_file_changed_on_the_server_is_fetched_again_by_its_etag(tmp_path):
+    files = {"/a.jsonl": b'{"text": "first version"}\n', "/b.jsonl": b'{"text": "stays"}\n'}
+    with FlakyServer(files) as srv:
+        params, layout = make_project(tmp_path, [{"name": "web", "uri": [srv.url("/a.jsonl"), srv.url("/b.jsonl")],
+                                                  "format": "jsonl"}])
+        first = download.run(params, layout, log=lambda _: None)["web"]["files"]
+        assert [f["etag"] for f in first] == ['"' + hashlib.sha256(d).hexdigest()[:16] + '"' for d in files.values()]
+        gets = srv.requests.copy()
+        assert download.run(params, layout, log=lambda _: None)["web"]["files"] == first and srv.requests == gets
+        srv.files["/a.jsonl"] = b'{"text": "second version"}\n'
+        logs: list[str] = []
+        again = download.run(params, layout, log=logs.append)["web"]["files"]
+    assert again[1] == first[1] and again[0]["sha256"] == hashlib.sha256(srv.files["/a.jsonl"]).hexdigest()
+    assert (layout.raw_files("web") / "a.jsonl").read_bytes() == srv.files["/a.jsonl"]
+    assert any("changed on the server (ETag" in line for line in logs)

@@ -147,24 +147,33 @@ def _policy(params: Params) -> http.RetryPolicy:
                             max_backoff_s=d.max_backoff_s, timeout_s=d.timeout_s)
 
 
-def _materialise(item: Item, dest: Path, source: Source, params: Params, log: Log, old: dict | None) -> str:
-    """Put `item` at `dest` unless it is already there; return its sha256."""
+def _materialise(item: Item, dest: Path, source: Source, params: Params, log: Log,
+                 old: dict | None) -> tuple[str, dict]:
+    """Put `item` at `dest` unless it is already there; return its sha256 and what identifies it
+    where it came from (an HTTP ETag)."""
     if item.kind == "http":
-        return http.fetch(item.origin, dest, sha256=source.sha256, policy=_policy(params), log=log).sha256
+        if old and old.get("etag") and dest.exists() and not source.sha256:
+            now = http.head_etag(item.origin, params.download.timeout_s)
+            if now is not None and now != old["etag"]:  # a new version on the server: a new data version
+                log(f"download: {item.origin}: changed on the server (ETag {old['etag']} -> {now}); fetching it again")
+                dest.unlink()
+        r = http.fetch(item.origin, dest, sha256=source.sha256, policy=_policy(params), log=log)
+        etag = r.etag or ((old or {}).get("etag") if r.attempts == 0 else None)
+        return r.sha256, {"etag": etag} if etag else {}
     if item.kind == "local":
         if dest.exists() and dest.stat().st_size == os.path.getsize(item.origin):
             have = fsio.sha256_file(dest)
             if have == fsio.sha256_file(item.origin):
-                return have
-        return fsio.copy_file(item.origin, dest)
+                return have, {}
+        return fsio.copy_file(item.origin, dest), {}
     if item.kind == "object":
         if old and dest.exists() and dest.stat().st_size == item.meta["size"] == old["bytes"] \
                 and ("etag" in item.meta or "version" in item.meta) \
                 and all(old.get(k) == v for k, v in item.meta.items() if k != "size"):
-            return old["sha256"]  # the same object as last run: its etag (or version) in the store says so
-        return objects.fetch_object(item.origin, dest, item.meta, _policy(params), log)
+            return old["sha256"], {}  # the same object as last run: its etag (or version) in the store says so
+        return objects.fetch_object(item.origin, dest, item.meta, _policy(params), log), {}
     _write_topics(dest)
-    return fsio.sha256_file(dest)
+    return fsio.sha256_file(dest), {}
 
 
 def _decoding(source: Source, dest: Path, digest: str, old: dict | None, log: Log, layout: Layout) -> dict:
@@ -199,7 +208,7 @@ def download_source(source: Source, params: Params, layout: Layout, log: Log = p
     for item in items:
         dest = files_dir / item.rel
         fresh = not dest.exists()
-        digest = _materialise(item, dest, source, params, log, before.get(item.rel))
+        digest, seen = _materialise(item, dest, source, params, log, before.get(item.rel))
         if source.sha256 and digest != source.sha256:
             dest.unlink()
             raise ChecksumMismatch(f"{layout.rel(dest)}: sha256 mismatch for {item.origin}: expected "
@@ -208,7 +217,7 @@ def download_source(source: Source, params: Params, layout: Layout, log: Log = p
             chaos.done("download", f"{source.name}/{item.rel}")
             chaos.point("download.file")
         entries.append({"path": item.rel, "bytes": dest.stat().st_size, "sha256": digest, "origin": item.origin,
-                        **{k: v for k, v in item.meta.items() if k != "size"}, **_decoding(source, dest, digest, before.get(item.rel), log, layout)})
+                        **{k: v for k, v in item.meta.items() if k != "size"}, **seen, **_decoding(source, dest, digest, before.get(item.rel), log, layout)})
         if progress is not None:
             progress.advance(entries[-1]["bytes"], skipped=not fresh)
     fsio.prune(files_dir, {files_dir / e["path"] for e in entries} | set(files_dir.rglob("*.part"))

@@ -56,6 +56,7 @@ class FetchResult:
     fetched: int      # bytes received over the network this call (resumes included)
     attempts: int     # requests made this call (0 when dest was already there)
     resumed: int      # how many times a Range request continued a partial file
+    etag: str | None = None  # the server's ETag for the body, when it sent one
 
 
 class _Retry(Exception):
@@ -70,6 +71,7 @@ class _Retry(Exception):
 class _Counters:
     fetched: int = 0
     resumed: int = 0
+    etag: str | None = None
 
 
 def _size(path: Path) -> int:
@@ -119,6 +121,7 @@ def _try_once(session: requests.Session, url: str, part: Path, timeout: float,
             total = end
         else:
             raise DownloadError(f"{url}: HTTP {code} {r.reason}; {_REMEDY}")
+        n.etag = r.headers.get("ETag") or n.etag
         with open(part, mode) as raw:
             f = chaos.partway(raw, "download.body")  # a kill while the .part grows
             for chunk in r.iter_content(_CHUNK):
@@ -193,4 +196,14 @@ def fetch(url: str, dest: Path, *, sha256: str | None = None, policy: RetryPolic
         os.fsync(f.fileno())
     os.replace(part, dest)
     fsio.fsync_dir(dest.parent)
-    return FetchResult(dest, dest.stat().st_size, have, n.fetched, tries, n.resumed)
+    return FetchResult(dest, dest.stat().st_size, have, n.fetched, tries, n.resumed, n.etag)
+
+
+def head_etag(url: str, timeout: float) -> str | None:
+    """The server's ETag for `url` now (a HEAD request), or None when it sends none or cannot be
+    asked: then the file on disk stands."""
+    try:
+        r = requests.head(url, timeout=timeout, allow_redirects=True, headers={"Accept-Encoding": "identity"})
+    except requests.RequestException:
+        return None
+    return r.headers.get("ETag") if r.ok else None
