@@ -197,6 +197,7 @@ def test_a_warc_source_cleans_to_pages_by_url_with_date_and_the_blocklist_counte
         _response(w, "https://ads.spam.example/json.html", _page("json").encode())
         _response(w, "https://ads.spam.example/json.html", _page("shlex").encode())  # one URL, crawled twice
         _response(w, "https://notspam.example/csv.html", _page("csv").encode())
+        _response(w, "https://notspam.example/logo.png", b"\x89PNG\r\n\x1a\n", "image/png")  # no document
     (tmp_path / "block.txt").write_text("# domains\nspam.example\n")
     params, layout = make_project(tmp_path, [{"name": "web", "uri": str(tmp_path / "in"), "format": "warc"}],
                                   eval={"fraction": 0, "min_docs": 0, "every": 0},
@@ -211,6 +212,7 @@ def test_a_warc_source_cleans_to_pages_by_url_with_date_and_the_blocklist_counte
 
     assert table.column("text").to_pylist()[0] == rules.apply(rules.build(params.clean), _expected(MODULES[0]), {})
     assert stats["rules"]["url_blocklist"]["docs"] == 2 and stats["records"] == len(MODULES) + 3
+    assert stats["skipped"] == 1
     sample = [json.loads(x) for x in (layout.clean / "web" / "dropped" / "url_blocklist.jsonl").read_text().splitlines()]
     assert [(s["id"], s["value"], s["limit"]) for s in sample] == [("https://ads.spam.example/json.html",
                                                                     "ads.spam.example", "spam.example")] * 2

@@ -190,7 +190,8 @@ def clean_part(part: frame.Part) -> tuple[list[Path], dict]:
                 cols = {k: [] for k in cols}
     batches.append(pa.RecordBatch.from_pydict(cols, schema=schema))
     stats = {"docs_in": docs_in, "bytes_in": bytes_in, "records": rstats.records, "bad": rstats.bad,
-             "invalid_utf8": rstats.invalid_utf8, "samples": rstats.samples, "docs_kept": kept,
+             "invalid_utf8": rstats.invalid_utf8, "skipped": rstats.skipped, "samples": rstats.samples,
+             "docs_kept": kept,
              "bytes_kept": kept_bytes, "rules": {k: {"docs": v[0], "bytes": v[1]} for k, v in counts.items()}}
     with fsio.atomic_writer(w.out, point="clean.write") as f:  # one row group, as one table: the same bytes
         pq.write_table(pa.Table.from_batches(batches, schema=schema), f, compression="zstd")
@@ -248,12 +249,12 @@ def _summarise(parts: list[frame.Part], markers: list[dict], params: Params, thr
         st = marker["stats"]
         tally = fsio.read_json(select.selection_path(part.work.out))["tally"] if thresholds else {}
         s = out["sources"].setdefault(part.work.source.name, {
-            "parts": 0, "docs_in": 0, "bytes_in": 0, "records": 0, "bad": 0, "invalid_utf8": 0,
+            "parts": 0, "docs_in": 0, "bytes_in": 0, "records": 0, "bad": 0, "invalid_utf8": 0, "skipped": 0,
             "docs_out": 0, "bytes_out": 0, "samples": [], "rules": {},
             **{k: {"docs": 0, "bytes": 0} for k in ("heldout", *select.REASONS)}})
         s["parts"] += 1
-        for k in ("docs_in", "bytes_in", "records", "bad", "invalid_utf8"):
-            s[k] += st[k]
+        for k in ("docs_in", "bytes_in", "records", "bad", "invalid_utf8", "skipped"):
+            s[k] += st.get(k, 0)  # a part made before `skipped` was counted has none
         s["samples"] = (s["samples"] + st["samples"])[:20]
         for name, c in st["rules"].items():
             r = s["rules"].setdefault(name, {"docs": 0, "bytes": 0})

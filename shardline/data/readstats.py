@@ -14,6 +14,7 @@ class ReadStats:
     records: int = 0
     bad: int = 0
     invalid_utf8: int = 0
+    skipped: int = 0  # records that hold no document and are no fault: a WARC's non-HTML responses, blank pages
     samples: list[str] = field(default_factory=list)
 
     def reject(self, where: str, why: str) -> None:

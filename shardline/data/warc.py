@@ -9,7 +9,8 @@ Contract:
   - url is `WARC-Target-URI`, date `WARC-Date`, both as written (the date ISO 8601).
 - Not documents and not bad: request, metadata, warcinfo, revisit records pass silently; a non-HTML
   response counts in `WarcCounts.skipped`, a record whose text is blank (all navigation) in `.empty`.
-- `stats.records` counts response and conversion records. `stats.reject` is called for a
+- `stats.records` counts response and conversion records (`shardline.data.readers` then takes
+  away those in `WarcCounts`, which it reports as `skipped`). `stats.reject` is called for a
   response broken on its own (no HTTP status line, an undecodable Content-Encoding), and once
   for a damaged file: the records before the damage are yielded, the reject names the byte
   offset (in the file as stored) of the record the damage is in, `<rel>: byte N`, and reading
