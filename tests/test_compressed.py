@@ -173,3 +173,18 @@ def test_threads_reading_spans_of_two_compressed_files_keep_their_own_streams(tm
     with ThreadPoolExecutor(2) as pool:
         got = list(pool.map(lambda n: docs(n, True), list(files) * 3))
     assert got == [docs(n, False) for n in list(files) * 3] and len(got[0]) == 10
+
+
+def test_a_rerun_plans_from_the_spans_found_before_without_decoding_again(tmp_path, monkeypatch):
+    data = corpus()["a.jsonl"]
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.jsonl.zst").write_bytes(squeeze(data, "zstd"))
+    params, layout = make_project(tmp_path, [{"name": "s", "uri": str(tmp_path / "in"), "format": "jsonl"}],
+                                  eval=NO_SPLIT, clean={"part_mb": 0.02})
+    download.run(params, layout, **QUIET)
+    clean.run(params, layout, **QUIET)
+    keys = [p.key for p in clean.plan(params, layout)]
+    assert len(keys) > 2 and len(json.loads((layout.clean / "spans.json").read_text())) == 1
+    monkeypatch.setattr(compressed, "decoded_spans", lambda *a: pytest.fail("decoded again"))
+    assert [p.key for p in clean.plan(params, layout)] == keys
+    clean.run(params, layout, **QUIET)

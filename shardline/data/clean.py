@@ -40,11 +40,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from shardline.core import fsio
-from shardline.data import compressed, decontam, download, dropped, frame, inputs, quality, readers, rules, select, split, urls
+from shardline.data import decontam, download, dropped, frame, grouping, inputs, quality, readers, rules, select, split, urls
 from shardline.core.config import Clean, Params, Source
 from shardline.core.errors import BadInput
 from shardline.core.layout import Layout, clean_split_of
-from shardline.core.parallel import Mapper, process_map, thread_map
+from shardline.core.parallel import Mapper, process_map
 from shardline.core.progress import Sink
 
 CODE_VERSION = 4  # bump when cleaning output changes for the same inputs and params
@@ -79,40 +79,10 @@ def dropped_path(part: str | Path) -> Path:
     return Path(part).with_suffix(".dropped.json")
 
 
-def _group(source: Source, raw_dir: Path, files: list[dict], part_bytes: float) -> list[list[tuple]]:
-    """Small files share a part; a big file is cut into spans of its own parts. A compressed file
-    counts the bytes it decodes to (its spans cut those), so it is parted as its plain copy."""
-    if source.format in ("jsonl", "txt"):  # a manifest written before compressed sources were read: ask the bytes
-        files = [f if "compression" in f or not (c := compressed.codec(raw_dir / f["path"])) else
-                 {**f, "compression": c, "decoded_bytes": compressed.decoded_size(raw_dir / f["path"], c)[0]}
-                 for f in files]
-
-    def cut(f: dict) -> list[readers.Span]:
-        return readers.spans(raw_dir / f["path"], source, f.get("decoded_bytes", f["bytes"]), part_bytes,
-                             f.get("compression"))
-
-    # finding a compressed file's spans decodes it: on threads (the decoders release the GIL)
-    decode = [f for f in files if f.get("compression") and f["decoded_bytes"] > part_bytes]
-    found = dict(zip((f["path"] for f in decode), thread_map(cut, decode)))
-    groups: list[list[tuple]] = [[]]
-    size = 0
-    for f in files:
-        decoded = f.get("decoded_bytes", f["bytes"])
-        for span in found.get(f["path"]) or cut(f):
-            if groups[-1] and size >= part_bytes:
-                groups.append([])
-                size = 0
-            groups[-1].append((f["path"], f["sha256"], span, decoded, f.get("compression")))
-            size += decoded if span.end < 0 else part_bytes
-    return [g for g in groups if g]
-
-
-def _span_bytes(span: readers.Span, file_bytes: int) -> int:
-    return (span.end if span.end >= 0 else file_bytes) - span.start
-
-
-def plan(params: Params, layout: Layout) -> list[frame.Part]:
-    """Every part of every source, in global (dedup) order, with its key."""
+def plan(params: Params, layout: Layout, known: dict | None = None) -> list[frame.Part]:
+    """Every part of every source, in global (dedup) order, with its key. `known`: the spans of
+    compressed files found before (`shardline.data.grouping`; read from disk when not given)."""
+    known = grouping.load_spans(layout) if known is None else known
     parts = []
     for source in params.sources:
         cfg = params.clean_for(source)
@@ -124,14 +94,15 @@ def plan(params: Params, layout: Layout) -> list[frame.Part]:
         manifest = download.read_manifest(layout, source.name)
         reading = {k: getattr(source, k) for k in ("format", "text_field", "txt_unit")}
         raw_dir = layout.raw_files(source.name)
-        for i, group in enumerate(_group(source, raw_dir, manifest["files"], params.clean.part_mb * 2**20)):
+        for i, group in enumerate(grouping.group(source, raw_dir, manifest["files"], params.clean.part_mb * 2**20,
+                                                 known)):
             files = [(path, sha, span) for path, sha, span, _, _ in group]
             key = fsio.stable_hash({"files": files, "reading": reading, "rules": rule_keys, "v": CODE_VERSION,
                                     "source": source.name})  # the split hash is keyed by the source name
             out = layout.clean / source.name / f"part-{i:05d}.parquet"
             cut = [path for path, _, span, _, which in group if span.end >= 0 and which]  # decoded in order
             parts.append(frame.Part("clean", f"{source.name}/part-{i:05d}", key, str(marker_path(out)),
-                                    sum(_span_bytes(span, size) for _, _, span, size, _ in group),
+                                    sum(grouping.span_bytes(span, size) for _, _, span, size, _ in group),
                                     Work(source, tuple(files), str(raw_dir), str(out), cfg, given.blocklist,
                                          given.index),
                                     group=f"{source.name}/{cut[0]}" if cut else None))
@@ -289,7 +260,9 @@ def run(params: Params, layout: Layout, log: Log = print, mapper: Mapper = proce
         sink: Sink | None = None) -> dict:
     layout.clean.mkdir(parents=True, exist_ok=True)
     fsio.remove_temps(layout.clean)
-    parts = plan(params, layout)
+    known: dict = {}
+    parts = plan(params, layout, {**grouping.load_spans(layout), "new": known})
+    spans = grouping.save_spans(layout, known)  # only the spans of today's files: what no plan needs goes
     indexes = {p for p in (inputs.build_index(params.clean_for(s), layout, log) for s in params.sources) if p}
     markers, skipped = frame.run("clean", parts, clean_part, mapper, log, sink)
     log(f"clean: {len(parts)} part(s), {skipped} already done, {len(parts) - skipped} cleaned")
@@ -299,7 +272,7 @@ def run(params: Params, layout: Layout, log: Log = print, mapper: Mapper = proce
     outs = [Path(p.work.out) for p in parts]
     frame.sweep(layout.clean, {f for o in outs for f in (o, marker_path(o), select.selection_path(o), dropped_path(o))}
                 | select.signature_files(parts, params) | samples | {layout.clean_stats, layout.clean_split}
-                | indexes | {decontam.meta_path(p) for p in indexes})
+                | indexes | {decontam.meta_path(p) for p in indexes} | {spans})
     summary = _summarise(parts, markers, params, thresholds, near)
     given = {s.name: inputs.resolve(params.clean_for(s), layout).keys for s in params.sources}
     summary["rule_inputs"] = {name: keys for name, keys in given.items() if keys}  # content hashes: the lineage's
