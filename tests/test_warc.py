@@ -220,3 +220,17 @@ def test_a_warc_source_cleans_to_pages_by_url_with_date_and_the_blocklist_counte
     assert got["verdict"] == "kept" and got["side"] == "train"
     got = explain.explain(params, layout, "https://ads.spam.example/json.html")  # dropped: found in the raw WARC
     assert (got["verdict"], got["rule"], got["limit"]) == ("dropped", "url_blocklist", "spam.example")
+
+
+def test_the_blocklist_matches_domains_and_their_subdomains_and_addresses_whole(tmp_path):
+    from shardline.data import urls
+
+    path = tmp_path / "block.txt"
+    path.write_text("# ad networks\n*.Ads.Example\n3.4\n10.0.0.1  # a crawler trap\n.tracker.test\n")
+    verdict = {u: (d.limit if (d := urls.blocked(u, str(path), "k")) else None) for u in [
+        "https://ads.example/x", "https://cdn.ads.example/x", "https://ads.example.org/", "https://notads.example/",
+        "http://1.2.3.4/", "http://10.0.0.1:8080/a", "https://a.b.tracker.test/", "not a url", "http://[::1]/"]}
+    assert verdict == {"https://ads.example/x": "ads.example", "https://cdn.ads.example/x": "ads.example",
+                       "https://ads.example.org/": None, "https://notads.example/": None, "http://1.2.3.4/": None,
+                       "http://10.0.0.1:8080/a": "10.0.0.1", "https://a.b.tracker.test/": "tracker.test",
+                       "not a url": None, "http://[::1]/": None}

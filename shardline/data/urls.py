@@ -11,6 +11,7 @@ sha256 is part of the rules' key, so an edited list is a new data version.
 from __future__ import annotations
 
 import functools
+import ipaddress
 from urllib.parse import urlsplit
 
 from shardline.data.verdict import Drop
@@ -36,6 +37,11 @@ def blocked(url: str, path: str, digest: str) -> Drop | None:
     except ValueError:  # a malformed URL has no host to judge
         return None
     domains = _domains(path, digest)
+    try:  # an address is listed whole or not at all: "3.4" must not block 1.2.3.4
+        ipaddress.ip_address(host.strip("[]"))
+        return Drop(NAME, host, host) if host.strip("[]") in domains else None
+    except ValueError:
+        pass
     labels = host.split(".")
     for i in range(len(labels) - 1 if len(labels) > 1 else 1):
         if ".".join(labels[i:]) in domains:
