@@ -103,6 +103,7 @@ def test_hf_source_pins_the_revision_and_fetches_only_the_glob_from_the_local_hu
     m = download.run(params, layout, log=lambda _: None)["web"]
     assert m["revision"] == commit and [f["path"] for f in m["files"]] == ["data/train-00000.parquet",
                                                                              "data/train-00001.parquet"]
+    assert all(f["revision"] == commit for f in m["files"])  # each file says which commit it came from
     got = [t for f in m["files"] for t in pq.read_table(layout.raw_files("web") / f["path"]).column("text").to_pylist()]
     assert got == rows
     for bad, says in [("hf://datasets/org/web@v9/data/*.parquet", "must be in the local Hub cache"),

@@ -40,6 +40,7 @@ from shardline.core.progress import Progress, Sink
 
 Log = Callable[[str], None]
 _GLOB_CHARS = set("*?[")
+FETCH_THREADS = 8  # store objects fetched at once per source: each waits on the network, not a core
 
 
 @dataclass(frozen=True)
@@ -205,27 +206,33 @@ def download_source(source: Source, params: Params, layout: Layout, log: Log = p
     except (BadInput, OSError, ValueError, KeyError, TypeError):
         before = {}
     entries = []
+    fresh = {i.rel: not (files_dir / i.rel).exists() for i in items}
+    # store objects are latency-bound one by one: fetched on threads first (the loop then records them)
+    stored = [i for i in items if i.kind == "object"]
+    fetched = dict(zip((i.rel for i in stored), thread_map(
+        lambda i: _materialise(i, files_dir / i.rel, source, params, log, before.get(i.rel)), stored,
+        workers=FETCH_THREADS))) if len(stored) > 1 else {}
     for item in items:
         dest = files_dir / item.rel
-        fresh = not dest.exists()
-        digest, seen = _materialise(item, dest, source, params, log, before.get(item.rel))
+        digest, seen = fetched.get(item.rel) or _materialise(item, dest, source, params, log, before.get(item.rel))
         if source.sha256 and digest != source.sha256:
             dest.unlink()
             raise ChecksumMismatch(f"{layout.rel(dest)}: sha256 mismatch for {item.origin}: expected "
                                    f"{source.sha256}, got {digest}; fix sources[{source.name}].sha256")
-        if fresh:
+        if fresh[item.rel]:
             chaos.done("download", f"{source.name}/{item.rel}")
             chaos.point("download.file")
         entries.append({"path": item.rel, "bytes": dest.stat().st_size, "sha256": digest, "origin": item.origin,
-                        **{k: v for k, v in item.meta.items() if k != "size"}, **seen, **_decoding(source, dest, digest, before.get(item.rel), log, layout)})
+                        **{k: v for k, v in item.meta.items() if k != "size"}, **seen,
+                        **_decoding(source, dest, digest, before.get(item.rel), log, layout)})
         if progress is not None:
-            progress.advance(entries[-1]["bytes"], skipped=not fresh)
+            progress.advance(entries[-1]["bytes"], skipped=not fresh[item.rel])
     fsio.prune(files_dir, {files_dir / e["path"] for e in entries} | set(files_dir.rglob("*.part"))
                | set(files_dir.rglob("*.part.json")))
-    revisions = sorted({e.pop("revision") for e in entries if "revision" in e})
+    revisions = sorted({e["revision"] for e in entries if "revision" in e})  # each file keeps its own too
     uri = list(source.uri) if isinstance(source.uri, tuple) else source.uri  # as JSON has it
     manifest = {"source": source.name, "uri": uri, "format": source.format,
-                **({"revision": revisions[0]} if revisions else {}),
+                **({"revision": revisions[0]} if len(revisions) == 1 else {}),
                 "files": entries, "bytes": sum(e["bytes"] for e in entries)}
     fsio.write_json(layout.manifest(source.name), manifest)
     log(f"download: {source.name}: {len(entries)} file(s), {manifest['bytes'] / 1e6:.1f} MB")
