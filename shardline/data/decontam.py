@@ -47,7 +47,6 @@ from shardline.data.verdict import Drop
 _U64 = np.uint64
 HASH_VERSION = 1  # bump when ngram_hashes changes: indexes on disk are keyed by it (shardline.data.inputs)
 _P = 0x9E3779B97F4A7C15  # word base: odd, so invertible modulo 2^64
-_P_INV = pow(_P, -1, 1 << 64)
 _Q = 0xC2B2AE3D27D4EB4F  # n-gram base
 _BATCH = 1 << 20  # characters hashed at once: bounds the prefix arrays (8 bytes a character each)
 _SLOTS = 16  # filter bits per n-gram, at least (a power of two in all): 3-6% of misses still get searched
@@ -68,17 +67,18 @@ def _word_table() -> np.ndarray:
     return table
 
 
-def _powers(length: int) -> tuple[np.ndarray, np.ndarray]:
-    """P^i and P^-i for i < length."""
+def _powers(length: int, base: int = _P) -> tuple[np.ndarray, np.ndarray]:
+    """base^i and base^-i for i < length (base odd: invertible modulo 2^64)."""
     out = []
-    for base in (_P, _P_INV):
-        p = np.full(length, base, _U64)
+    for b in (base, pow(base, -1, 1 << 64)):
+        p = np.full(length, b, _U64)
         p[0] = 1
         out.append(np.cumprod(p))  # wraps modulo 2^64, as wanted
     return out[0], out[1]
 
 
-_cached_powers = functools.cache(_powers)  # powers of two up to 2 * _BATCH: 32 MB at most
+# powers of two only, a few sizes: one huge document must not stay pinned in every worker
+_cached_powers = functools.lru_cache(maxsize=16)(_powers)
 
 
 def _fmix(x: np.ndarray) -> np.ndarray:
@@ -122,17 +122,6 @@ def _word_hashes(text: str) -> np.ndarray:
     return _fmix(out)
 
 
-@functools.lru_cache(maxsize=8)  # a few sizes: one huge document must not stay pinned in every worker
-def _q_powers(length: int) -> tuple[np.ndarray, np.ndarray]:
-    """Q^i and Q^-i for i < length (a power of two: few sizes are ever made)."""
-    out = []
-    for base in (_Q, pow(_Q, -1, 1 << 64)):
-        p = np.full(length, base, _U64)
-        p[0] = 1
-        out.append(np.cumprod(p))
-    return out[0], out[1]
-
-
 def ngram_hashes(text: str, n: int) -> np.ndarray:
     if n < 1:
         raise ValueError(f"n must be at least 1, got {n}")
@@ -143,7 +132,7 @@ def ngram_hashes(text: str, n: int) -> np.ndarray:
             return np.empty(0, _U64)
         # g_i = sum_k w[i+k] Q^(n-1-k), from one prefix sum of w_t Q^-t: Q is odd, so Q^-t exists
         # modulo 2^64 and the windows come out exact, in 5 passes instead of 2n
-        pw, inv = _q_powers(1 << (len(w) + n).bit_length())
+        pw, inv = _cached_powers(1 << (len(w) + n).bit_length(), _Q)
         prefix = np.zeros(len(w) + 1, _U64)
         np.cumsum(w * inv[:len(w)], out=prefix[1:])
         return (prefix[n:] - prefix[:m]) * pw[n - 1:n - 1 + m]
