@@ -145,6 +145,39 @@ def _delay(policy: RetryPolicy, streak: int, exc: BaseException, rng: random.Ran
     return max(0.0, base * (1 + rng.uniform(-policy.jitter, policy.jitter)))
 
 
+class Patience:
+    """The retry budget of one file fetched into `part` (module docstring): tries in a row that add
+    no bytes to the part are bounded by `policy.attempts`; a try that adds some resets the count
+    and the backoff. Shared by every fetch that resumes a part (HTTP here, store objects)."""
+
+    def __init__(self, url: str, part: Path, policy: RetryPolicy, rng: random.Random | None,
+                 sleep: Callable[[float], None], say: Callable[[str], None]):
+        self.url, self.part, self.policy, self.sleep, self.say = url, part, policy, sleep, say
+        self.rng = rng or random.Random()
+        self.high, self.streak = _size(part), 0
+
+    def failed(self, tries: int, cause: BaseException) -> None:
+        """Wait before the next try, or raise the transient DownloadError that ends the fetch."""
+        size = _size(self.part)
+        self.high, self.streak = (size, 0) if size > self.high else (self.high, self.streak + 1)
+        if self.streak >= self.policy.attempts:
+            raise DownloadError(
+                f"{self.url}: giving up after {tries} attempts ({self.streak} in a row without progress); "
+                f"last cause: {type(cause).__name__}: {cause}; {self.part} is kept and resumes next run",
+                transient=True) from cause
+        wait = _delay(self.policy, self.streak, cause, self.rng)
+        self.say(f"{self.url}: attempt {tries} failed ({type(cause).__name__}: {cause}); retry in {wait:.2f}s")
+        self.sleep(wait)
+
+
+def promote(part: Path, dest: Path) -> None:
+    """The whole part becomes `dest`, durably (it may come from a killed run whose writes never hit disk)."""
+    with open(part, "rb") as f:
+        os.fsync(f.fileno())
+    os.replace(part, dest)
+    fsio.fsync_dir(dest.parent)
+
+
 def fetch(url: str, dest: Path, *, sha256: str | None = None, policy: RetryPolicy = RetryPolicy(),
           rng: random.Random | None = None, sleep: Callable[[float], None] = time.sleep,
           log: Callable[[str], None] | None = None) -> FetchResult:
@@ -159,9 +192,8 @@ def fetch(url: str, dest: Path, *, sha256: str | None = None, policy: RetryPolic
         say(f"{dest}: sha256 {have} is not {want}; fetching again")
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = dest.with_name(dest.name + ".part")
-    rng = rng or random.Random()
     n = _Counters()
-    high, streak, tries = _size(part), 0, 0
+    patience, tries = Patience(url, part, policy, rng, sleep, say), 0
     with requests.Session() as session:
         while True:
             tries += 1
@@ -169,33 +201,17 @@ def fetch(url: str, dest: Path, *, sha256: str | None = None, policy: RetryPolic
                 _try_once(session, url, part, policy.timeout_s, n, say)
                 break
             except (_Retry, *_NET_ERRORS) as exc:
-                cause = exc
+                patience.failed(tries, exc)
             except requests.RequestException as exc:
                 # Malformed URL, unknown scheme, redirect loop: no retry will fix those.
                 raise DownloadError(f"{url}: {exc}; {_REMEDY}") from exc
-            size = _size(part)
-            if size > high:
-                high, streak = size, 0
-            else:
-                streak += 1
-            if streak >= policy.attempts:
-                raise DownloadError(
-                    f"{url}: giving up after {tries} attempts ({streak} in a row without progress); "
-                    f"last cause: {type(cause).__name__}: {cause}; {part} is kept and resumes next run",
-                    transient=True) from cause
-            wait = _delay(policy, streak, cause, rng)
-            say(f"{url}: attempt {tries} failed ({type(cause).__name__}: {cause}); retry in {wait:.2f}s")
-            sleep(wait)
     have = fsio.sha256_file(part)
     if want is not None and have != want:
         part.unlink()  # a wrong body must not be resumed by the next run
         raise ChecksumMismatch(
             f"{dest}: sha256 mismatch for {url}: expected {want}, got {have}; "
             f"fix this source's sha256 in params.yaml (sources[].sha256) or the server's file")
-    with open(part, "rb") as f:  # the part may come from a killed run whose writes never hit disk
-        os.fsync(f.fileno())
-    os.replace(part, dest)
-    fsio.fsync_dir(dest.parent)
+    promote(part, dest)
     return FetchResult(dest, dest.stat().st_size, have, n.fetched, tries, n.resumed, n.etag)
 
 

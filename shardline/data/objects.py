@@ -114,8 +114,7 @@ def fetch_object(url: str, dest: Path, meta: dict, policy: http.RetryPolicy = ht
         part.unlink()  # bytes of another version of the object: never continued
     fsio.write_json(note, meta)
     fs, path = _fs(url)
-    rng = rng or random.Random()
-    high, streak, tries = (part.stat().st_size if part.exists() else 0), 0, 0
+    patience, tries = http.Patience(url, part, policy, rng, sleep, log), 0
     while True:
         tries += 1
         try:
@@ -145,21 +144,10 @@ def fetch_object(url: str, dest: Path, meta: dict, policy: http.RetryPolicy = ht
             if not _transient(e):
                 raise DownloadError(f"{url}: {type(e).__name__}: {e}; check the URL and the credentials "
                                     "in the environment") from None
-            size = part.stat().st_size if part.exists() else 0
-            high, streak = (size, 0) if size > high else (high, streak + 1)
-            if streak >= policy.attempts:
-                raise DownloadError(f"{url}: giving up after {tries} attempts ({streak} in a row without progress); "
-                                    f"last cause: {type(e).__name__}: {e}; {part} is kept and resumes next run",
-                                    transient=True) from None
-            wait = http._delay(policy, streak, e, rng)
-            log(f"{url}: attempt {tries} failed ({type(e).__name__}: {e}); retry in {wait:.2f}s")
-            sleep(wait)
+            patience.failed(tries, e)
     digest = fsio.sha256_file(part)
-    with open(part, "rb") as f:
-        os.fsync(f.fileno())
-    os.replace(part, dest)
+    http.promote(part, dest)
     note.unlink()
-    fsio.fsync_dir(dest.parent)
     return digest
 
 
