@@ -155,11 +155,12 @@ def baseline(rev: str) -> Path | None:
     return tree
 
 
-def project(path: Path, engine_tree: Path = REPO) -> Path:
+def project(path: Path, engine_tree: Path = REPO, part_mb: float = 64) -> Path:
+    """A fresh project in /tmp whose one source, `web`, is `path` (a file, directory or glob)."""
     root = Path(tempfile.mkdtemp(prefix="shardline-bench-data-"))
     params = yaml.safe_load((engine_tree / "params.yaml").read_text())
     params["sources"] = [{"name": "web", "uri": str(path.resolve()), "format": "jsonl", "text_field": "text"}]
-    params["clean"]["part_mb"], params["mix"] = 64, {"web": 1.0}
+    params["clean"]["part_mb"], params["mix"] = part_mb, {"web": 1.0}
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     return root
 

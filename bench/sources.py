@@ -34,20 +34,10 @@ import time
 from pathlib import Path
 
 import pyarrow as pa
-import yaml
 
 from bench import data as bd
 
 FILES = 8
-
-
-def _project(uri: Path, fmt: str = "jsonl", part_mb: float = 4) -> Path:
-    root = Path(tempfile.mkdtemp(prefix="shardline-bench-sources-"))
-    params = yaml.safe_load((bd.REPO / "params.yaml").read_text())
-    params["sources"] = [{"name": "web", "uri": str(uri), "format": fmt}]
-    params["clean"]["part_mb"], params["mix"] = part_mb, {"web": 1.0}
-    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    return root
 
 
 def _copies(mb: float) -> dict[str, Path]:
@@ -88,7 +78,7 @@ def compressed(mb: float, repeats: int, keep: bool, target) -> None:
     parts = {}
     for i in range(repeats):
         for kind, d in dirs.items():
-            root = _project(d)
+            root = bd.project(d, part_mb=4)
             dl = bd.run_stage(root, "download")
             cl = bd.run_stage(root, "clean")
             walls[kind].append(cl["wall"])
@@ -209,7 +199,7 @@ def many_files(target, keep: bool) -> None:
         for i in range(count):
             (d / f"{i // 1000:02d}").mkdir(exist_ok=True)
             (d / f"{i // 1000:02d}" / f"doc-{i:05d}.jsonl").write_bytes(b"".join(lines[i * per:(i + 1) * per]))
-        root = _project(d)
+        root = bd.project(d, part_mb=4)
         dl, cl = bd.run_stage(root, "download"), bd.run_stage(root, "clean")
         peaks[count] = max(dl["pss"], cl["pss"])  # sampled PSS: wait4's peak RSS starts at this process's size
         print(f"  {count:,} files: download {dl['wall']:.1f} s (peak PSS {dl['pss']:.0f} MiB), clean {cl['wall']:.1f} s "
