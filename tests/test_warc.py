@@ -126,7 +126,7 @@ def test_non_documents_are_skipped_not_bad(tmp_path):
         _response(w, "https://shlex/", _page("shlex").encode())
     out, stats, counts = _read(path)
     assert out == [("https://shlex/", DATE, _expected("shlex"))]
-    assert (stats.records, stats.bad, counts.skipped, counts.empty) == (4, 0, 2, 1)
+    assert (stats.records, stats.bad, stats.skipped, counts.skipped, counts.empty) == (1, 0, 3, 2, 1)
 
 
 def test_a_response_without_http_is_one_bad_record(tmp_path):

@@ -206,15 +206,10 @@ def _parquet(path: Path, rel: str, source: Source, stats: ReadStats, span: Span)
 def _warc(path: Path, rel: str, stats: ReadStats, notes: dict | None) -> Iterator[tuple[str, str]]:
     from shardline.data import warc  # resiliparse: loaded by the sources that need it
 
-    counts = warc.WarcCounts()
-    try:
-        for url, date, text in warc.records(path, stats, rel, counts):
-            if notes is not None:
-                notes.update(url=url, date=date)
-            yield url, text
-    finally:  # what held no document is skipped, not a record: it must not thin out max_bad_fraction
-        stats.records -= counts.skipped + counts.empty
-        stats.skipped += counts.skipped + counts.empty
+    for url, date, text in warc.records(path, stats, rel):
+        if notes is not None:
+            notes.update(url=url, date=date)
+        yield url, text
 
 
 def read(path: Path, rel: str, source: Source, stats: ReadStats, span: Span = Span(*WHOLE),

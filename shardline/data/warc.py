@@ -9,8 +9,8 @@ Contract:
   - url is `WARC-Target-URI`, date `WARC-Date`, both as written (the date ISO 8601).
 - Not documents and not bad: request, metadata, warcinfo, revisit records pass silently; a non-HTML
   response counts in `WarcCounts.skipped`, a record whose text is blank (all navigation) in `.empty`.
-- `stats.records` counts response and conversion records (`shardline.data.readers` then takes
-  away those in `WarcCounts`, which it reports as `skipped`). `stats.reject` is called for a
+- `stats.records` counts the records yielded and the bad ones; those that hold no document
+  (`WarcCounts`: non-HTML, blank) count in `stats.skipped` instead. `stats.reject` is called for a
   response broken on its own (no HTTP status line, an undecodable Content-Encoding), and once
   for a damaged file: the records before the damage are yielded, the reject names the byte
   offset (in the file as stored) of the record the damage is in, `<rel>: byte N`, and reading
@@ -77,7 +77,6 @@ def records(path: str | os.PathLike, stats: ReadStats, rel: str,
         for rec in ArchiveIterator(os.fspath(path), parse_http=False, fsspec_args=False):
             kind, where, expected = rec.record_type, rec.stream_pos, rec.content_length
             document = kind in (WarcRecordType.response, WarcRecordType.conversion)
-            stats.records += document
             # Common Crawl's own payload detection, when there, is cheaper and surer than the
             # server's Content-Type: a PDF or video it names is consumed, never held in memory
             identified = rec.headers.get("WARC-Identified-Payload-Type")
@@ -96,6 +95,7 @@ def records(path: str | os.PathLike, stats: ReadStats, rel: str,
             last = where
             if not wanted:
                 counts.skipped += document
+                stats.skipped += document
                 continue
             url = rec.headers.get("WARC-Target-URI", "")
             date = rec.headers.get("WARC-Date", "")
@@ -106,15 +106,17 @@ def records(path: str | os.PathLike, stats: ReadStats, rel: str,
                 if text is None:
                     continue
             if text.strip():
+                stats.records += 1
                 yield url, date, text
             else:
                 counts.empty += 1
+                stats.skipped += 1
     except OSError as e:  # fastwarc: corrupt gzip data, an unparseable WARC header
         cut = _first_cut(path, last or 0) if gzipped else None
         if cut or last is not None:
             _damaged(stats, rel, *(cut or (last, f"unreadable WARC data after this record ({e})")))
         else:
-            stats.reject(f"{rel}: byte 0", f"not a WARC or WET file ({e}); check the source's format")
+            _bad(stats, f"{rel}: byte 0", f"not a WARC or WET file ({e}); check the source's format")
         return
     # a .gz cut inside a record's WARC header ends the iteration quietly: only the gzip stream knows
     cut = _first_cut(path, last or 0) if gzipped else None
@@ -132,13 +134,14 @@ def _response_text(rec: WarcRecord, block: bytes, stats: ReadStats, where: str, 
         status = rec.http_headers.status_code
         body = rec.reader.read()
     except OSError as e:
-        stats.reject(where, f"undecodable HTTP payload ({e})")
+        _bad(stats, where, f"undecodable HTTP payload ({e})")
         return None
     if status is None:
-        stats.reject(where, "response without an HTTP status line")
+        _bad(stats, where, "response without an HTTP status line")
         return None
     if check_type and _mime(rec.http_content_type or "") not in HTML_TYPES:
         counts.skipped += 1
+        stats.skipped += 1
         return None
     return extract(_html(body, rec.http_charset, stats))
 
@@ -164,8 +167,13 @@ def _html(body: bytes, declared: str | None, stats: ReadStats) -> str:
     return decode(body, stats)
 
 
+def _bad(stats: ReadStats, where: str, why: str) -> None:
+    stats.records += 1  # a broken record is a record (max_bad_fraction's denominator), a skipped one is not
+    stats.reject(where, why)
+
+
 def _damaged(stats: ReadStats, rel: str, offset: int, what: str) -> None:
-    stats.reject(f"{rel}: byte {offset}", f"{what}; the records before it are kept; re-download it")
+    _bad(stats, f"{rel}: byte {offset}", f"{what}; the records before it are kept; re-download it")
 
 
 def _first_cut(path: str | os.PathLike, start: int) -> tuple[int, str] | None:
