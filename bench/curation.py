@@ -109,7 +109,7 @@ def _sample(path: Path, mb: float) -> list[str]:
 
 def versus_datatrove(path: Path) -> dict:
     """Agreement per rule set and the chain's speed, Shardline's and datatrove's (in a child)."""
-    from bench import reference
+    from harness import reference
 
     texts = _sample(path, REFERENCE_MB)
     near = reference.near_thresholds(texts[:8], [t for t in texts if "def " in t][:8])

@@ -37,7 +37,7 @@ from pathlib import Path
 import yaml
 
 from flows.server import OFFLINE, local_server
-from tests.dask_cluster import DaskCluster
+from harness.dask_cluster import DaskCluster
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent

@@ -4,7 +4,7 @@
 
 Builds real shards once through the engine stages (bench.loader.build_shards: the Python stdlib
 plus the shared corpora when present; seq_len 256, ~1 MB shards), starts a moto S3 server on
-127.0.0.1 (tests.s3.moto_s3: real HTTP, dummy credentials from the environment), uploads
+127.0.0.1 (harness.s3.moto_s3: real HTTP, dummy credentials from the environment), uploads
 data/shards to it, then runs, interleaved (each repeat runs every method once, in turn, so
 machine noise hits all alike), a fresh Loader (global batch 64, num_workers 0, verify full) for
 --steps steps from position 0:
@@ -43,7 +43,7 @@ import torch
 
 from bench.loader import BATCH, SEED, build_shards
 from shardline.stream.loader import Loader
-from tests.s3 import moto_s3, upload_dir
+from harness.s3 import moto_s3, upload_dir
 
 BUCKET = "shardline-bench"
 METHODS = ("local", "s3 cold", "s3 warm")

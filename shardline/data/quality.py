@@ -12,7 +12,7 @@ Rules are frozen dataclasses holding only their settings.
 
 The reference is datatrove 0.10.1 with its default English word tokenizer (spaCy's blank English,
 which needs no download): its definitions, comparisons, splits, strips and order, measured side by
-side in tests/test_reference.py and bench.curation. Where it differs (docs/cleaning.md lists each
+side in tests/unit/test_reference.py and bench.curation. Where it differs (docs/cleaning.md lists each
 with an example):
 - an empty text (or, for FineWeb, one of blank lines only) is dropped as `<set>.empty` where
   datatrove drops it without a check; where datatrove divides by zero (a text with no words and

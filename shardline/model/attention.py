@@ -16,7 +16,7 @@ Contract:
   it skips blocks wholly outside every document. Elsewhere SDPA with a boolean mask [B, 1, T, T].
 - Exact, not approximate: a masked key gets weight exactly 0, so a document's outputs are
   bit-identical whatever the other documents of its block hold; against the same document run
-  alone they differ only by the rounding of kernels of another shape (tests/test_attention.py
+  alone they differ only by the rounding of kernels of another shape (tests/unit/test_attention.py
   measures it: ~1e-6 in fp32).
 """
 

@@ -10,7 +10,7 @@ Contract:
   `AutoTokenizer.from_pretrained(OUT)` load it offline.
 - The mapping is exact, not approximate (shardline.model.hf): the same graphs, the same names or
   a fixed transpose. In fp32 on CPU the export's logits in transformers are bit-identical to ours,
-  gpt2 and llama (tests/test_export.py, tests/test_hf.py). transformers runs causal attention:
+  gpt2 and llama (tests/integration/test_export.py, tests/unit/test_hf.py). transformers runs causal attention:
   for a model trained with train.attention document, that holds on any input of one document
   (no EOS or BOS inside), which is what generation from a prompt is.
 - The tokenizer: for text holding no special-token string, the HF tokenizer's ids equal the

@@ -10,7 +10,7 @@ Contract:
   The agent of a node whose rank hangs does not notice the others fail: under SLURM,
   `srun --kill-on-bad-exit=1` ends it.
 - `relaunch_under_torchrun` is the one-node convenience behind train.nproc_per_node. A multi-node
-  job runs one torchrun per node itself (c10d rendezvous; tests/test_distributed.py `nodes` has
+  job runs one torchrun per node itself (c10d rendezvous; tests/integration/test_distributed.py `nodes` has
   the command); LOCAL_RANK is then set and nothing is relaunched.
 - `wrap` applies train.strategy before the optimizer is built: ddp replicates the model and
   all-reduces gradients; fsdp (FSDP2 `fully_shard`, each block and the root) shards parameters,

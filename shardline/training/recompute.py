@@ -10,7 +10,7 @@ the other.
   fraction of a forward (torchtitan's op-level policy).
 Recomputation replays the same kernels on the same inputs, and the RNG state is restored for it
 (dropout draws the same masks), so losses and gradients are bit-identical to mode none on CPU
-(tests/test_recompute.py).
+(tests/integration/test_recompute.py).
 """
 
 from __future__ import annotations

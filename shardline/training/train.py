@@ -7,7 +7,7 @@ Contract:
   step (shardline.training.schedule); the data order of (seed, mix, position); dropout is re-seeded every
   step from (train.seed, step, rank), so a resumed run draws exactly what the killed one would.
   On CPU with train.deterministic, a run killed any number of times ends bit-identical to one
-  never killed (tests/test_train.py).
+  never killed (tests/integration/test_train.py).
 - Resume compares the run's identity (shardline.training.identity: data version, mix, model, loader seed
   and batch geometry, the optimisation settings) with the newest checkpoint's: a change is
   refused, continued (train.allow_data_change, recorded in the lineage, with the parent judged

@@ -17,8 +17,8 @@ import yaml
 
 from shardline.training.evaluate import HeldOut
 from tests.conftest import BIN, init_repo, run, small_params, stdlib_files, write_params
-from tests.hf_models import save_model, sentencepiece_tokenizer
-from tests.test_train import SL
+from harness.hf_models import save_model, sentencepiece_tokenizer
+from tests.integration.test_train import SL
 
 pytestmark = pytest.mark.slow
 transformers = pytest.importorskip("transformers")

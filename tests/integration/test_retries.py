@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from tests.conftest import make_project, run
-from tests.servers import FlakyServer
+from harness.servers import FlakyServer
 
 pytestmark = pytest.mark.slow
 FLOW = "from flows.stages import run_stage; run_stage('download', '.')"

@@ -61,7 +61,7 @@ def _reference(text: str) -> tuple[str, str, int, int]:
 def test_fast_rules_equal_the_regular_expressions_on_real_and_odd_text():
     from pydoc_data import topics
 
-    from .conftest import stdlib_files
+    from tests.conftest import stdlib_files
 
     odd = ["x²y Ⅻ ½ ٣ ५ _ ß ǅ \u00a0\u2003\u3000 \x1c\x1d\x1e\x1f\x85 é e\u0301 中文 😀 \ud800 \U0001d400",
            "a \t\r\n b\r c\t\n\n\n\n\n d \x00\x07\x9f", "", " ", "\n\n\n\n", "\t\n"]

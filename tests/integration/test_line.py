@@ -1,5 +1,5 @@
 """The whole data line through the entry points users type: real dvc, real Prefect, real HTTP.
-Kills of it: tests/test_chaos.py."""
+Kills of it: tests/integration/test_chaos.py."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from tests.conftest import BIN, CORPORA, init_repo, run, small_params, stdlib_files, write_params
-from tests.servers import FlakyServer
+from harness.servers import FlakyServer
 
 pytestmark = pytest.mark.slow
 DVC = str(BIN / "dvc")

@@ -21,7 +21,7 @@ import torch
 
 from shardline.training import checkpoint
 from tests.conftest import BIN, env_for, run
-from tests.test_train import assert_same_state, built, final_state, losses, project  # noqa: F401 (fixture)
+from tests.integration.test_train import assert_same_state, built, final_state, losses, project  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.slow
 SL = str(BIN / "shardline")

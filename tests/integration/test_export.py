@@ -19,7 +19,7 @@ from shardline.model import ModelConfig, build
 from shardline.model.hf import to_hf
 from shardline.results.trained import load_model
 from tests.conftest import env_for, run, stdlib_files
-from tests.test_train import GPT2, SL, built, project  # noqa: F401 (the fixture)
+from tests.integration.test_train import GPT2, SL, built, project  # noqa: F401 (the fixture)
 
 pytestmark = pytest.mark.slow
 transformers = pytest.importorskip("transformers")  # the dev extra; HF_HUB_OFFLINE=1 (conftest): no hub

@@ -11,7 +11,7 @@ import torch
 from shardline.core.config import Train
 from shardline.model import ModelConfig, build
 from shardline.training.network import prepare
-from tests.test_train import built  # noqa: F401 (the fixture)
+from tests.integration.test_train import built  # noqa: F401 (the fixture)
 
 EOS = 0
 COMBOS = [(a, m) for a in ("gpt2", "llama") for m in ("causal", "document")]
@@ -103,7 +103,7 @@ def test_the_trainer_runs_compiled_with_recompute_as_eager(built, tmp_path):  # 
     """Through the real trainer (the shipped llama, document attention): compile + selective recompute
     train to the eager run's losses; dropout off, since inductor draws its masks its own way."""
     from tests.conftest import run
-    from tests.test_train import SL, losses, project
+    from tests.integration.test_train import SL, losses, project
 
     sizes = {"model": {"dropout": 0.0}, "eval": {"every": 0}}
     eager = project(built, tmp_path / "eager", train={"steps": 3, "checkpoint_every": 3}, **sizes)

@@ -19,7 +19,7 @@ from shardline.model import ModelConfig, build, resolve
 from shardline.model.hf import to_hf
 from shardline.model.imported import INDEX, Imported
 from tests.conftest import stdlib_files
-from tests.hf_models import save_model, sentencepiece_tokenizer
+from harness.hf_models import save_model, sentencepiece_tokenizer
 
 transformers = pytest.importorskip("transformers")  # the dev extra; HF_HUB_OFFLINE=1 (conftest): no hub
 # measured 1.0e-7: GPT-2's own gelu_new is transformers' NewGELUActivation, the tanh formula in Python

@@ -20,8 +20,8 @@ from shardline.stream.loader import Loader
 from shardline.core.stores import aws_env
 from shardline.stream.remote import FetchError, Remote, read_indexes
 from tests.conftest import BIN, env_for, init_repo, run, small_params, stdlib_files, write_params
-from tests.s3 import BUCKET, CountingServer, aws, client, s3_env, upload_dir  # noqa: F401 (fixtures)
-from tests.test_loader import ids, make_shards
+from harness.s3 import BUCKET, CountingServer, aws, client, s3_env, upload_dir  # noqa: F401 (fixtures)
+from tests.unit.test_loader import ids, make_shards
 
 DVC = str(BIN / "dvc")
 STEPS = 40  # loader steps of 4 blocks: several epochs of the tiny project's shards

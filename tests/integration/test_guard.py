@@ -15,7 +15,7 @@ from shardline.core import fsio
 from shardline.training import guard
 from shardline.core.config import Train
 from tests.conftest import env_for, run
-from tests.test_train import SL, assert_same_state, built, final_state, project  # noqa: F401 (the fixture)
+from tests.integration.test_train import SL, assert_same_state, built, final_state, project  # noqa: F401 (the fixture)
 
 GUARDS = {"spike_window": 5, "spike_patience": 3, "max_skipped": 2, "max_rollbacks": 2}
 # a spike over batches 16-18 (step 16's checkpoint is saved inside it), a NaN loss and an inf gradient

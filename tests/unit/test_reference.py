@@ -17,11 +17,11 @@ import spacy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bench import reference
+from harness import reference
 from shardline.data import words
-from tests.test_language import UDHR_1, humanize_messages
+from tests.unit.test_language import UDHR_1, humanize_messages
 
-CORPORA = Path(__file__).resolve().parents[2] / "shared" / "corpora"
+CORPORA = Path(__file__).resolve().parents[3] / "shared" / "corpora"
 NLP = spacy.blank("en")
 
 

@@ -15,8 +15,8 @@ import torch
 from shardline.results.trained import load_model
 from shardline.training import checkpoint, sharded
 from tests.conftest import env_for, run
-from tests.test_distributed import SL, batches, close, elastic, rewound
-from tests.test_train import assert_same_state, built, final_state, losses  # noqa: F401 (fixture)
+from tests.integration.test_distributed import SL, batches, close, elastic, rewound
+from tests.integration.test_train import assert_same_state, built, final_state, losses  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.slow
 

@@ -9,7 +9,7 @@ from shardline.core import fsio
 from shardline.data import download
 from shardline.core.errors import BadInput, ChecksumMismatch
 from tests.conftest import make_project
-from tests.servers import FlakyServer
+from harness.servers import FlakyServer
 
 
 def test_local_glob_dir_and_file_uri(tmp_path, code_dir):

@@ -16,8 +16,8 @@ import torch
 from shardline.model import ModelConfig, build
 from shardline.training.evaluate import Blocks, HeldOut, evaluate, token_bytes
 from tests.conftest import make_project, run, stdlib_files
-from tests.hf_models import sentencepiece_tokenizer, wide_tokenizer
-from tests.test_train import SL
+from harness.hf_models import sentencepiece_tokenizer, wide_tokenizer
+from tests.integration.test_train import SL
 
 # by hand: n a ï(2) v e ␠ c a f é(2) = 12; 日本語 (3 x 3) ␠ o k = 12; x ␠ ␠ y ␠ 🙂(4) = 9
 DOCS, HAND = ["naïve café", "日本語 ok", "x  y 🙂"], 12 + 12 + 9

@@ -25,7 +25,7 @@ from shardline.core import fsio
 from shardline.data import tokenizer as T
 from shardline.core.errors import BadInput
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CORPORA = Path(os.environ.get("SHARDLINE_CORPORA") or REPO.parent / "shared" / "corpora")
 PROSE_FILES = ("tinyshakespeare.txt", "wikitext2-valid.txt", "wikitext2-test.txt")
 HAVE_CORPORA = all((CORPORA / f).is_file() for f in PROSE_FILES)

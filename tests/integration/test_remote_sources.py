@@ -1,4 +1,4 @@
-"""Raw sources in an object store: S3 through a real moto_server on 127.0.0.1 (tests/s3.py)."""
+"""Raw sources in an object store: S3 through a real moto_server on 127.0.0.1 (harness/s3.py)."""
 
 import gzip
 import hashlib
@@ -10,7 +10,7 @@ from shardline.core import fsio
 from shardline.core.errors import BadInput, DownloadError
 from shardline.data import download, objects
 from tests.conftest import make_project
-from tests.s3 import BUCKET, aws, client, free_port, s3_env  # noqa: F401 (fixtures)
+from harness.s3 import BUCKET, aws, client, free_port, s3_env  # noqa: F401 (fixtures)
 
 QUIET = dict(log=lambda _: None)
 
@@ -92,7 +92,7 @@ def test_a_dolma_zstd_a_parquet_glob_an_s3_and_a_warc_source_build_shards_togeth
 
     from shardline.data import clean, shard, tokenize
     from tests.conftest import stdlib_files
-    from tests.test_warc import _page
+    from tests.unit.test_warc import _page
 
     texts = [p.read_text() for p in stdlib_files(24)]
     (tmp_path / "dolma").mkdir()

@@ -11,7 +11,7 @@ import pytest
 
 from shardline.core.errors import ChecksumMismatch, DownloadError
 from shardline.data.http import RetryPolicy, fetch
-from tests.servers import FlakyServer
+from harness.servers import FlakyServer
 
 NOSLEEP = dict(sleep=lambda s: None, rng=random.Random(0))
 

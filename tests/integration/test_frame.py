@@ -12,7 +12,7 @@ from shardline.core import fsio, parallel
 from shardline.core.progress import Progress
 from shardline.data import clean, frame
 
-from .conftest import REPO, env_for
+from tests.conftest import REPO, env_for
 
 
 class Tty(io.StringIO):
@@ -79,7 +79,7 @@ def _alive(pid: int) -> bool:
 
 def test_a_kill_in_a_worker_takes_the_stage_and_its_workers_and_a_rerun_redoes_no_part(tmp_path):
     log = tmp_path / "chaos.log"
-    cmd = [sys.executable, "-c", f"from tests.test_frame import run_parts; run_parts({str(tmp_path)!r})"]
+    cmd = [sys.executable, "-c", f"from tests.integration.test_frame import run_parts; run_parts({str(tmp_path)!r})"]
     env = env_for(SHARDLINE_CHAOS="demo.part#3", SHARDLINE_CHAOS_LOG=str(log), SHARDLINE_CHAOS_DONE_LOG=str(log))
     r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == -signal.SIGKILL, r.stderr
@@ -103,7 +103,7 @@ def test_a_kill_in_a_worker_takes_the_stage_and_its_workers_and_a_rerun_redoes_n
 def test_clean_on_worker_processes_writes_the_same_bytes(tmp_path, code_dir, monkeypatch):
     from shardline.data import download
 
-    from .conftest import make_project
+    from tests.conftest import make_project
 
     def build(root, mapper):
         params, layout = make_project(root, [{"name": "code", "uri": str(code_dir), "format": "txt"}])

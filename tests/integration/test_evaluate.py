@@ -13,7 +13,7 @@ import yaml
 
 from shardline.results import report
 from tests.conftest import env_for, run, write_params
-from tests.test_train import SL, built, final_state, losses, project  # noqa: F401 (the fixture)
+from tests.integration.test_train import SL, built, final_state, losses, project  # noqa: F401 (the fixture)
 
 pytestmark = pytest.mark.slow
 EVAL = {"every": 6, "blocks": 24}

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import BIN, env_for, run, small_params, stdlib_files, write_params
-from tests.dask_cluster import DaskCluster
+from harness.dask_cluster import DaskCluster
 
 SL = str(BIN / "shardline")
 PARTED = ("clean", "tokenize", "shard")

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, run, stdlib_files
-from tests.servers import FlakyServer
-from tests.test_orchestration import DVC, SL, Runner, api, deployment_run, make, task_runs
+from harness.servers import FlakyServer
+from tests.integration.test_orchestration import DVC, SL, Runner, api, deployment_run, make, task_runs
 
 pytestmark = pytest.mark.slow
 CRON = "17 4 * * 1"  # not params.yaml's default: the deployment's cron can only come from the project's

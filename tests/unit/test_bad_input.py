@@ -44,7 +44,7 @@ from shardline.data import clean, download, tokenize, shard
 from shardline.training import checkpoint
 from shardline.core.errors import BadInput
 from tests.conftest import make_project, stdlib_files
-from tests.test_shard import fake_tokens
+from tests.unit.test_shard import fake_tokens
 
 
 def test_binary_garbage_is_quarantined_by_rules(tmp_path):

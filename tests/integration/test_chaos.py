@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.chaos import CI_POINTS, run_chaos, small_params
+from harness.chaos import CI_POINTS, run_chaos, small_params
 
 pytestmark = pytest.mark.slow
 
@@ -44,8 +44,8 @@ def test_line_survives_kills_in_every_stage_identically(tmp_path, prefect_server
 def test_a_kill_point_counts_as_a_kill_under_any_login_shell(tmp_path, monkeypatch, shell):
     """dvc runs a stage under $SHELL: dash reports the child's SIGKILL as 'exited with 137'
     (CI, SHELL=/bin/sh), bash as -9. Both are the kill the suite asked for, not a failed resume."""
-    from bench.chaos import attempt, project
-    from bench.chaoscheck import fired
+    from harness.chaos import attempt, project
+    from harness.chaoscheck import fired
 
     if shell:
         monkeypatch.setenv("SHELL", shell)
@@ -64,7 +64,7 @@ def test_outputs_a_failed_dvc_repro_unignored_are_ignored_again(tmp_path):
     that repro fails; the next repro skips those stages. `shardline stage` lists them again."""
     import subprocess
 
-    from bench.chaos import BIN, attempt, env, project
+    from harness.chaos import BIN, attempt, env, project
 
     params = small_params("stdlib")
     params["sources"] = [{"name": "code", "uri": "builtin://python-stdlib", "format": "txt"}]
@@ -78,7 +78,7 @@ def test_outputs_a_failed_dvc_repro_unignored_are_ignored_again(tmp_path):
 
 
 def test_the_redo_check_fails_a_resume_that_redoes_finished_work():
-    from bench.chaoscheck import redone
+    from harness.chaoscheck import redone
 
     steps = lambda a, b: [f"done train step {s} rank 0" for s in range(a, b + 1)]  # noqa: E731
     parts = ["done clean code/part-00000", "done clean code/part-00001"]

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from tests.conftest import BIN, init_repo, run, small_params, stdlib_files, write_params
-from tests.servers import FlakyServer
+from harness.servers import FlakyServer
 
 pytestmark = pytest.mark.slow
 SL, DVC, PREFECT = str(BIN / "shardline"), str(BIN / "dvc"), str(BIN / "prefect")
