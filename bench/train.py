@@ -91,6 +91,7 @@ from pathlib import Path
 import torch
 import yaml
 
+from shardline.context import RunContext
 from shardline.core import config, fsio
 from shardline.training import rng
 from shardline.training import checkpoint, lineage, saving
@@ -155,7 +156,7 @@ def trainer_run(params: config.Params, layout: Layout) -> dict:
         shutil.rmtree(d, ignore_errors=True)
     logs: list[str] = []
     t0 = time.perf_counter()
-    T.run(params, layout, log=logs.append)
+    T.run(params, layout, RunContext(log=logs.append))
     wall = time.perf_counter() - t0
     summary = fsio.read_json(layout.data / "metrics" / "train.json")
     recs = [json.loads(ln) for ln in (layout.data / "metrics" / "train.jsonl").read_text().splitlines() if ln]
@@ -272,7 +273,7 @@ def eval_params(steps: int) -> config.Params:
 def eval_run(params: config.Params, layout: Layout) -> dict:
     for d in (layout.data / "checkpoints", layout.data / "metrics"):
         shutil.rmtree(d, ignore_errors=True)
-    T.run(params, layout, log=lambda _: None)
+    T.run(params, layout, RunContext(log=lambda _: None))
     recs = [json.loads(ln) for ln in (layout.data / "metrics" / "train.jsonl").read_text().splitlines() if ln]
     evals = [r["eval"] for r in recs if r.get("eval")]
     return {"eval_s": statistics.median(e["eval_s"] for e in evals), "n": len(evals),
@@ -744,7 +745,7 @@ def main(argv: list[str] | None = None) -> int:
             short = make_params(k, model=ARCHS[name])
             for d in (layout.data / "checkpoints", layout.data / "metrics"):
                 shutil.rmtree(d, ignore_errors=True)
-            pa = profile(lambda: T.run(short, layout, log=lambda _: None))
+            pa = profile(lambda: T.run(short, layout, RunContext(log=lambda _: None)))
             pb = profile(lambda: bare_run(short, R[name]["gcfg"], R[name]["batches"][:k]))
             print(f"\n[{name}] why (a)/(b) < {TARGET_AB}: cProfile of train.run ({k} steps, setup and final checkpoint "
                   f"included) and of the bare loop ({k} steps), own time by bucket per step:")

@@ -47,7 +47,7 @@ def _stage_flow(name: str):
         extra = {"run_id": str(flow_run.id), "shards_md5": dvcrepo.shards_md5(layout)} if name == "train" else {}
         if name in stages.DATA:
             extra["sink"] = progress_sink(name)
-        return stages.runner(name)(params, layout, log=log, mapper=part_mapper(params, name), **extra)
+        return stages.call(name, params, layout, log=log, mapper=part_mapper(params, name), **extra)
 
     stage_flow.__name__ = f"{name}_flow"
     return stage_flow

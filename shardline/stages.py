@@ -35,4 +35,11 @@ def run(name: str, params, layout, elsewhere: Callable[[], object], **kw):
     orchestrator's stage flow on that runner): the one place that decides where a stage runs."""
     if uses_engine(params, name):
         return elsewhere()
+    return call(name, params, layout, **kw)
+
+
+def call(name: str, params, layout, **kw):
+    if name == "train":
+        from shardline.context import RunContext
+        return runner(name)(params, layout, RunContext(**{k: v for k, v in kw.items() if k != "mapper"}))
     return runner(name)(params, layout, **kw)

@@ -185,8 +185,7 @@ def _by_name(osd: dict, model: torch.nn.Module, opt: torch.optim.Optimizer) -> d
             "param_groups": [{**g, "params": [names[i] for i in g["params"]]} for g in osd["param_groups"]]}
 
 
-def relaunch_under_torchrun(params: Params, layout: Layout, log: Log, run_id: str | None = None,
-                            shards_md5: str | None = None) -> dict:
+def relaunch_under_torchrun(params: Params, layout: Layout, ctx) -> dict:
     """Run the train stage as train.nproc_per_node processes on this machine and wait for them;
     they get what the orchestrator handed this process (its run id, its md5 of the shards)."""
     n = params.train.nproc_per_node
@@ -195,8 +194,9 @@ def relaunch_under_torchrun(params: Params, layout: Layout, log: Log, run_id: st
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}",
            "--max-restarts=0", "--no-python", str(Path(sys.executable).with_name("shardline")),
            "--root", str(layout.root), "stage", "train"]
-    cmd += [*(["--run-id", run_id] if run_id else []), *(["--shards-md5", shards_md5] if shards_md5 else [])]
-    log(f"train: launching {n} processes: {' '.join(cmd)}")
+    cmd += [*(["--run-id", ctx.run_id] if ctx.run_id else []),
+            *(["--shards-md5", ctx.shards_md5] if ctx.shards_md5 else [])]
+    ctx.log(f"train: launching {n} processes: {' '.join(cmd)}")
     if subprocess.run(cmd).returncode:
         raise ShardlineError(f"train: torchrun with {n} processes failed (see the rank logs above)")
     return {"nproc": n}

@@ -42,6 +42,7 @@ Contract:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import hashlib
 import math
@@ -53,6 +54,7 @@ from typing import Callable
 
 import torch
 
+from shardline.context import RunContext
 from shardline.core import chaos, fsio
 from shardline.training import rng
 from shardline.training import checkpoint, guard, identity, lineage
@@ -93,44 +95,40 @@ def autocast_for(cfg: Train, device: torch.device):
     return torch.autocast(device.type, dtype=torch.bfloat16 if cfg.precision == "bf16" else torch.float16)
 
 
-def run(params: Params, layout: Layout, log: Log = print, mapper=None, run_id: str | None = None,
-        on_step: Callable[[int, int], None] | None = None, new_run: bool = False,
-        recoverable: Callable[[Path], bool] | None = None, recorded: bool = False,
-        shards_md5: str | None = None) -> dict:
-    """Train to this data version's start + train.steps. `on_step(step, target)` reports progress.
-    `new_run`: the orchestrator starts a new experiment, so a changed identity trains a fresh model
-    (as train.fresh_on_data_change does) instead of being refused; `recoverable(checkpoint_dir)`
-    says whether a checkpoint is kept elsewhere (then it is removed, not archived, to make room).
-    Every checkpoint saved is also hard-linked under .shardline/kept/ until something records
-    it: `recorded` says the orchestrator records data/checkpoints as this run ends (DVC's commit),
-    so the links are dropped at a successful end; `recoverable` prunes them at the next start."""
+def run(params: Params, layout: Layout, ctx: RunContext = RunContext()) -> dict:
+    """Train to this data version's start + train.steps, with what the orchestrator knows in `ctx`
+    (shardline.context): `on_step(step, target)` reports progress; `new_run`: the orchestrator
+    starts a new experiment, so a changed identity trains a fresh model (as
+    train.fresh_on_data_change does) instead of being refused; `recoverable(checkpoint_dir)` says
+    whether a checkpoint is kept elsewhere (then it is removed, not archived, to make room). Every
+    checkpoint saved is also hard-linked under .shardline/kept/ until something records it:
+    `recorded` says the orchestrator records data/checkpoints as this run ends (DVC's commit), so
+    the links are dropped at a successful end; `recoverable` prunes them at the next start."""
     cfg = params.train
     if cfg.nproc_per_node > 1 and "LOCAL_RANK" not in os.environ:
-        return relaunch_under_torchrun(params, layout, log, run_id, shards_md5)
+        return relaunch_under_torchrun(params, layout, ctx)
     if cfg.deterministic:
         torch.use_deterministic_algorithms(True)
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     device = device_for(cfg)
-    dist = Dist(cfg, device, log)
+    dist = Dist(cfg, device, ctx.log)
+    ctx = ctx if dist.rank == 0 else ctx.quiet()
     rolled_back = False
     while True:
         try:
-            summary = _train(params, layout, log if dist.rank == 0 else (lambda _: None), device, dist, run_id,
-                             on_step if dist.rank == 0 else None, new_run, recoverable, recorded, rolled_back,
-                             shards_md5)
+            summary = _train(params, layout, ctx, device, dist, rolled_back)
             break
         except RolledBack:  # the ledger holds it: start again exactly as a resume after a kill would
-            rolled_back, new_run = True, False
+            rolled_back, ctx = True, dataclasses.replace(ctx, new_run=False)
     dist.close()  # not on an exception: see Dist.close
     return summary
 
 
-def _train(params: Params, layout: Layout, log: Log, device: torch.device, dist: Dist, run_id: str | None,
-           on_step: Callable[[int, int], None] | None, new_run: bool, recoverable, recorded: bool,
-           rolled_back: bool, shards_md5: str | None = None) -> dict:
-    cfg = params.train
+def _train(params: Params, layout: Layout, ctx: RunContext, device: torch.device, dist: Dist,
+           rolled_back: bool) -> dict:
+    cfg, log, new_run, recoverable = params.train, ctx.log, ctx.new_run, ctx.recoverable
     ckpts, metrics = layout.checkpoints, layout.train_log
     loader = Loader.from_params(params, layout, rank=dist.rank, world=dist.world, log=log)
     network = Network.for_run(params, layout, loader.seq_len, share=dist.share, rank=dist.rank)
@@ -208,7 +206,7 @@ def _train(params: Params, layout: Layout, log: Log, device: torch.device, dist:
         checkpoint.keep(path, kept)
         retain(before)
 
-    lin = lineage.collect(params, layout, loader.version, parent=pos.parent, run_id=run_id, shards_md5=shards_md5,
+    lin = lineage.collect(params, layout, loader.version, parent=pos.parent, run_id=ctx.run_id, shards_md5=ctx.shards_md5,
                           data_change=pos.changed, continued_from=pos.continued_from, rollbacks=ledger,
                           model=network.section, init=init if latest is None else pos.init)
     if dist.rank == 0:
@@ -288,8 +286,8 @@ def _train(params: Params, layout: Layout, log: Log, device: torch.device, dist:
                      compute_s=dt - wait, step_s=dt, extra=extra)
         chaos.done("train", f"step {step} rank {dist.rank}")
         chaos.point("train.step", f"{step}:rank{dist.rank}")  # e.g. train.step@3:rank1 kills one rank
-        if on_step:
-            on_step(step, target)
+        if ctx.on_step:
+            ctx.on_step(step, target)
         if step % cfg.checkpoint_every == 0 or step == target:
             def rank0() -> tuple[dict, dict]:
                 return ({"scaler.pt": scaler.state_dict(), "rng.pt": rng.capture()},
@@ -311,7 +309,7 @@ def _train(params: Params, layout: Layout, log: Log, device: torch.device, dist:
     saver.wait()  # the last checkpoint is on disk before the stage reports success
     if dist.rank == 0:  # a run killed inside its last retention, resumed with nothing to train, finishes it here
         retain(guards.run[0]["step"] if guards.run else None)
-    if recorded and dist.rank == 0 and kept.exists():
+    if ctx.recorded and dist.rank == 0 and kept.exists():
         shutil.rmtree(kept)  # the orchestrator records data/checkpoints now: the links are not needed
     dist.barrier()
     monitor.close()
