@@ -145,6 +145,21 @@ def index_of(folder: str | Path) -> Path:
     return Path(folder) / INDEX
 
 
+def shard_name(i: int) -> str:
+    """The file name of a side's i-th shard (data/shards/<source>/[val/]): shard-00000.bin, ..."""
+    return f"shard-{i:05d}.bin"
+
+
+def staged_of(shard: str | Path) -> Path:
+    """Where the shard stage stages a shard's new bytes, durable, until every shard switches at once."""
+    return Path(shard).with_name(Path(shard).name + ".next")
+
+
+def cached_shard(cache_dir: str | Path, sha256: str) -> Path:
+    """A streamed shard in loader.cache_dir, named by its content: <sha256>.bin."""
+    return Path(cache_dir) / f"{sha256}.bin"
+
+
 def clean_split_of(part: str | Path) -> Path:
     """The clean stage's split.json for one of its parts (data/clean/<source>/part-N.parquet): a
     reader that holds only a part's path finds the finished stage's marker this way."""
