@@ -114,7 +114,7 @@ def test_the_readmes_web_and_code_params_are_valid():
     from shardline.core import config
     from tests.conftest import REPO
 
-    table = (REPO / "README.md").read_text().split("<table>", 1)[1].split("</table>", 1)[0]
+    table = (REPO / "docs" / "data.md").read_text().split("<table>", 1)[1].split("</table>", 1)[0]
     blocks = [yaml.safe_load(b) for b in re.findall(r"```yaml\n(.*?)```", table, re.S)]
     assert len(blocks) == 2
     web, code = (config.parse(b, "README") for b in blocks)
