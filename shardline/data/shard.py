@@ -1,11 +1,10 @@
 """shard stage: token parts -> data/shards/<source>/shard-NNNNN.bin + index.json.
 
-Shard format: a flat array of fixed-length blocks of `seq_len + 1` token ids, no
-header; uint16 when the vocabulary fits (<= 65535 ids), else uint32, little-endian. Block i of a
-shard starts at byte `i * (seq_len + 1) * itemsize`, so a reader needs no index to seek.
-A source's token stream (parts in order, EOS after every document) is cut into consecutive
-blocks; the tail shorter than one block is dropped (and counted). Blocks are spread over
-`round(bytes / target_mb)` shards of equal count, the first `N % S` shards holding one more.
+The format of shards and of index.json (and how shards are verified) is
+shardline.core.shardformat's. A source's token stream (parts in order, EOS after every document)
+is cut into consecutive blocks; the tail shorter than one block is dropped (and counted). Blocks
+are spread over `round(bytes / target_mb)` shards of equal count, the first `N % S` shards
+holding one more.
 
 index.json (written last) lists, per shard, file, blocks, bytes and sha256, plus dtype,
 seq_len, tokenizer hash and totals: it is what the loader verifies shards against.
@@ -31,17 +30,15 @@ from typing import Callable
 
 import numpy as np
 
-from shardline.core import chaos, fsio
+from shardline.core import chaos, fsio, shardformat
 from shardline.core.config import Params, Source
 from shardline.core.errors import BadInput, ShardCorrupt
-from shardline.core.layout import Layout, index_of, side_dir
+from shardline.core.layout import Layout, shard_name, side_dir, staged_of
 from shardline.data import frame
-from shardline.data.tokenize import DTYPES
 from shardline.core.parallel import Mapper, thread_map
 from shardline.core.progress import Progress, Sink
 
 Log = Callable[[str], None]
-STAGED = ".next"  # a new shard's bytes, durable, waiting for the switch
 
 
 class TokenStream:
@@ -88,7 +85,7 @@ def _holds(path: Path, data: bytes, digest: str) -> bool:
 
 def _pack(tok_index: dict, tok_dir: Path, out_dir: Path, params: Params) -> tuple[dict, int, set[Path]]:
     """One token stream into shards under `out_dir`: (index, shard files written, files kept)."""
-    dtype = DTYPES[tok_index["dtype"]]
+    dtype = shardformat.DTYPES[tok_index["dtype"]]
     stream = TokenStream([tok_dir / p["file"] for p in tok_index["parts"]], dtype)
     block = params.shard.seq_len + 1
     blocks = len(stream) // block
@@ -97,9 +94,9 @@ def _pack(tok_index: dict, tok_dir: Path, out_dir: Path, params: Params) -> tupl
     for i, count in enumerate(shard_counts(blocks, block * dtype.itemsize, params.shard.target_mb)):
         data = stream.read(first * block, count * block).tobytes()
         digest = fsio.sha256_bytes(data)
-        path = out_dir / f"shard-{i:05d}.bin"
+        path = out_dir / shard_name(i)
         if not _holds(path, data, digest):
-            nxt = path.with_name(path.name + STAGED)
+            nxt = staged_of(path)  # a new shard's bytes, durable, waiting for the switch
             if not _holds(nxt, data, digest):  # a killed run's staged shard with these bytes is kept
                 fsio.write_bytes(nxt, data, point="shard.write")
                 written += 1
@@ -109,17 +106,12 @@ def _pack(tok_index: dict, tok_dir: Path, out_dir: Path, params: Params) -> tupl
         shards.append({"file": path.name, "blocks": count, "bytes": len(data), "sha256": digest})
         first += count
     if staged:  # every new byte is durable: only renames are left, which need no space
-        index_of(out_dir).unlink(missing_ok=True)  # from here no index vouches for old and new mixed
-        fsio.fsync_dir(out_dir)
+        shardformat.remove_index(out_dir)  # from here no index vouches for old and new mixed
         for nxt, path in staged:
             os.replace(nxt, path)
         fsio.fsync_dir(out_dir)
-    index = {"source": tok_index["source"], "side": tok_index["side"], "dtype": tok_index["dtype"],
-             "seq_len": params.shard.seq_len, "block_tokens": block, "tokenizer_sha256": tok_index["tokenizer_sha256"],
-             "eos_id": tok_index["eos_id"], "docs": tok_index["docs"], "shards": shards, "total_blocks": blocks,
-             "total_tokens": blocks * block, "tail_tokens_dropped": len(stream) - blocks * block}
-    fsio.write_json(index_of(out_dir), index)
-    return index, written, {out_dir / s["file"] for s in shards} | {index_of(out_dir)}
+    index = shardformat.shard_index(tok_index, params.shard.seq_len, shards, len(stream))
+    return index, written, {out_dir / s["file"] for s in shards} | {shardformat.write_index(out_dir, index)}
 
 
 def shard_source(source: Source, params: Params, layout: Layout) -> tuple[dict, int]:
@@ -141,11 +133,8 @@ def shard_source(source: Source, params: Params, layout: Layout) -> tuple[dict, 
 
 
 def _token_index(tok_dir: Path, layout: Layout) -> dict:
-    try:
-        return fsio.read_json(index_of(tok_dir))
-    except FileNotFoundError:
-        raise BadInput(f"{layout.rel(tok_dir / 'index.json')}: missing: the tokenize stage did not finish (it was "
-                       "killed or the disk filled while it rewrote the parts); re-run 'dvc repro tokenize'") from None
+    return shardformat.read_index(tok_dir, ": the tokenize stage did not finish (it was killed or the disk filled "
+                                  "while it rewrote the parts); re-run 'dvc repro tokenize'", show=layout.rel)
 
 
 def run(params: Params, layout: Layout, log: Log = print, mapper: Mapper = thread_map,
@@ -164,23 +153,3 @@ def run(params: Params, layout: Layout, log: Log = print, mapper: Mapper = threa
             f"{n - written} already in place)")
     return {name: ix for name, (ix, _) in done.items()}
 
-
-def verify_shard(shard_dir: Path, entry: dict, mode: str = "full") -> None:
-    """Check one shard against its index.json entry; raise ShardCorrupt naming file and remedy."""
-    path = Path(shard_dir) / entry["file"]
-    remedy = "re-run 'dvc repro shard' or restore it with 'dvc checkout data/shards'"
-    size = path.stat().st_size if path.exists() else -1
-    if size != entry["bytes"]:
-        raise ShardCorrupt(f"{path}: size {size} != {entry['bytes']} in index.json (truncated or missing); {remedy}")
-    if mode == "full":
-        got = fsio.sha256_file(path)
-        if got != entry["sha256"]:
-            raise ShardCorrupt(f"{path}: sha256 mismatch (expected {entry['sha256'][:12]}…, got {got[:12]}…); {remedy}")
-
-
-def verify(shard_dir: Path, mode: str = "full") -> dict:
-    """Check every shard of a source against its index.json; raise ShardCorrupt on the first bad one."""
-    index = fsio.read_json(index_of(shard_dir))
-    for entry in index["shards"]:
-        verify_shard(shard_dir, entry, mode)
-    return index

@@ -14,9 +14,9 @@ Contract:
   `.json` {key, files, stats: tokens, docs, sha256} is written last, so a token part is done
   iff its marker holds the current key. key = hash(the clean part's key and selection for that
   side, tokenizer sha256). Parts are encoded on threads (the encoders release the GIL). The
-  token file format (`DTYPES`) is defined here, where tokens are made. `index.json` per side (`<source>/` and `<source>/val/`) lists them: it
-  is removed before any part of its source is rewritten and written last, so an index never
-  vouches for a mix of two runs' parts.
+  token file format and index are shardline.core.shardformat's. `index.json` per side
+  (`<source>/` and `<source>/val/`) lists them: it is removed before any part of its source is
+  rewritten and written last, so an index never vouches for a mix of two runs' parts.
 - The encoder is the fastest backend proven id-identical on a probe of this data; the choice
   and its reason go in `data/tokens/<source>/index.json` but never change a single id.
 
@@ -33,24 +33,17 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from shardline.core import fsio
+from shardline.core import fsio, shardformat
 from shardline.data import clean, frame, tokenizer
 from shardline.core.config import Params
 from shardline.core.errors import BadInput
-from shardline.core.layout import SIDES, Layout, index_of, side_dir
+from shardline.core.layout import SIDES, Layout, side_dir
 from shardline.core.parallel import Mapper, thread_map
 from shardline.core.progress import Sink
 
 Log = Callable[[str], None]
-# The token file format: a flat array of ids, EOS after each document, little-endian; uint16 when
-# the vocabulary fits, else uint32. Shards keep the dtype; the loader reads it from their index.
-DTYPES = {"uint16": np.dtype("<u2"), "uint32": np.dtype("<u4")}
 PROBE_DOCS = 256
 PROBE_CHARS = 4096  # per probe doc: the proof covers every source's text, not whole files (HF is the slow side)
-
-
-def dtype_for(vocab_size: int) -> str:
-    return "uint16" if vocab_size <= 65535 else "uint32"
 
 
 @dataclass(frozen=True)
@@ -132,7 +125,7 @@ def prepare_tokenizer(params: Params, layout: Layout, parts: dict[str, list[Path
     sha = tokenizer.save(tok, out)
     vocab = tok.get_vocab_size()
     meta = {"key": key, "sha256": sha, "vocab_size": vocab, "eos_token": cfg.eos_token, "eos_id": ids["eos_token"],
-            "bos_token": cfg.bos_token, "bos_id": ids["bos_token"], "dtype": dtype_for(vocab),
+            "bos_token": cfg.bos_token, "bos_id": ids["bos_token"], "dtype": shardformat.dtype_for(vocab),
             "source": str(given) if given else "trained", "given_sha256": basis if given else None}
     fsio.write_json(meta_path, meta)
     log(f"tokenize: tokenizer {'loaded' if given else 'trained'}: vocab {vocab}, sha256 {sha[:12]}")
@@ -156,10 +149,8 @@ def _unindex(d: Path) -> None:
     """Remove a source's token indexes, durably, before any of its parts is rewritten: a stage
     that then fails (killed, a full disk) leaves no index over a mix of old and new parts, or
     over old ids from another tokenizer, and the shard stage refuses the source by name."""
-    for where in (side_dir(d, side) for side in SIDES):
-        if index_of(where).exists():
-            index_of(where).unlink()
-            fsio.fsync_dir(where)
+    for side in SIDES:
+        shardformat.remove_index(side_dir(d, side))
 
 
 @dataclass(frozen=True)
@@ -194,7 +185,7 @@ def encode_part(part: frame.Part) -> tuple[list[Path], dict]:
     """One side of one clean part: its token file and tallies (the frame skips a part already done)."""
     w: Work = part.work
     encoder = encoder_for(w.recipe)
-    dtype = DTYPES[w.dtype]
+    dtype = shardformat.DTYPES[w.dtype]
     eos = np.array([w.eos], dtype=np.uint32)
     bos = () if w.bos is None else (np.array([w.bos], dtype=np.uint32),)
     docs = tokens = 0
@@ -267,14 +258,10 @@ def run(params: Params, layout: Layout, log: Log = print, mapper: Mapper = threa
             mine = [(Path(j.work.out), m) for j, m in zip(jobs, markers)
                     if j.work.source == name and j.work.side == side]
             entries = [{"file": out.name, "bytes": m["files"][out.name], **m["stats"]} for out, m in mine]
-            index = {"source": name, "side": side, "dtype": tmeta["dtype"], "tokenizer_sha256": tmeta["sha256"],
-                     "eos_id": tmeta["eos_id"], **({"bos_id": tmeta["bos_id"]} if tmeta.get("bos_id") is not None else {}),
-                     "encoder": encoder.backend, "encoder_reason": encoder.reason,
-                     "parts": entries, "tokens": sum(e["tokens"] for e in entries),
-                     "docs": sum(e["docs"] for e in entries)}
+            index = shardformat.token_index(name, side, tmeta, encoder.backend, encoder.reason, entries)
             where = layout.tokens_of(name, side)
-            keep |= {out for out, _ in mine} | {out.with_suffix(".json") for out, _ in mine} | {index_of(where)}
-            fsio.write_json(index_of(where), index)
+            keep |= {out for out, _ in mine} | {out.with_suffix(".json") for out, _ in mine}
+            keep.add(shardformat.write_index(where, index))
             indexes.setdefault(name, {})[side] = index
         frame.sweep(d, keep)
     fsio.prune_dirs(layout.tokens, set(parts))

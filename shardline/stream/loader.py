@@ -33,15 +33,13 @@ from typing import Callable, Iterator, Mapping, Sequence
 import numpy as np
 import torch
 
-from shardline.core import fsio
-from shardline.core.layout import Layout, index_of
+from shardline.core import fsio, shardformat
+from shardline.core.layout import Layout
 from shardline.core.errors import BadInput, ShardlineError
 from shardline.stream.mixing import Schedule
 from shardline.stream.permute import Permutation, key_for
 from shardline.stream.remote import Remote, read_indexes
 from shardline.stream.shardcache import Fetcher
-from shardline.data.shard import verify_shard
-from shardline.data.tokenize import DTYPES
 
 
 CHUNK_POSITIONS = 32768  # global positions whose order is computed in one vectorised call (786 KB)
@@ -60,8 +58,8 @@ class Source:
     starts: np.ndarray = field(init=False)
 
     def __post_init__(self) -> None:
-        self.counts = np.array([s["blocks"] for s in self.index["shards"]], dtype=np.int64)
-        self.starts = np.concatenate([[0], np.cumsum(self.counts)])
+        self.starts = shardformat.block_starts(self.index)
+        self.counts = np.diff(self.starts)
 
     @property
     def blocks(self) -> int:
@@ -69,18 +67,13 @@ class Source:
 
 
 def open_sources(shards_dir: str | Path, names: Sequence[str], remote: Remote | None = None) -> list[Source]:
-    if remote is not None:  # the index files come from the store; shards are fetched when first needed
-        out = [Source(n, Path(remote.cache_dir), ix) for n, ix in zip(names, read_indexes(remote, names))]
-    else:
-        paths = [index_of(Path(shards_dir) / name) for name in names]
-        for path in paths:
-            if not path.exists():
-                raise BadInput(f"{path}: missing; build shards first ('dvc repro shard')")
-        out = [Source(name, p.parent, fsio.read_json(p)) for name, p in zip(names, paths)]
-    geometry = {(s.index["seq_len"], s.index["dtype"], s.index["tokenizer_sha256"]) for s in out}
-    if len(geometry) != 1:
-        raise BadInput(f"{shards_dir}: sources disagree on seq_len/dtype/tokenizer ({geometry}); re-run 'dvc repro'")
-    return out
+    """The sources, by their indexes (from the store when streaming: shards are fetched when first
+    needed); BadInput unless they share one geometry."""
+    indexes = read_indexes(shards_dir, names, remote, "; build shards first ('dvc repro shard')")
+    shardformat.geometry(indexes, shards_dir, "sources", "re-run 'dvc repro'")
+    if remote is not None:
+        return [Source(n, Path(remote.cache_dir), ix) for n, ix in zip(names, indexes)]
+    return [Source(n, Path(shards_dir) / n, ix) for n, ix in zip(names, indexes)]
 
 
 def data_version(sources: Sequence[Source]) -> str:
@@ -144,8 +137,8 @@ class Reader:
         self.sources = open_sources(spec.shards_dir, spec.sources, spec.remote)
         self.fetcher: Fetcher | None = None  # made at first use: a reader that never reads fetches nothing
         self.order = Order(self.sources, dict(spec.mix), spec.seed)
-        ix = self.sources[0].index
-        self.width, self.dtype = ix["seq_len"] + 1, DTYPES[ix["dtype"]]
+        shape = shardformat.Geometry.of(self.sources[0].index)  # every source's: open_sources checked
+        self.width, self.dtype = shape.width, shape.np_dtype
         self.maps: dict[tuple[int, int], np.memmap] = {}
         self.chunk: tuple[int, np.ndarray] | None = None  # (first position, ids): order computed ahead
         self.chunk_steps = 1  # doubles up to CHUNK_POSITIONS: a resume's first batch stays cheap
@@ -163,9 +156,8 @@ class Reader:
         if mm is None:
             source = self.sources[s]
             entry = source.index["shards"][shard]
-            verify_shard(source.dir, entry, self.spec.verify)
-            mm = np.memmap(source.dir / entry["file"], dtype=self.dtype, mode="r").reshape(-1, self.width)
-            mm = self.maps[(s, shard)] = mm.view(np.ndarray)  # plain indexing, no memmap subclass overhead
+            shardformat.verify_shard(source.dir, entry, self.spec.verify)
+            mm = self.maps[(s, shard)] = shardformat.blocks(source.dir / entry["file"], self.dtype, self.width)
         return mm
 
     def read(self, ids: np.ndarray) -> np.ndarray:

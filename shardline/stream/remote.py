@@ -8,16 +8,19 @@ Contract:
 - Credentials and endpoint come from the environment only (`shardline.core.stores`). No Prefect,
   no DVC.
 - Errors name the URL and say what to do (FetchError; transient ones may be retried).
+- `read_indexes` is how every reader (the loader, eval) opens shard indexes, from the store or
+  from disk; their format is shardline.core.shardformat's.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from shardline.core import shardformat
 from shardline.core.errors import DownloadError, is_transient
+from shardline.core.layout import INDEX, index_of
 from shardline.core.stores import filesystem
 
 
@@ -43,14 +46,20 @@ class Remote:
     prefetch: int = 2
 
 
-def read_indexes(remote: Remote, names: Sequence[str]) -> list[dict]:
+def read_indexes(shards_dir: str | Path, names: Sequence[str], remote: Remote | None = None,
+                 missing: str = "") -> list[dict]:
+    """The index of each of `names` (folders under `shards_dir`, or under `remote.uri` when the
+    shards stream). A local one that is not there is BadInput "<path>: missing<missing>"; a
+    store's is FetchError naming its URL."""
+    if remote is None:
+        return [shardformat.read_index(Path(shards_dir) / name, missing) for name in names]
     fs, root = filesystem(remote.uri)
     out = []
     for name in names:
         try:
-            out.append(json.loads(fs.cat_file(f"{root}/{name}/index.json")))
+            out.append(shardformat.parse_index(fs.cat_file(f"{root}/{name}/{INDEX}")))
         except Exception as e:
-            raise fetch_failed(f"{remote.uri.rstrip('/')}/{name}/index.json", e) from e
+            raise fetch_failed(f"{remote.uri.rstrip('/')}/{name}/{INDEX}", e) from e
     return out
 
 
@@ -59,13 +68,11 @@ def upload_shards(shards_dir: str | Path, uri: str, names: Sequence[str], log=pr
     index.json last, so a reader never finds an index naming shards that are not there yet; a
     shard already stored with the same size is not sent again (its sha256 is checked on every
     fetch anyway). Returns how many files were sent."""
-    from shardline.data.shard import verify
-
     fs, root = filesystem(uri)
     sent = 0
     for name in names:
         local = Path(shards_dir, name)
-        index = verify(local)  # never publish a shard that does not match its own index
+        index = shardformat.verify(local)  # never publish a shard that does not match its own index
         for entry in index["shards"]:
             target = f"{root}/{name}/{entry['file']}"
             try:
@@ -76,8 +83,8 @@ def upload_shards(shards_dir: str | Path, uri: str, names: Sequence[str], log=pr
                 raise fetch_failed(target, e) from e
             sent += 1
         try:
-            fs.put_file(str(local / "index.json"), f"{root}/{name}/index.json")
+            fs.put_file(str(index_of(local)), f"{root}/{name}/{INDEX}")
         except Exception as e:
-            raise fetch_failed(f"{root}/{name}/index.json", e) from e
+            raise fetch_failed(f"{root}/{name}/{INDEX}", e) from e
         log(f"push-shards: {name}: {len(index['shards'])} shard(s) at {uri.rstrip('/')}/{name}")
     return sent + len(names)

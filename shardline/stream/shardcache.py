@@ -32,8 +32,9 @@ from pathlib import Path
 
 import numpy as np
 
-from shardline.core import fsio
+from shardline.core import fsio, shardformat
 from shardline.core.errors import ShardCorrupt, is_transient
+from shardline.core.layout import cached_shard
 from shardline.stream.remote import FetchError, Remote, fetch_failed, filesystem
 
 CHUNK = 8 << 20       # bytes per read while a shard streams in: few requests, bounded memory
@@ -88,14 +89,14 @@ class Fetcher:
             with contextlib.suppress(FileNotFoundError):  # another process's rename or eviction came first
                 if fsio.TMP_MARK in p.name and not _alive(p.name.rsplit(fsio.TMP_MARK, 1)[1].split("-")[0]):
                     p.unlink()
-                elif p.suffix == ".bin" and len(p.stem) == 64:
+                elif len(p.stem) == 64 and p == cached_shard(self.dir, p.stem):
                     found.append((p.stat().st_mtime, p.stem, p.stat().st_size))
         for _, sha, size in sorted(found):
             self.lru[sha] = size
             self.used += size
 
     def _path(self, sha: str) -> Path:
-        return self.dir / f"{sha}.bin"
+        return cached_shard(self.dir, sha)
 
     def _shas(self, step: int, keys_at: Callable[[int], Iterable[int]]) -> list[str]:
         if step not in self.plan:
@@ -150,8 +151,7 @@ class Fetcher:
                 if self.closed:
                     raise FetchError(f"{self.remote.uri}: the shard fetcher was closed while a read waited")
                 try:  # under the lock: the fetch thread cannot evict in between
-                    self.arrays[sha] = np.memmap(self._path(sha), dtype=self.dtype, mode="r").reshape(
-                        -1, self.width).view(np.ndarray)
+                    self.arrays[sha] = shardformat.blocks(self._path(sha), self.dtype, self.width)
                 except FileNotFoundError:  # another process evicted it after it arrived: fetch it again
                     self._drop(sha)
             self.unread.discard(sha)

@@ -33,12 +33,9 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from shardline.core import chaos, fsio
+from shardline.core import chaos, fsio, shardformat
 from shardline.core.errors import BadInput, ShardCorrupt
-from shardline.core.layout import index_of
 from shardline.stream.remote import Remote, fetch_failed, filesystem, read_indexes
-from shardline.data.shard import verify_shard
-from shardline.data.tokenize import DTYPES
 
 
 @dataclass
@@ -123,25 +120,14 @@ class HeldOut:
              remote: Remote | None = None, boundaries: Sequence[int] = ()) -> "HeldOut":
         """`boundaries`: the EOS and BOS ids (a token after one starts a document)."""
         val = [f"{n}/val" for n in names]
-        if remote is not None:
-            indexes = read_indexes(remote, val)
-        else:
-            paths = [index_of(Path(shards_dir) / v) for v in val]
-            for p in paths:
-                if not p.exists():
-                    raise BadInput(f"{p}: missing: no held-out shards; re-run 'dvc repro' (the clean, tokenize "
-                                   "and shard stages write them), or set eval.every: 0")
-            indexes = [fsio.read_json(p) for p in paths]
-        geometry = {(ix["seq_len"], ix["dtype"], ix["tokenizer_sha256"]) for ix in indexes}
-        if len(geometry) != 1:
-            raise BadInput(f"{shards_dir}: held-out shards disagree on seq_len/dtype/tokenizer ({geometry}); "
-                           "re-run 'dvc repro shard'")
-        seq_len, dtype, tok_sha = geometry.pop()
+        indexes = read_indexes(shards_dir, val, remote, ": no held-out shards; re-run 'dvc repro' (the clean, "
+                               "tokenize and shard stages write them), or set eval.every: 0")
+        shape = shardformat.geometry(indexes, shards_dir, "held-out shards", "re-run 'dvc repro shard'")
         blocks = [Blocks(name, _read(Path(shards_dir) / f"{name}/val", ix, spread(ix["total_blocks"], budget),
-                                     DTYPES[dtype], seq_len + 1, remote and (remote, f"{name}/val")),
+                                     shape.np_dtype, shape.width, remote and (remote, f"{name}/val")),
                          ix["total_blocks"], ix["docs"], ix["total_tokens"])
                   for name, ix in zip(names, indexes)]
-        return cls(blocks, token_bytes(tokenizer_json), seq_len, tok_sha, boundaries)
+        return cls(blocks, token_bytes(tokenizer_json), shape.seq_len, shape.tokenizer_sha256, boundaries)
 
     @classmethod
     def for_training(cls, params, layout, remote: Remote | None, seq_len: int, tokenizer_sha256: str,
@@ -168,21 +154,21 @@ class HeldOut:
 
 def _read(shard_dir: Path, index: dict, positions: np.ndarray, dtype: np.dtype, width: int,
           remote: tuple[Remote, str] | None) -> np.ndarray:
-    counts = np.array([s["blocks"] for s in index["shards"]], dtype=np.int64)
-    starts = np.concatenate([[0], np.cumsum(counts)])
+    starts = shardformat.block_starts(index)
     shard_of = np.searchsorted(starts, positions, side="right") - 1
     out = np.empty((len(positions), width), dtype=np.int64)
     for s in np.unique(shard_of).tolist():
         entry = index["shards"][s]
         rows = shard_of == s
-        out[rows] = _shard(shard_dir, entry, dtype, remote).reshape(-1, width)[positions[rows] - starts[s]]
+        out[rows] = _shard(shard_dir, entry, dtype, width, remote)[positions[rows] - starts[s]]
     return out
 
 
-def _shard(shard_dir: Path, entry: dict, dtype: np.dtype, remote: tuple[Remote, str] | None) -> np.ndarray:
+def _shard(shard_dir: Path, entry: dict, dtype: np.dtype, width: int, remote: tuple[Remote, str] | None) -> np.ndarray:
+    """One shard's blocks, verified (read from disk, or fetched whole from the store)."""
     if remote is None:
-        verify_shard(shard_dir, entry)
-        return np.fromfile(shard_dir / entry["file"], dtype=dtype)
+        shardformat.verify_shard(shard_dir, entry)
+        return shardformat.blocks(shard_dir / entry["file"], dtype, width)
     store, name = remote
     fs, root = filesystem(store.uri)
     url = f"{root}/{name}/{entry['file']}"
@@ -194,7 +180,7 @@ def _shard(shard_dir: Path, entry: dict, dtype: np.dtype, remote: tuple[Remote, 
     if len(data) != entry["bytes"] or got != entry["sha256"]:
         raise ShardCorrupt(f"{url}: {len(data)} bytes, sha256 {got[:12]}…; val/index.json says {entry['bytes']} "
                            f"bytes, {entry['sha256'][:12]}…; re-publish it ('shardline push-shards')")
-    return np.frombuffer(data, dtype=dtype)
+    return shardformat.blocks_of(data, dtype, width)
 
 
 def evaluate(model: torch.nn.Module, held: HeldOut, mix: Mapping[str, float], *, batch: int,

@@ -246,7 +246,7 @@ def test_without_credentials_the_metadata_endpoint_is_never_probed(s3_env, monke
         monkeypatch.setenv("AWS_EC2_METADATA_SERVICE_ENDPOINT", imds.url)
         s3fs.S3FileSystem.clear_instance_cache()  # a cached client would not look for credentials again
         with pytest.raises(FetchError, match="credentials"):
-            read_indexes(remote, ["a"])
+            read_indexes(tmp_path, ["a"], remote)
         assert imds.requests == []
         import os
 
@@ -255,6 +255,6 @@ def test_without_credentials_the_metadata_endpoint_is_never_probed(s3_env, monke
         monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "false")
         s3fs.S3FileSystem.clear_instance_cache()
         with pytest.raises(FetchError):
-            read_indexes(remote, ["a"])
+            read_indexes(tmp_path, ["a"], remote)
         assert imds.requests
     s3fs.S3FileSystem.clear_instance_cache()

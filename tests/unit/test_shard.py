@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from shardline.core import fsio
-from shardline.data import shard, tokenize
+from shardline.core import fsio, shardformat
+from shardline.data import shard
 from shardline.core.errors import BadInput, ShardCorrupt
 from tests.conftest import make_project
 
@@ -14,9 +14,9 @@ def fake_tokens(layout, name, sizes, dtype="uint16", seed=0, val=(40,)):
     streams = {}
     for side, sz, d in (("train", sizes, layout.tokens / name), ("val", val, layout.tokens / name / "val")):
         d.mkdir(parents=True, exist_ok=True)
-        parts, chunks = [], [np.zeros(0, dtype=tokenize.DTYPES[dtype])]
+        parts, chunks = [], [np.zeros(0, dtype=shardformat.DTYPES[dtype])]
         for i, n in enumerate(sz):
-            arr = rng.integers(0, 60000 if dtype == "uint16" else 100000, n).astype(tokenize.DTYPES[dtype])
+            arr = rng.integers(0, 60000 if dtype == "uint16" else 100000, n).astype(shardformat.DTYPES[dtype])
             (d / f"part-{i:05d}.bin").write_bytes(arr.tobytes())
             parts.append({"file": f"part-{i:05d}.bin", "tokens": n, "docs": 1, "bytes": arr.nbytes,
                           "sha256": fsio.sha256_bytes(arr.tobytes())})
@@ -35,18 +35,18 @@ def test_blocks_are_the_token_stream_cut_in_order(tmp_path, dtype):
     stream = fake_tokens(layout, "s", [1000, 7, 0, 2345], dtype, val=(30, 3))
     index = shard.run(params, layout, log=lambda _: None)["s"]
     assert index["val"]["total_blocks"] == 2 and index["val"]["tail_tokens_dropped"] == 1
-    assert shard.verify(layout.shards / "s" / "val")["shards"] == index["val"]["shards"]
+    assert shardformat.verify(layout.shards / "s" / "val")["shards"] == index["val"]["shards"]
     blocks = index["total_blocks"]
     assert blocks == len(stream) // 16 and index["tail_tokens_dropped"] == len(stream) % 16
     counts = [s["blocks"] for s in index["shards"]]
     assert max(counts) - min(counts) <= 1 and sum(counts) == blocks and len(counts) > 1
-    got = np.concatenate([np.fromfile(layout.shards / "s" / s["file"], dtype=tokenize.DTYPES[dtype])
+    got = np.concatenate([np.fromfile(layout.shards / "s" / s["file"], dtype=shardformat.DTYPES[dtype])
                           for s in index["shards"]])
     np.testing.assert_array_equal(got, stream[: blocks * 16])
     # block i of a shard is at byte i * (seq_len + 1) * itemsize: no index needed to seek
-    first = np.fromfile(layout.shards / "s" / "shard-00001.bin", dtype=tokenize.DTYPES[dtype])
+    first = np.fromfile(layout.shards / "s" / "shard-00001.bin", dtype=shardformat.DTYPES[dtype])
     np.testing.assert_array_equal(first[16:32], stream[(counts[0] + 1) * 16:(counts[0] + 2) * 16])
-    assert shard.verify(layout.shards / "s")["total_blocks"] == blocks
+    assert shardformat.verify(layout.shards / "s")["total_blocks"] == blocks
 
 
 def test_rerun_is_byte_identical_and_rewrites_only_damaged(tmp_path):
@@ -60,7 +60,7 @@ def test_rerun_is_byte_identical_and_rewrites_only_damaged(tmp_path):
     victim = layout.shards / "s" / "shard-00001.bin"
     victim.write_bytes(victim.read_bytes()[:-3])
     with pytest.raises(ShardCorrupt, match="shard-00001.bin: size .* re-run 'dvc repro shard'"):
-        shard.verify(layout.shards / "s")
+        shardformat.verify(layout.shards / "s")
     logs = []
     shard.run(params, layout, log=logs.append)
     assert f"(1 written, {len(shards) - 1} already in place)" in logs[-1]
@@ -82,9 +82,9 @@ def test_verify_detects_one_flipped_byte(tmp_path):
     data = bytearray(p.read_bytes())
     data[100] ^= 1
     p.write_bytes(bytes(data))
-    shard.verify(layout.shards / "s", mode="size")
+    shardformat.verify(layout.shards / "s", mode="size")
     with pytest.raises(ShardCorrupt, match="sha256 mismatch"):
-        shard.verify(layout.shards / "s")
+        shardformat.verify(layout.shards / "s")
 
 
 def test_shard_counts_are_balanced():

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shardline.core import config
+from shardline.core import config, shardformat
 from shardline.data import clean, download, tokenize, shard, split
 from tests.conftest import CORPORA, make_project
 
@@ -124,7 +124,7 @@ def _ngrams(tokens: np.ndarray, n: int) -> set[bytes]:
 
 def _shard_tokens(shard_dir: Path) -> list[np.ndarray]:
     ix = json.loads((shard_dir / "index.json").read_text())
-    return [np.fromfile(shard_dir / s["file"], dtype=tokenize.DTYPES[ix["dtype"]]) for s in ix["shards"]]
+    return [np.fromfile(shard_dir / s["file"], dtype=shardformat.DTYPES[ix["dtype"]]) for s in ix["shards"]]
 
 
 def _line(params, layout):
