@@ -177,9 +177,15 @@ def _key_problem(key: str) -> str | None:
     return None
 
 
+def _sections() -> set[str]:
+    """The words that start a params key: today's sections, and any the config knows by an old name
+    (so a page still showing the old name fails here instead of passing as plain text)."""
+    return set(config.Params.model_fields) | set(getattr(config, "RENAMED", {}))
+
+
 def _is_key(dotted: str) -> bool:
     parts = dotted.split(".")
-    return parts[0] in config.Params.model_fields and not FILE_EXTS & set(parts[1:])
+    return parts[0] in _sections() and not FILE_EXTS & set(parts[1:])
 
 
 def _yaml_keys(node, prefix: str = ""):
@@ -205,7 +211,7 @@ def _keys_shown(text: str) -> set[str]:
             doc = yaml.safe_load(body)
         except yaml.YAMLError:
             continue
-        if isinstance(doc, dict) and doc and set(doc) <= set(config.Params.model_fields):  # a piece of params.yaml
+        if isinstance(doc, dict) and doc and set(doc) <= _sections():  # a piece of params.yaml
             keys |= set(_yaml_keys(doc))
     return keys
 
