@@ -169,7 +169,8 @@ def run_stage(root: Path, name: str, engine_tree: Path = REPO) -> dict:
     """One `shardline stage NAME` process, timed as a whole; another engine tree runs its own CLI
     (`-m` from its directory: its packages come first on sys.path, before the editable install)."""
     exe = Path(sys.executable).parent / "shardline"
-    cmd = [str(exe)] if exe.exists() and engine_tree == REPO else [sys.executable, "-m", "flows.cli"]
+    cli = "cli.main" if (engine_tree / "cli" / "main.py").exists() else "flows.cli"  # a tree from before cli/
+    cmd = [str(exe)] if exe.exists() and engine_tree == REPO else [sys.executable, "-m", cli]
     tree, done, log = [0], threading.Event(), root / f"{name}.log"
 
     def pss(q: psutil.Process) -> int:

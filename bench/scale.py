@@ -9,7 +9,7 @@
     127.0.0.1, started as a user would (`dask scheduler`, `dask worker`): one worker, and two
     workers; every worker is pinned to its own core with taskset, as a worker on its own node
     would be. After one untimed run per cluster (its workers import the project), each repeat
-    deletes data/tokens and runs `shardline stage tokenize` with engine.address pointing at
+    deletes data/tokens and runs `shardline stage tokenize` with parts.address pointing at
     one cluster, then the other (interleaved, so noise hits both);
     the time is the stage's own "done in" figure (Prefect flow included, Python start-up not),
     and its parts phase (the per-part work the runner spreads; the rest, ~2-3 s, is the flow,
@@ -61,9 +61,9 @@ def project(root: Path) -> Path:
     return root
 
 
-def set_engine(root: Path, **engine) -> None:
+def set_parts(root: Path, **parts) -> None:
     params = yaml.safe_load((root / "params.yaml").read_text())
-    params["engine"] = {**params["engine"], **engine}
+    params["parts"] = {**params["parts"], **parts}
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
 
 
@@ -115,12 +115,12 @@ def tokenize_on_dask(repeats: int, tmp: Path, env: dict) -> dict:
     try:
         for n, cluster in clusters.items():  # untimed: workers import the project on their first parts
             shutil.rmtree(root / "data/tokens")
-            set_engine(root, runner="dask", address=cluster.address)
+            set_parts(root, runner="dask", address=cluster.address)
             stage(root, "tokenize", env)
         for _ in range(repeats):
             for n, cluster in clusters.items():
                 shutil.rmtree(root / "data/tokens")
-                set_engine(root, runner="dask", address=cluster.address)
+                set_parts(root, runner="dask", address=cluster.address)
                 done, parts_s = stage_phases(root, "tokenize", env)
                 times[n].append(done)
                 phase[n].append(parts_s)
@@ -156,13 +156,13 @@ def task_overhead(address: str, n: int = 40) -> float:
     from prefect import flow
 
     from shardline.core import config
-    from tasks import part_mapper
+    from tasks.mappers import part_mapper
     from tasks.runners import task_runner
 
     params = config.parse(yaml.safe_load((REPO / "params.yaml").read_text()))
-    engine = config.Engine(runner="dask", address=address)
+    parts = config.Parts(runner="dask", address=address)
 
-    @flow(task_runner=task_runner(engine))
+    @flow(task_runner=task_runner(parts))
     def noop_parts() -> float:
         mapper = part_mapper(params, "noop")
         mapper(posixpath.basename, ["a/b"])  # connect and warm up

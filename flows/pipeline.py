@@ -2,8 +2,10 @@
 
 Design ("run in-process, then record with DVC's commit"): for each stage in
 the order DVC's graph gives, one Prefect task run asks DVC whether the stage is up to date;
-if not, it runs the engine stage in-process and `dvc commit`s it, which writes the dvc.lock
-entry `dvc repro` would write. Both paths skip up-to-date stages and record the same deps,
+if not, it runs the stage (flows.dispatch: in-process, or as its stage flow when params.yaml's
+`parts` names a task runner) and `dvc commit`s it, which writes the dvc.lock entry `dvc repro`
+would write. The stage task is defined here, beside the flow that composes it, because it may
+start a stage flow. Both paths skip up-to-date stages and record the same deps,
 params and data outputs. DVC's repo lock (a file lock, released if this process dies) is held
 across each stage, so a concurrent `dvc repro` waits instead of racing.
 
@@ -24,22 +26,24 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.runtime import flow_run
 
-from flows import dvcrepo
-from flows import stages as stage_flows
-from shardline import stages
+import dvcrepo
+from flows.dispatch import dispatch
+from shardline import registry
 from shardline.core import chaos, config
 from shardline.core.errors import ShardlineError
 from shardline.core.layout import Layout
 from shardline.core.stores import aws_env
-from tasks import options, progress_sink
+from tasks.options import options
+from tasks.progress import progress_sink
 
 
 class StageFailed(ShardlineError):
     """A stage of the line failed; the message names the stage, the cause and the remedy."""
 
 
-def run_stage(name: str, root: str, params_file: str, force: bool = False) -> str:
-    """Run one dvc.yaml stage unless DVC says it is up to date; record it in dvc.lock."""
+def run_and_record(name: str, root: str, params_file: str, force: bool = False) -> str:
+    """Run one dvc.yaml stage unless DVC says it is up to date; record it in dvc.lock (the body of
+    the line's stage-<name> task)."""
     logger = get_run_logger()
     layout = Layout.at(root)
     t0 = time.perf_counter()
@@ -48,14 +52,8 @@ def run_stage(name: str, root: str, params_file: str, force: bool = False) -> st
             logger.info(f"{name}: up to date, skipped")
             return "skipped"
         params = config.load(layout.root / params_file)
-        sink = progress_sink(name)
-        extra: dict = {"sink": sink} if name in stages.DATA else {}
-        if name == "train":
-            extra = {"run_id": str(flow_run.id), "on_step": lambda s, n: sink(name, s / max(n, 1), f"step {s}/{n}"),
-                     "recoverable": dvcrepo.in_cache(layout.root), "recorded": True,  # dvc commit follows
-                     "shards_md5": dvcrepo.shards_md5(layout)}
-        stages.run(name, params, layout, lambda: stage_flows.run_stage(name, root, params_file, params),
-                   log=logger.info, **extra)  # elsewhere: a sub-flow, parts on the engine's task runner
+        dispatch(name, layout, params_file, params, log=logger.info, progress=progress_sink(name),
+                 run_id=str(flow_run.id), recorded=True)  # recorded: dvc commit follows
         dvcrepo.commit(repo, name)
     took = f"ran in {time.perf_counter() - t0:.1f}s"
     logger.info(f"{name}: {took}, recorded in dvc.lock")
@@ -64,7 +62,7 @@ def run_stage(name: str, root: str, params_file: str, force: bool = False) -> st
 
 def _stage_task(name: str, params_file: str, root: str):
     params = config.load(Path(root, params_file))
-    return task(run_stage, **options(params, f"stage-{name}"), task_run_name=f"stage-{name}")
+    return task(run_and_record, **options(params, f"stage-{name}"), task_run_name=f"stage-{name}")
 
 
 def _run_line(root: str, params_file: str, force: tuple[str, ...] = ()) -> dict:
@@ -73,8 +71,8 @@ def _run_line(root: str, params_file: str, force: tuple[str, ...] = ()) -> dict:
         order = dvcrepo.stage_order(repo)
         dvcrepo.ignore_outputs(repo)  # those a failed `dvc repro` took out of .gitignore
     for name in order:
-        if name not in stages.NAMES:
-            raise StageFailed(f"dvc.yaml stage {name!r} has no engine entry in shardline.stages")
+        if name not in registry.NAMES:
+            raise StageFailed(f"dvc.yaml stage {name!r} has no engine entry in shardline.registry")
         try:
             report[name] = _stage_task(name, params_file, root)(name, root, params_file, force=name in force)
         except Exception as e:

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ValidationError, field_validator, model_validato
 
 from shardline.core.errors import ConfigError
 from shardline.core.sections_data import Clean, Download, Eval, Shard, Source, Tokenizer, _Section  # noqa: F401
-from shardline.core.sections_run import Engine, Loader, Model, Pipeline, Retrain, Train  # noqa: F401
+from shardline.core.sections_run import Loader, Model, Parts, Pipeline, Retrain, Train  # noqa: F401
 
 
 class Params(_Section):
@@ -37,8 +37,8 @@ class Params(_Section):
     """The held-out split per source (clean stage) and evaluation during training (train stage)."""
     pipeline: Pipeline = Pipeline()
     """Prefect retries and timeouts."""
-    engine: Engine = Engine()
-    """Where the data stages' per-part work runs: threads, processes, a Dask or a Ray cluster."""
+    parts: Parts = Parts()
+    """Where the parted stages' per-part work runs: threads, processes, a Dask or a Ray cluster."""
     retrain: Retrain = Retrain()
     """The scheduled retraining deployment: when, and what to do after new data trained."""
     loader: Loader = Loader()
@@ -115,6 +115,8 @@ class Params(_Section):
 
 
 STAGE_WIDE = ("dedup", "near_dedup", "part_mb", "max_bad_fraction", "drop_samples")
+# Sections that were renamed: an old params.yaml is told the new name instead of "unknown key".
+RENAMED = {"engine": "parts"}
 
 
 def _did_you_mean(key: str, options) -> str:
@@ -144,6 +146,8 @@ def _format(err: dict) -> str:
     loc = tuple(err["loc"])
     path = ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in loc).replace(".[", "[")
     kind, ctx, got = err["type"], err.get("ctx", {}), err.get("input")
+    if kind == "extra_forbidden" and len(loc) == 1 and loc[0] in RENAMED:
+        return f"{path}: this section is now called {RENAMED[path]!r} (same keys); rename it in the params file"
     if kind == "extra_forbidden":
         owner = _model_at(loc[:-1])
         hint = _did_you_mean(str(loc[-1]), owner.model_fields) if owner else ""

@@ -1,4 +1,4 @@
-"""params.yaml's run sections: pipeline, engine, loader, model, train, retrain (one frozen,
+"""params.yaml's run sections: pipeline, parts, loader, model, train, retrain (one frozen,
 validated model each; the docstring under a field is its documentation). `Params` and loading:
 shardline.core.config.
 """
@@ -19,12 +19,12 @@ class Pipeline(_Section):
     retry_delay_s: float = Field(2.0, ge=0)
     """First retry delay; doubles each retry, with +/-50% jitter."""
     stage_timeout_s: float = Field(24 * 3600, gt=0)
-    """A stage flow (flows.stages: the parted stages on a Dask/Ray/process runner) running longer
+    """A stage flow (flows.stage_flows: the parted stages on a Dask/Ray/process runner) running longer
     than this fails; enforced on the flow, in the main thread, where Prefect can interrupt it. The
     pipeline flow's stage-<name> tasks run the engine in-process and are not bounded by it."""
 
 
-class Engine(_Section):
+class Parts(_Section):
     runner: Literal["threads", "processes", "dask", "ray"] = "threads"
     """Where the per-part work of clean, tokenize and shard runs: threads (in-process, the
     default), processes (a local process pool), dask or ray (a cluster; the project and its

@@ -62,7 +62,7 @@ def test_configs_are_frozen():
 
 def test_every_field_is_documented():
     sections = config._Section.__subclasses__()  # every section, including ones added later
-    assert {config.Params, config.Engine, config.Train, config.Retrain, config.Model} <= set(sections)
+    assert {config.Params, config.Parts, config.Train, config.Retrain, config.Model} <= set(sections)
     for model in sections:
         for name, field in model.model_fields.items():
             assert field.description, f"{model.__name__}.{name} has no docstring"

@@ -2,7 +2,7 @@
 
 clean + tokenize + shard through the Dask runner (and the process pool) write the same bytes as
 the engine's threads; a worker that cannot import the project fails the stage with a message
-naming it, within engine.connect_timeout_s, instead of hanging.
+naming it, within parts.connect_timeout_s, instead of hanging.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ SL = str(BIN / "shardline")
 PARTED = ("clean", "tokenize", "shard")
 
 
-def _project(root: Path, **engine) -> Path:
+def _project(root: Path, **parts) -> Path:
     root.mkdir(parents=True)
     src = root / "input"
     src.mkdir()
@@ -30,7 +30,7 @@ def _project(root: Path, **engine) -> Path:
         (src / f"{f.parent.name}_{f.name}").write_bytes(f.read_bytes())
     # ~8 parts: enough that both workers get several
     params = small_params([{"name": "code", "uri": str(src), "format": "txt"}], clean={"part_mb": 0.04})
-    params["engine"] = {**params["engine"], **engine}
+    params["parts"] = {**params["parts"], **parts}
     write_params(root, params)
     return root
 

@@ -1,0 +1,93 @@
+"""The commands on checkpoints: `shardline checkpoints`, `lineage`, `eval`, `export`, `sample`.
+
+Contract: a CHECKPOINT argument is a step-NNNNNNNNN directory, its name under data/checkpoints, or
+`latest` (the newest valid one); an invalid one is refused with why, and the command that lists
+them. Each command reads only; the engine's results/ and training/ modules do the work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from cli import log
+from shardline.core import config
+from shardline.core.errors import ShardlineError
+from shardline.core.layout import Layout
+
+CHECKPOINT_HELP = "a step-NNNNNNNNN directory (or its name, or 'latest')"
+
+
+def _checkpoint(layout: Layout, name: str) -> Path:
+    from shardline.training import checkpoint
+
+    if name == "latest":
+        path = checkpoint.latest_valid(layout.checkpoints, log)
+    else:
+        path = Path(name) if Path(name).exists() else layout.checkpoints / name
+    ok, why = checkpoint.verify(path) if path else (False, "no valid checkpoint")
+    if not ok:
+        raise ShardlineError(f"{path or name}: not a valid checkpoint ({why}); 'shardline checkpoints' lists them")
+    return path
+
+
+def cmd_checkpoints(args: argparse.Namespace) -> int:
+    from shardline.training import checkpoint
+
+    layout = Layout.at(args.root)
+    rows = checkpoint.entries(layout.checkpoints)
+    if not rows:
+        print(f"no checkpoints under {layout.checkpoints}")
+    for e in rows:
+        print(f"{e.path.name}  {'valid  ' if e.valid else 'INVALID'}  {e.why}")
+    for path in checkpoint.tidy_kept(layout.kept, layout.checkpoints, None, log=lambda _: None):
+        ok, why = checkpoint.verify(path)
+        print(f"{layout.rel(path)}  {'valid  ' if ok else 'INVALID'}  kept: the only copy (restore: "
+              f"cp -al {layout.rel(path)} data/checkpoints/)")
+    return 0
+
+
+def cmd_lineage(args: argparse.Namespace) -> int:
+    from shardline.training import checkpoint, lineage
+
+    path = _checkpoint(Layout.at(args.root), args.checkpoint)
+    manifest = json.loads((path / checkpoint.MANIFEST).read_text())
+    print(json.dumps(manifest["lineage"], indent=2) if args.json else lineage.describe(manifest))
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from shardline.results import judge
+
+    layout = Layout.at(args.root)
+    params = config.load(Path(layout.root, args.params))
+    result = judge.judge(_checkpoint(layout, args.checkpoint), params, layout)
+    print(json.dumps(result, indent=2) if args.json else judge.describe(result))
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from shardline.results import export
+
+    layout = Layout.at(args.root)
+    path = _checkpoint(layout, args.checkpoint)
+    out = export.export(path, Path(args.out_dir), layout, force=args.force)
+    log(f"export: {path.name} -> {out} (transformers: AutoModelForCausalLM / AutoTokenizer.from_pretrained)")
+    return 0
+
+
+def cmd_sample(args: argparse.Namespace) -> int:
+    from shardline.results import sample
+
+    layout = Layout.at(args.root)
+    settings = sample.Settings(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+                               seed=args.seed)
+    r = sample.sample(_checkpoint(layout, args.checkpoint), layout, args.prompt, settings)
+    if args.json:
+        print(json.dumps(r, indent=2))
+        return 0
+    log(f"sample: {r['checkpoint']}: {len(r['prompt_ids'])} prompt ids + {len(r['ids'])} new (stopped at "
+        f"{r['stopped']}{', context cropped to the last seq_len ids' if r['cropped'] else ''})")
+    print(r["text"])
+    return 0

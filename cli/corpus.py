@@ -1,0 +1,33 @@
+"""The commands on the data: `shardline explain` (why clean dropped or kept a document) and
+`push-shards` (publish data/shards at an fsspec URL for loader.shards_uri).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from cli import log
+from shardline.core import config
+from shardline.core.layout import Layout
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    from shardline.data.clean import explain
+
+    layout = Layout.at(args.root)
+    e = explain.explain(config.load(Path(args.root, args.params)), layout, args.doc_id, args.source)
+    print(json.dumps(e, indent=2) if args.json else explain.render(e))
+    return 0
+
+
+def cmd_push_shards(args: argparse.Namespace) -> int:
+    from shardline.stream import remote
+
+    layout = Layout.at(args.root)
+    params = config.load(Path(layout.root, args.params))
+    names = [n for s in params.sources for n in (s.name, f"{s.name}/val")]  # the held-out shards too
+    sent = remote.upload_shards(layout.shards, args.uri, names, log=log)
+    log(f"push-shards: {sent} file(s) sent; set loader.shards_uri: {args.uri} to stream them")
+    return 0

@@ -1,0 +1,62 @@
+"""A stage run's one `RunContext`, and the call of the stage's engine entry point with it.
+
+Contract: `run_context` is the only place a `shardline.context.RunContext` is built for a stage
+run (the `shardline` command, the pipeline's stage task and the stage flows all come here). It is
+given what its caller alone knows (a log, a Prefect progress sink, a mapper, the command line's
+--run-id / --shards-md5, whether DVC records the outputs next) and fills in the rest from the
+environment and DVC:
+
+- run_id: the caller's, else a Prefect flow run's (PREFECT__FLOW_RUN_ID, set in a deployment's
+  flow-run process); torchrun's ranks get it as --run-id from the process that launched them.
+- shards_md5: the caller's, else the md5 dvc.lock records for data/shards.
+- new_run: `dvc exp run` marks its stage commands with DVC_EXP_NAME.
+- recoverable: DVC's cache holds a checkpoint (dvcrepo.in_cache), so making room loses nothing.
+- recorded: the caller's, else whether `dvc repro` runs this command (DVC_STAGE): DVC commits the
+  outputs next.
+
+The train-only fields stay at their defaults for the other stages. Prefect-free: `shardline
+stage` imports this on every run, and Prefect only when the stage's parts go to a task runner.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Callable
+
+from shardline import registry
+from shardline.context import RunContext
+from shardline.core.config import Params
+from shardline.core.layout import Layout
+from shardline.core.progress import Sink
+
+
+def run_context(name: str, layout: Layout, *, log: Callable[[str], None], progress: Sink | None = None,
+                mapper: Callable | None = None, run_id: str | None = None, shards_md5: str | None = None,
+                recorded: bool | None = None) -> RunContext:
+    """The context of one run of stage `name`; `progress` feeds a data stage's sink and train's
+    on_step."""
+    sink = progress if name in registry.DATA else None
+    if name != "train":
+        return RunContext(log=log, mapper=mapper, sink=sink)
+    import dvcrepo
+
+    on_step = (lambda s, n: progress(name, s / max(n, 1), f"step {s}/{n}")) if progress else None
+    return RunContext(log=log, mapper=mapper, sink=sink, on_step=on_step,
+                      run_id=run_id or os.environ.get("PREFECT__FLOW_RUN_ID"),
+                      shards_md5=shards_md5 or dvcrepo.shards_md5(layout),
+                      new_run=bool(os.environ.get("DVC_EXP_NAME")), recoverable=dvcrepo.in_cache(layout.root),
+                      recorded=bool(os.environ.get("DVC_STAGE")) if recorded is None else recorded)
+
+
+def invoke(name: str, params: Params, layout: Layout, ctx: RunContext):
+    """Run stage `name` in this process with `ctx`: train takes it whole; the others take its log,
+    its mapper (when set; else their own pool) and, the data stages, its sink."""
+    run = registry.entry_point(name)
+    if name == "train":
+        return run(params, layout, ctx)
+    kw: dict = {"log": ctx.log}
+    if ctx.mapper is not None:
+        kw["mapper"] = ctx.mapper
+    if name in registry.DATA:
+        kw["sink"] = ctx.sink
+    return run(params, layout, **kw)
