@@ -60,8 +60,9 @@ def one_run(path: Path) -> dict:
 
 def per_set(path: Path) -> dict:
     """One core: MB/s of each rule set alone, and of MinHash signing by library (in a child)."""
-    from shardline.core.sections_data import Clean, NearDedup
-    from shardline.data import minhash, rules
+    from shardline.data.clean import minhash, rules
+    from shardline.data.clean.minhash import NearDedup
+    from shardline.data.clean.settings import Clean
 
     texts = _sample(path, SAMPLE_MB * bd.MiB / 1e6)
     size = sum(len(t.encode()) for t in texts)

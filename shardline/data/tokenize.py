@@ -34,7 +34,8 @@ from typing import Callable, Iterator
 import numpy as np
 
 from shardline.core import fsio, shardformat
-from shardline.data import clean, frame, tokenizer
+from shardline.data import frame, tokenizer
+from shardline.data.clean import stage as clean
 from shardline.core.config import Params
 from shardline.core.errors import BadInput
 from shardline.core.layout import SIDES, Layout, side_dir

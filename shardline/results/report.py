@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Callable
 
 from shardline.core import fsio
-from shardline.data import split
+from shardline.data.clean import split
 from shardline.training import checkpoint, guard
 from shardline.core.config import Params
 from shardline.core.layout import Layout, index_of

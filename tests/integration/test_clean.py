@@ -3,7 +3,8 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
-from shardline.data import clean, download
+from shardline.data import download
+from shardline.data.clean import stage as clean
 from shardline.core.errors import BadInput
 from tests.conftest import make_project
 
@@ -194,7 +195,7 @@ def test_a_part_built_batch_by_batch_is_the_same_file(tmp_path, code_dir, monkey
 def test_parts_made_with_the_quality_rules_are_keyed_by_their_reference(tmp_path, code_dir, monkeypatch):
     """A new reference (datatrove release, word tokenizer) rebuilds the parts its rules made, once;
     parts cleaned without those rules keep their keys."""
-    from shardline.data import quality
+    from shardline.data.clean import ruleset
 
     src = [{"name": "code", "uri": str(code_dir), "format": "txt"}]
     plain, _ = make_project(tmp_path / "a", src)
@@ -202,6 +203,6 @@ def test_parts_made_with_the_quality_rules_are_keyed_by_their_reference(tmp_path
     download.run(plain, layout, **QUIET)
     keys = lambda p: [part.key for part in clean.plan(p, layout)]  # noqa: E731
     before_plain, before_ruled = keys(plain), keys(ruled)
-    monkeypatch.setattr(quality, "REFERENCE", "datatrove 9.9, other words")
+    monkeypatch.setattr(ruleset, "REFERENCE", "datatrove 9.9, other words")
     assert keys(plain) == before_plain
     assert not set(keys(ruled)) & set(before_ruled) and len(before_ruled) == len(keys(ruled))

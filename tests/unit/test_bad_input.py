@@ -40,7 +40,8 @@ import pytest
 import torch
 
 from shardline.core import fsio, shardformat
-from shardline.data import clean, download, tokenize, shard
+from shardline.data import download, tokenize, shard
+from shardline.data.clean import stage as clean
 from shardline.training import checkpoint
 from shardline.core.errors import BadInput
 from tests.conftest import make_project, stdlib_files

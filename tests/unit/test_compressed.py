@@ -13,7 +13,9 @@ import pyarrow as pa
 import pytest
 
 from shardline.core.errors import BadInput
-from shardline.data import clean, compressed, download, explain, frame, readers, shard, tokenize
+from shardline.data import compressed, download, frame, readers, shard, tokenize
+from shardline.data.clean import explain
+from shardline.data.clean import stage as clean
 from tests.conftest import make_project, stdlib_files
 
 QUIET = dict(log=lambda _: None)

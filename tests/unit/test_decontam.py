@@ -12,9 +12,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from shardline.core.errors import BadInput
-from shardline.data import decontam
-from shardline.data.decontam import Decontaminate, Index, ngram_hashes, words
-from shardline.data.verdict import Drop
+from shardline.data.clean import decontam
+from shardline.data.clean.decontam import DecontaminateRule, Index, ngram_hashes, words
+from shardline.data.clean.verdict import Drop
 from tests.conftest import STDLIB
 
 M64 = (1 << 64) - 1
@@ -150,7 +150,7 @@ def test_digest_follows_content_not_order(tmp_path):
 
 def test_rule_drops_with_the_shared_words(tmp_path):
     Index.build([write_jsonl(tmp_path / "eval.jsonl", [EVAL])], 13).save(tmp_path / "index.npy")
-    rule = Decontaminate(str(tmp_path / "index.npy"), 13)
+    rule = DecontaminateRule(str(tmp_path / "index.npy"), 13)
     rule = pickle.loads(pickle.dumps(rule))  # it runs in worker processes
     clean = f"{FILLER}. {FILLER}."
     assert rule(clean) is clean
@@ -158,13 +158,15 @@ def test_rule_drops_with_the_shared_words(tmp_path):
         "decontaminate", "photosynthesis is the process by which green plants and some other organisms use",
         13, "at word 1")
     with pytest.raises(BadInput, match="built for 13-grams, the rule asks for 8-grams"):
-        Decontaminate(str(tmp_path / "index.npy"), 8)(clean)
+        DecontaminateRule(str(tmp_path / "index.npy"), 8)(clean)
 
 
 def test_the_clean_stage_drops_samples_and_explains_contaminated_documents(tmp_path):
     """clean.decontaminate end to end: the index built once from the evaluation sets, the rule counted,
     sampled and explained like any other, the sets' content (not path) in the part keys and the stats."""
-    from shardline.data import clean, download, explain
+    from shardline.data import download
+    from shardline.data.clean import explain
+    from shardline.data.clean import stage as clean
     from tests.conftest import make_project
 
     question = ("Which of the following best describes the primary function of mitochondria in eukaryotic "
@@ -199,7 +201,8 @@ def test_the_clean_stage_drops_samples_and_explains_contaminated_documents(tmp_p
 ])
 def test_a_missing_rule_file_is_one_line_naming_the_field(tmp_path, clean_cfg, says):
     from shardline.core.errors import BadInput
-    from shardline.data import clean, download
+    from shardline.data import download
+    from shardline.data.clean import stage as clean
     from tests.conftest import make_project
 
     (tmp_path / "in").mkdir()

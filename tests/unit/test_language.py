@@ -12,8 +12,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from shardline.core.sections_data import Language as Settings
-from shardline.data import language, rules
+from shardline.data.clean import language
+from shardline.data.clean.language import Language as Settings
+from shardline.data.clean.verdict import Drop
 from tests.conftest import make_project
 
 UDHR_1 = {
@@ -46,29 +47,30 @@ def test_each_language_is_identified_with_its_probability():
 
 
 def test_english_is_kept_and_other_languages_are_dropped_with_what_was_measured():
-    rule = language.Language(Settings(languages=("en",), min_score=0.65))
+    rule = language.LanguageRule(Settings(languages=("en",), min_score=0.65))
     kept = rule(UDHR_1["en"])
     assert isinstance(kept, language.Found) and kept.lang == "en" and kept.text is UDHR_1["en"]
     for lang in ("de", "fr", "es", "it"):
         drop = rule(UDHR_1[lang])
-        assert isinstance(drop, rules.Drop) and drop.rule == "language" and drop.limit == 0.65
+        assert isinstance(drop, Drop) and drop.rule == "language" and drop.limit == 0.65
         assert drop.value < 0.05 and drop.detail.startswith(f"detected {lang} (")
     italian = humanize_messages("it_IT")
     assert len(italian) > 100 and rule(italian).detail.startswith("detected it (")
-    both = language.Language(Settings(languages=("en", "it"), min_score=0.65))
+    both = language.LanguageRule(Settings(languages=("en", "it"), min_score=0.65))
     assert both(italian).lang == "it"
 
 
 def test_only_the_first_max_chars_are_read():
-    rule = language.Language(Settings(max_chars=len(UDHR_1["en"])))
+    rule = language.LanguageRule(Settings(max_chars=len(UDHR_1["en"])))
     assert isinstance(rule(UDHR_1["en"] + " " + UDHR_1["de"] * 5), language.Found)
-    assert isinstance(language.Language(Settings())(UDHR_1["en"] + " " + UDHR_1["de"] * 5), rules.Drop)
+    assert isinstance(language.LanguageRule(Settings())(UDHR_1["en"] + " " + UDHR_1["de"] * 5), Drop)
 
 
 @pytest.mark.timeout(120)
 def test_per_source_languages_and_the_lang_columns(tmp_path):
     """One source filtered to English, the other (code) not filtered at all: its columns are null."""
-    from shardline.data import clean, download
+    from shardline.data import download
+    from shardline.data.clean import stage as clean
 
     d = tmp_path / "in"
     d.mkdir()

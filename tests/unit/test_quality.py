@@ -12,9 +12,20 @@ import spacy
 from datatrove.utils.text import PUNCTUATION_SET
 from pydantic import ValidationError
 
-from shardline.core.sections_quality import C4, FineWeb, GopherQuality, GopherRepetition
-from shardline.data import quality
-from shardline.data.rules import Drop
+from shardline.data.clean import rules
+from shardline.data.clean.c4 import C4, C4Rule
+from shardline.data.clean.fineweb import FineWeb, FineWebRule
+from shardline.data.clean.gopher import GopherQuality, GopherQualityRule, GopherRepetition, GopherRepetitionRule
+from shardline.data.clean.ruleset import RuleSet
+from shardline.data.clean.settings import Clean
+from shardline.data.clean.verdict import Drop
+
+
+def build(gopher_quality, gopher_repetition, c4, fineweb):
+    """The enabled rule sets, as the registry builds them for a clean section."""
+    cfg = Clean(gopher_quality=gopher_quality, gopher_repetition=gopher_repetition, c4=c4, fineweb=fineweb)
+    return [r for r in rules.build(cfg) if isinstance(r, RuleSet)]
+
 
 SHAKESPEARE = """First Citizen:
 Before we proceed any further, hear me speak.
@@ -158,16 +169,16 @@ def words(text: str) -> int:
 
 
 OFF = {
-    GopherQuality: dict.fromkeys(quality.GopherQualityRule.FIELDS),
+    GopherQuality: dict.fromkeys(GopherQualityRule.FIELDS),
     GopherRepetition: dict.fromkeys(["dup_line_frac", "dup_para_frac", "dup_line_char_frac", "dup_para_char_frac",
                                      "top_n_grams", "dup_n_grams"]),
     C4: {"remove_citations": False, "filter_no_terminal_punct": False, "min_num_sentences": None,
          "min_words_per_line": None, "max_word_length": None, "filter_lorem_ipsum": False, "filter_javascript": False,
          "filter_curly_bracket": False, "filter_policy": False},
-    FineWeb: dict.fromkeys(quality.FineWebRule.FIELDS),
+    FineWeb: dict.fromkeys(FineWebRule.FIELDS),
 }
-RULE = {GopherQuality: quality.GopherQualityRule, GopherRepetition: quality.GopherRepetitionRule,
-        C4: quality.C4Rule, FineWeb: quality.FineWebRule}
+RULE = {GopherQuality: GopherQualityRule, GopherRepetition: GopherRepetitionRule,
+        C4: C4Rule, FineWeb: FineWebRule}
 
 
 def only(cls, **on):
@@ -282,7 +293,7 @@ def test_gopher_quality_counts_datatroves_words():
 
 
 def test_c4_removes_exactly_the_lines_datatrove_does():
-    rule = quality.C4Rule(C4(min_num_sentences=None))
+    rule = C4Rule(C4(min_num_sentences=None))
     kept = rule(SHAKESPEARE)
     lines = [
         "Before we proceed any further, hear me speak.",
@@ -301,10 +312,10 @@ def test_c4_removes_exactly_the_lines_datatrove_does():
         "report fort, but that he pays himself with being proud.",
     ]
     assert kept == "\n".join(lines)
-    assert quality.C4Rule(C4())(SHAKESPEARE) == kept  # 14 sentences: enough
+    assert C4Rule(C4())(SHAKESPEARE) == kept  # 14 sentences: enough
     # blank lines go; "[0]" goes too, a citation to datatrove's pattern ("[k]" is not)
-    assert quality.C4Rule(C4())(PROSE) == "\n".join(PROSE.split("\n\n")).replace("a[0]", "a")
-    assert quality.C4Rule(C4())(kept) is kept
+    assert C4Rule(C4())(PROSE) == "\n".join(PROSE.split("\n\n")).replace("a[0]", "a")
+    assert C4Rule(C4())(kept) is kept
 
 
 LINE_CHECKS = [  # (check, a line it removes; PROSE's lines stay)
@@ -338,16 +349,16 @@ def test_c4_citations_all_lines_removed_and_sentences():
 def test_fineweb_punctuation_zero_and_short_line_length():
     code = "\n".join(HEAPPOP.split("\n")[2:])  # no docstring: no line ends in punctuation
     assert only(FineWeb, line_punct_thr=...)(code) == Drop("fineweb.line_punct_thr", 0.0, 0.12)
-    spared = quality.FineWebRule(FineWeb(**{**OFF[FineWeb], "line_punct_thr": 0.12, "line_punct_exclude_zero": True}))
+    spared = FineWebRule(FineWeb(**{**OFF[FineWeb], "line_punct_thr": 0.12, "line_punct_exclude_zero": True}))
     assert spared(code) is code
     assert spared(code + "\n#\n# The end.").value == round(1 / 9, 4)  # one line does: no longer spared
-    lax = quality.FineWebRule(FineWeb(**{**OFF[FineWeb], "short_line_thr": 0.67, "short_line_length": 10}))
+    lax = FineWebRule(FineWeb(**{**OFF[FineWeb], "short_line_thr": 0.67, "short_line_length": 10}))
     assert lax(OPENING) is OPENING  # 4 of its 19 non-blank lines have at most 10 characters
     assert only(FineWeb, short_line_thr=0.5)(OPENING).value == round(14 / 19, 4)
 
 
 def test_defaults_keep_prose():
-    sets = quality.build(GopherQuality(), GopherRepetition(), C4(), FineWeb())
+    sets = build(GopherQuality(), GopherRepetition(), C4(), FineWeb())
     text = PROSE
     for rule in sets:
         text = rule(text)
@@ -356,19 +367,19 @@ def test_defaults_keep_prose():
 
 
 def test_build_order_checks_and_pickling():
-    sets = quality.build(GopherQuality(), GopherRepetition(), C4(), FineWeb())
+    sets = build(GopherQuality(), GopherRepetition(), C4(), FineWeb())
     assert [r.name for r in sets] == ["gopher_repetition", "gopher_quality", "c4", "fineweb"]
-    assert [r.name for r in quality.build(None, GopherRepetition(), None, FineWeb())] == ["gopher_repetition",
+    assert [r.name for r in build(None, GopherRepetition(), None, FineWeb())] == ["gopher_repetition",
                                                                                            "fineweb"]
-    assert quality.build(None, None, None, None) == []
+    assert build(None, None, None, None) == []
     assert sets[0].checks[:6] == ("gopher_repetition.empty", "gopher_repetition.dup_para_frac", "gopher_repetition.dup_para_char_frac",
                                   "gopher_repetition.dup_line_frac", "gopher_repetition.dup_line_char_frac",
                                   "gopher_repetition.top_n_grams.2")
     assert sets[0].checks[-1] == "gopher_repetition.dup_n_grams.10" and len(sets[0].checks) == 14
-    assert sets[1].checks == tuple(f"gopher_quality.{f}" for f in quality.GopherQualityRule.FIELDS)
+    assert sets[1].checks == tuple(f"gopher_quality.{f}" for f in GopherQualityRule.FIELDS)
     assert sets[2].checks == ("c4", "c4.filter_lorem_ipsum", "c4.filter_curly_bracket", "c4.min_num_sentences",
                               "c4.all_lines_removed")  # "c4": the lines its other checks remove (bytes)
-    assert sets[3].checks == ("fineweb.empty", *(f"fineweb.{f}" for f in quality.FineWebRule.FIELDS))
+    assert sets[3].checks == ("fineweb.empty", *(f"fineweb.{f}" for f in FineWebRule.FIELDS))
     for rule in sets:
         back = pickle.loads(pickle.dumps(rule))
         assert back == rule and back.checks == rule.checks

@@ -1,7 +1,8 @@
 import unicodedata
 
-from shardline.data import rules
-from shardline.core.config import Clean
+from shardline.data.clean import basic, rules
+from shardline.data.clean.settings import Clean
+from shardline.data.clean.verdict import Drop
 
 
 def run_rules(text, **cfg):
@@ -18,23 +19,22 @@ def test_order_is_the_documented_one():
 
 
 def test_transforms():
-    assert rules.Normalize("NFC")("e\u0301") == "\u00e9"
-    assert rules.Normalize("NFKC")("\ufb01") == "fi"
-    assert rules.strip_control("a\x00b\x1bc\td\ne\x85") == "ab" + "c\td\ne"
-    assert rules.whitespace("\n\nx  \r\ny\t\n\n\n\n\n\nz  \n") == "x\ny\n\n\nz"
-    assert rules.whitespace("    indented\n") == "    indented"
+    assert basic.Normalize("NFC")("e\u0301") == "\u00e9"
+    assert basic.Normalize("NFKC")("\ufb01") == "fi"
+    assert basic.strip_control("a\x00b\x1bc\td\ne\x85") == "ab" + "c\td\ne"
+    assert basic.whitespace("\n\nx  \r\ny\t\n\n\n\n\n\nz  \n") == "x\ny\n\n\nz"
+    assert basic.whitespace("    indented\n") == "    indented"
 
 
 def test_filters_drop_with_what_they_measured():
-    Drop = rules.Drop
-    assert rules.MinChars(3)("ab") == Drop("min_chars", 2, 3) and rules.MinChars(2)("ab") == "ab"
-    assert rules.MaxChars(2)("abc") == Drop("max_chars", 3, 2)
-    assert rules.MaxLineChars(5)("abc\n" + "x" * 6) == Drop("max_line_chars", 6, 5)
-    assert rules.RepeatedLines(0.3)("a\nb\na\na\n") == Drop("max_repeated_line_fraction", 0.5, 0.3)  # 2 of 4 lines repeat
-    assert rules.RepeatedLines(0.3)("a\nb\nc\na\n\n\n") == "a\nb\nc\na\n\n\n"  # 1 of 4
-    assert rules.AlphaFraction(0.5)("1234 5678 ab") == Drop("min_alpha_fraction", 0.2, 0.5)  # 2 letters of 10
-    assert rules.AlphaFraction(0.5)("abcd 12") == "abcd 12"
-    assert rules.ReplacementFraction(0.1)("ab\ufffd") == Drop("max_replacement_fraction", 0.3333, 0.1)
+    assert basic.MinChars(3)("ab") == Drop("min_chars", 2, 3) and basic.MinChars(2)("ab") == "ab"
+    assert basic.MaxChars(2)("abc") == Drop("max_chars", 3, 2)
+    assert basic.MaxLineChars(5)("abc\n" + "x" * 6) == Drop("max_line_chars", 6, 5)
+    assert basic.RepeatedLines(0.3)("a\nb\na\na\n") == Drop("max_repeated_line_fraction", 0.5, 0.3)  # 2 of 4 lines repeat
+    assert basic.RepeatedLines(0.3)("a\nb\nc\na\n\n\n") == "a\nb\nc\na\n\n\n"  # 1 of 4
+    assert basic.AlphaFraction(0.5)("1234 5678 ab") == Drop("min_alpha_fraction", 0.2, 0.5)  # 2 letters of 10
+    assert basic.AlphaFraction(0.5)("abcd 12") == "abcd 12"
+    assert basic.ReplacementFraction(0.1)("ab\ufffd") == Drop("max_replacement_fraction", 0.3333, 0.1)
 
 
 def test_apply_counts_docs_and_bytes_per_rule():
@@ -43,7 +43,7 @@ def test_apply_counts_docs_and_bytes_per_rule():
     assert counts["whitespace"] == [0, 4]  # three trailing spaces and the CR
     assert counts["strip_control"] == [0, 1]
     out, counts = run_rules("tiny", min_chars=10)
-    assert out == rules.Drop("min_chars", 4, 10) and counts["min_chars"] == [1, 4]
+    assert out == Drop("min_chars", 4, 10) and counts["min_chars"] == [1, 4]
     assert "max_chars" not in counts  # rules after a drop never see the document
 
 
@@ -55,7 +55,7 @@ def _reference(text: str) -> tuple[str, str, int, int]:
     control = re.sub(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]", "", text)
     ws = text.replace("\r\n", "\n").replace("\r", "\n")
     ws = re.sub(r"\n{4,}", "\n\n\n", re.sub(r"[ \t]+(?=\n)", "", ws)).rstrip().lstrip("\n")
-    return control, ws, len(re.findall(rules.LETTER, text)), len(re.findall(rules.SPACE, text))
+    return control, ws, len(re.findall(basic.LETTER, text)), len(re.findall(basic.SPACE, text))
 
 
 def test_fast_rules_equal_the_regular_expressions_on_real_and_odd_text():
@@ -68,12 +68,12 @@ def test_fast_rules_equal_the_regular_expressions_on_real_and_odd_text():
     texts = odd + list(topics.topics.values()) + [p.read_text() for p in stdlib_files(60)]
     texts += ["a" * 9 + "\n" + "b" * 10, "b" * 10 + "\n" + "a" * 9, "ab\n" * 7 + "c" * 11, "x" * 21]
     for text in texts:
-        letters, spaces = rules.letters_and_spaces(text)
-        assert (rules.strip_control(text), rules.whitespace(text), letters, spaces) == _reference(text)
+        letters, spaces = basic.letters_and_spaces(text)
+        assert (basic.strip_control(text), basic.whitespace(text), letters, spaces) == _reference(text)
         lines = text.split("\n")
         for n in (1, 9, 10, 11, 80, 2000):  # the block test must never pass a line over n
             longest = max(map(len, lines))
-            assert rules.MaxLineChars(n)(text) == (text if longest <= n else rules.Drop("max_line_chars", longest, n))
+            assert basic.MaxLineChars(n)(text) == (text if longest <= n else Drop("max_line_chars", longest, n))
         for form in ("NFC", "NFKC"):
-            assert rules.Normalize(form)(text) == unicodedata.normalize(form, text)
-    assert rules.letters_and_spaces(odd[0]) == (12, 23)  # x y ² Ⅻ ½ ß ǅ é e 中 文 𝐀: re keeps ², Ⅻ, ½ (not \d)
+            assert basic.Normalize(form)(text) == unicodedata.normalize(form, text)
+    assert basic.letters_and_spaces(odd[0]) == (12, 23)  # x y ² Ⅻ ½ ß ǅ é e 中 文 𝐀: re keeps ², Ⅻ, ½ (not \d)

@@ -13,7 +13,9 @@ import numpy as np
 import pytest
 
 from shardline.core import config, shardformat
-from shardline.data import clean, download, tokenize, shard, split
+from shardline.data import download, tokenize, shard
+from shardline.data.clean import split
+from shardline.data.clean import stage as clean
 from tests.conftest import CORPORA, make_project
 
 QUIET = dict(log=lambda _: None)

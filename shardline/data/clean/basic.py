@@ -1,17 +1,12 @@
-"""Cleaning rules: each a small callable `text -> text | Drop` (a Drop removes the document and
-says which check removed it, what it measured and the limit it broke).
+"""The basic cleaning rules: the transforms (normalize, strip_control, whitespace) and the length
+and character filters (min_chars, max_chars, max_line_chars, max_repeated_line_fraction,
+min_alpha_fraction, max_replacement_fraction), each a small callable `text -> text | Drop` (a
+Drop removes the document and says which check removed it, what it measured and the limit it
+broke), with its setting: one `Entry` per key of the clean section.
 
-Contract: `build(clean_cfg)` returns the enabled rules in the one documented order
-(normalize, strip_control, whitespace, min_chars, max_chars, max_line_chars,
-max_repeated_line_fraction, min_alpha_fraction, max_replacement_fraction, language, the rule
-sets of `shardline.data.quality` in FineWeb's order, then decontaminate
-(`shardline.data.decontam`) and pii (`shardline.data.pii`), the last transform: as in FineWeb,
-PII goes after every filter). The URL blocklist is judged before them all (`shardline.data.urls`). Transforms come first so that filters
-judge the text that will be kept. Rules hold no state and are picklable (they run in worker
-processes). A rule set is one rule with several checks (`checks`), each counted on its own;
-`apply` counts, per check, documents dropped and UTF-8 bytes removed (by a drop or by a
-transform). Exact and near dedup are not here: they need every earlier document, so the clean
-stage owns them.
+Contract: rules hold no state and are picklable (they run in worker processes). Their order
+among all the rules is `shardline.data.clean.rules.RULES`'s; transforms come first there so
+that filters judge the text that will be kept.
 """
 
 from __future__ import annotations
@@ -20,11 +15,12 @@ import functools
 import re
 import unicodedata
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
+from pydantic import Field
 
-from shardline.core.config import Clean
-from shardline.data.verdict import Drop, Rule  # noqa: F401 (Rule: callers name it here too)
+from shardline.data.clean.verdict import Drop, Entry
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 _C1 = re.compile(rb"\xc2[\x80-\x9f]")  # U+0080-U+009F in UTF-8
@@ -179,62 +175,36 @@ strip_control.name = "strip_control"  # type: ignore[attr-defined]
 whitespace.name = "whitespace"  # type: ignore[attr-defined]
 
 
-def build(cfg: Clean, index: str | None = None) -> list[Rule]:
-    """The enabled rules, in the documented order; `index`: the decontamination index's path (the
-    clean stage builds it from cfg.decontaminate's evaluation sets)."""
-    from shardline.data import decontam, language, pii, quality  # imported when built, not with this module
-
-    steps: list[Rule | None] = [
-        Normalize(cfg.normalize) if cfg.normalize != "none" else None,
-        strip_control if cfg.strip_control else None,
-        whitespace if cfg.whitespace else None,
-        MinChars(cfg.min_chars) if cfg.min_chars is not None else None,
-        MaxChars(cfg.max_chars) if cfg.max_chars is not None else None,
-        MaxLineChars(cfg.max_line_chars) if cfg.max_line_chars is not None else None,
-        RepeatedLines(cfg.max_repeated_line_fraction) if cfg.max_repeated_line_fraction is not None else None,
-        AlphaFraction(cfg.min_alpha_fraction) if cfg.min_alpha_fraction is not None else None,
-        ReplacementFraction(cfg.max_replacement_fraction) if cfg.max_replacement_fraction is not None else None,
-        language.Language(cfg.language) if cfg.language is not None else None,
-    ]
-    tail: list[Rule | None] = [
-        decontam.Decontaminate(index, cfg.decontaminate.ngram) if cfg.decontaminate is not None and index else None,
-        pii.Pii(cfg.pii.emails, cfg.pii.ips) if cfg.pii is not None else None,
-    ]
-    return [r for r in steps if r is not None] + quality.build(cfg.gopher_quality, cfg.gopher_repetition, cfg.c4,
-                                                              cfg.fineweb) + [r for r in tail if r is not None]
+def _limit(rule):
+    """make() of a filter whose setting is its limit: off when null."""
+    return lambda v, _index: rule(v) if v is not None else None
 
 
-def names(cfg: Clean) -> list[str]:
-    """Every check the rules can drop or change a document by, in order (a rule set has several)."""
-    return (["url_blocklist"] if cfg.url_blocklist else []) + \
-        [c for r in build(cfg, "index") for c in getattr(r, "checks", (r.name,))]  # type: ignore[attr-defined]
-
-
-def _plain(v):
-    return v.item() if hasattr(v, "item") else v
-
-
-def apply(rules: list[Rule], text: str, counts: dict[str, list[int]], notes: dict | None = None,
-          size: int | None = None) -> "str | Drop":
-    """Run `text` through `rules`: the text kept, or the first Drop. Tallies [docs_dropped,
-    bytes_removed] in `counts` per check (a drop) or rule (a transform); what a rule found (the
-    language) goes to `notes`. `size`: the text's UTF-8 length, when the caller has it."""
-    size = len(text.encode()) if size is None else size
-    for rule in rules:
-        out = rule(text)
-        if isinstance(out, Drop):
-            out = out._replace(value=_plain(out.value), limit=_plain(out.limit))  # numpy counts -> JSON-able
-            c = counts.setdefault(out.rule, [0, 0])
-            c[0] += 1
-            c[1] += size
-            return out
-        if isinstance(out, tuple):  # language.Found: the text and what was measured
-            if notes is not None:
-                notes.update(out._asdict())
-            out = out.text
-        if out is not text:
-            new = len(out.encode())
-            c = counts.setdefault(rule.name, [0, 0])  # type: ignore[attr-defined]
-            c[1] += size - new
-            text, size = out, new
-    return text
+NORMALIZE = Entry("normalize", Literal["NFC", "NFKC", "none"],
+                  Field("NFC", description="Unicode normalisation form applied first."),
+                  lambda v, _index: Normalize(v) if v != "none" else None)
+STRIP_CONTROL = Entry("strip_control", bool,
+                      Field(True, description="Remove control characters other than newline and tab."),
+                      lambda v, _index: strip_control if v else None)
+WHITESPACE = Entry("whitespace", bool, Field(True, description="CRLF -> LF, strip trailing spaces per line, at most "
+                                             "two consecutive blank lines, strip ends."),
+                   lambda v, _index: whitespace if v else None)
+MIN_CHARS = Entry("min_chars", int | None, Field(64, ge=0, description="Drop documents shorter than this (characters, "
+                                                 "after the transforms above)."), _limit(MinChars))
+MAX_CHARS = Entry("max_chars", int | None, Field(1_000_000, ge=1, description="Drop documents longer than this (a guard "
+                                                 "against runaway records)."), _limit(MaxChars))
+MAX_LINE_CHARS = Entry("max_line_chars", int | None,
+                       Field(2_000, ge=1, description="Drop documents with any line longer than this (minified or "
+                             "binary-ish content)."), _limit(MaxLineChars))
+MAX_REPEATED_LINE_FRACTION = Entry(
+    "max_repeated_line_fraction", float | None,
+    Field(0.3, ge=0, le=1, description="Drop documents whose non-blank lines repeat more than this fraction "
+          "(boilerplate)."), _limit(RepeatedLines))
+MIN_ALPHA_FRACTION = Entry(
+    "min_alpha_fraction", float | None,
+    Field(0.25, ge=0, le=1, description="Drop documents where letters are less than this fraction of non-whitespace "
+          "characters."), _limit(AlphaFraction))
+MAX_REPLACEMENT_FRACTION = Entry(
+    "max_replacement_fraction", float | None,
+    Field(0.01, ge=0, le=1, description="Drop documents where U+FFFD (undecodable bytes) exceeds this fraction of "
+          "characters."), _limit(ReplacementFraction))

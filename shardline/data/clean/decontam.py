@@ -18,9 +18,11 @@ Contract:
   every n-gram of the set at once (16 bytes each, before the duplicates go). `digest` (sha256 of the array and n) is
   what goes into the lineage. `save` writes `<path>` (.npy) and then `<path>.json` (n, count,
   digest); the pair is valid only once the JSON exists, and `load` checks the array against it.
-- `Decontaminate(index_path, n)`: a cleaning rule; a document with any n-gram in the index is
+- `DecontaminateRule(index_path, n)`: a cleaning rule; a document with any n-gram in the index is
   dropped with the first shared n-gram's words as the value and n as the limit. The index is
   loaded once per process (the rule itself holds only the path: it stays picklable).
+  `Decontaminate` is its setting (the clean section's `decontaminate`), `DECONTAMINATE` its
+  registry entry.
 
 Hashing: a word's hash is a polynomial in its code points modulo 2^64 (odd base, so its prefix
 sums can be divided back out: every word is hashed with a few numpy passes over the whole text,
@@ -40,12 +42,15 @@ from pathlib import Path
 
 import numpy as np
 
+from pydantic import Field
+
 from shardline.core import fsio
 from shardline.core.errors import BadInput
-from shardline.data.verdict import Drop
+from shardline.core.section_base import _Section
+from shardline.data.clean.verdict import Drop, Entry
 
 _U64 = np.uint64
-HASH_VERSION = 1  # bump when ngram_hashes changes: indexes on disk are keyed by it (shardline.data.inputs)
+HASH_VERSION = 1  # bump when ngram_hashes changes: indexes on disk are keyed by it (inputs.py)
 _P = 0x9E3779B97F4A7C15  # word base: odd, so invertible modulo 2^64
 _Q = 0xC2B2AE3D27D4EB4F  # n-gram base
 _BATCH = 1 << 20  # characters hashed at once: bounds the prefix arrays (8 bytes a character each)
@@ -262,8 +267,20 @@ def _loaded(path: str) -> Index:
     return Index.load(path)  # once per process: a rebuilt index needs a new run (its digest changes)
 
 
+class Decontaminate(_Section):
+    """Drop training documents that share a word n-gram with an evaluation set (lowercased words:
+    case and punctuation do not hide a copy). Held-out documents are judged too."""
+
+    paths: tuple[str, ...] = Field(min_length=1)
+    """Evaluation sets: local .jsonl or .parquet files (relative to the project)."""
+    ngram: int = Field(13, ge=1)
+    """Words per n-gram (13, as GPT-3's decontamination)."""
+    text_field: str = "text"
+    """The JSON field or parquet column holding each evaluation document's text."""
+
+
 @dataclass(frozen=True)
-class Decontaminate:
+class DecontaminateRule:
     index_path: str
     n: int
     name = "decontaminate"
@@ -278,3 +295,10 @@ class Decontaminate:
             return text
         gram = " ".join(words(text)[at:at + self.n])[:200]
         return Drop(self.name, gram, self.n, f"at word {at}")
+
+
+DECONTAMINATE = Entry(
+    "decontaminate", Decontaminate | None,
+    Field(None, description="Benchmark decontamination: `{paths: [eval.jsonl, ...], ngram: 13}`. The evaluation sets' "
+          "content hash is part of the rules' key (and the lineage): a changed set is a new data version."),
+    lambda v, index: DecontaminateRule(index, v.ngram) if v is not None and index else None)

@@ -1,4 +1,4 @@
-"""What cleaning removed, and why: the dropped samples (`shardline explain`: shardline.data.explain).
+"""What cleaning removed, and why: the dropped samples (`shardline explain`: explain.py).
 
 Contract:
 - data/clean/<source>/dropped/<rule>.jsonl: per source and rule (a check such as
@@ -22,7 +22,8 @@ import pyarrow.parquet as pq
 from shardline.core import fsio
 from shardline.core.config import Params
 from shardline.core.layout import Layout
-from shardline.data import frame, minhash, select
+from shardline.data import frame
+from shardline.data.clean import minhash, select
 
 HEAD_CHARS = 200  # of a dropped document, in its sample
 FIELDS = ("id", "value", "limit", "detail", "head")  # a sample row's, in this order

@@ -17,8 +17,10 @@ from shardline.core import fsio
 from shardline.core.config import Params
 from shardline.core.errors import BadInput
 from shardline.core.layout import Layout
-from shardline.data import compressed, frame, readers, rules, select, urls
-from shardline.data.clean import plan
+from shardline.data import compressed, frame, readers
+from shardline.data.clean import rules, select, urls
+from shardline.data.clean.stage import plan
+from shardline.data.clean.verdict import Drop
 
 
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
@@ -103,7 +105,7 @@ def explain(params: Params, layout: Layout, doc_id: str, source: str | None = No
         if rid == doc_id:
             blocked = urls.blocked(doc_id, *w.blocklist) if w.blocklist and _URL.match(doc_id) else None
             result = blocked or rules.apply(rules.build(cfg, part.work.index), text, {}, {})
-            if isinstance(result, rules.Drop):
+            if isinstance(result, Drop):
                 return {**out, "verdict": "dropped", "rule": result.rule, "value": result.value,
                         "limit": result.limit, **({"detail": result.detail} if result.detail else {})}
             return {**out, "verdict": "not cleaned yet",

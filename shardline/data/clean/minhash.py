@@ -16,18 +16,21 @@ Contract (docs/architecture.md, "Curation"):
   the pairs each band gives). Documents are numbered in global order (part index << 32 | row);
   a cluster's root is its lowest number: the first in params order, then the lowest stable id.
   Same inputs, same clusters, on any machine.
+- `NearDedup` is its setting (the clean section's stage-wide `near_dedup`).
 """
 
 from __future__ import annotations
 
 import string
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Iterator, Literal, Sequence
 
 import numpy as np
 
+from pydantic import Field
+
 from shardline.core import chaos, fsio
-from shardline.core.sections_data import NearDedup
+from shardline.core.section_base import _Section
 
 _U = np.uint64
 _SPACE = np.zeros(256, dtype=bool)
@@ -36,6 +39,27 @@ _LOWER = bytes.maketrans(string.ascii_uppercase.encode(), string.ascii_lowercase
 _PUNCT = string.punctuation.encode()
 _SEP = b"\n"
 _K = _U(0x9E3779B97F4A7C15)
+
+
+
+class NearDedup(_Section):
+    """MinHash LSH near-duplicate removal, FineWeb's settings by default. Two documents share a
+    bucket (and so a cluster) with probability 1 - (1 - J**rows)**bands for Jaccard similarity J of
+    their shingle sets: 50% at J = 0.72, 96% at J = 0.82, 0.3% at J = 0.5."""
+
+    ngram: int = Field(5, ge=1)
+    """Words per shingle."""
+    bands: int = Field(14, ge=1)
+    """LSH bands (buckets per document)."""
+    rows: int = Field(8, ge=1)
+    """Minima per band; bands x rows is the number of permutations (112)."""
+    hash_bits: Literal[32, 64] = 64
+    """64: rensa's C-MinHash with 64-bit minima (FineWeb's precision); 32: rensa's R-MinHash,
+    32-bit minima, about 20x faster to sign (shingles are hashed to 64 bits either way)."""
+    seed: int = 1
+    """Seeds the permutations: a change re-signs every part."""
+    memory_mb: float = Field(256.0, gt=0)
+    """Clustering reads each band a key range at a time, sized to about this much memory."""
 
 
 def _mix(x: np.ndarray) -> np.ndarray:

@@ -1,11 +1,12 @@
 """PII replacement: e-mail addresses and public IPv4 addresses, exactly as datatrove 0.10.1's
 `PIIFormatter()` with its defaults replaces them (its regexes, its validity check, its replacements).
 
-Contract: `Pii()(text)` equals `PIIFormatter().format(text)` for a formatter made fresh for that
+Contract: `PiiRule()(text)` equals `PIIFormatter().format(text)` for a formatter made fresh for that
 document. datatrove cycles through its replacement lists with a counter kept on the formatter, so
 its output for a document depends on how many addresses the documents before it (on that worker)
 had; here the cycle restarts with every document, so the answer depends on the document alone.
-Unchanged text comes back as the same object (callers test `out is text`).
+Unchanged text comes back as the same object (callers test `out is text`). `Pii` is its setting
+(the clean section's `pii`), `PII` its registry entry.
 
 Caught:
 - e-mail addresses: RFC 5322-ish ASCII local part (letters, digits, ``!#$%&'*+/=?^_`{|}~-`` and
@@ -43,6 +44,11 @@ import functools
 import ipaddress
 import re
 from dataclasses import dataclass
+
+from pydantic import Field
+
+from shardline.core.section_base import _Section
+from shardline.data.clean.verdict import Entry
 
 # datatrove 0.10.1's patterns, verbatim
 _EMAIL = re.compile(
@@ -119,8 +125,19 @@ def replace_ips(text: str) -> str:
     return _replace(text, _IP, _runs(text, hints, _IP_CHARS, _IP_TAIL), IP_REPLACEMENTS, is_public)
 
 
+class Pii(_Section):
+    """Personal data replaced as datatrove's PIIFormatter does (its patterns and replacements; see
+    above for exactly what is and is not caught). A transform, run last, after every
+    filter: the filters judge the text as written."""
+
+    emails: bool = True
+    """Replace e-mail addresses with email@example.com / firstname.lastname@example.org."""
+    ips: bool = True
+    """Replace public IPv4 addresses with one of datatrove's six replacement addresses."""
+
+
 @dataclass(frozen=True)
-class Pii:
+class PiiRule:
     """Replace e-mail addresses (`emails`) and public IPv4 addresses (`ips`), e-mails first, as
     datatrove does (an address literal `a@[8.8.8.8]` goes with its e-mail)."""
 
@@ -133,3 +150,9 @@ class Pii:
         out = replace_ips(out) if self.ips else out
         # a replacement can equal what it replaced (the text already said email@example.com)
         return text if out is text or out == text else out
+
+
+PII = Entry("pii", Pii | None,
+            Field(None, description="Replace e-mail and IP addresses (`{}`: both), counted like a transform (bytes "
+                  "changed)."),
+            lambda v, _index: PiiRule(v.emails, v.ips) if v is not None else None)

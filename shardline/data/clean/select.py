@@ -35,7 +35,8 @@ from shardline.core import chaos, fsio
 from shardline.core.config import Params
 from shardline.core.parallel import Mapper
 from shardline.core.progress import Sink
-from shardline.data import frame, minhash, split
+from shardline.data import frame
+from shardline.data.clean import minhash, split
 
 Log = Callable[[str], None]
 MINHASH_VERSION = 1

@@ -1,19 +1,19 @@
-"""clean stage: raw files -> data/clean/<source>/part-NNNNN.parquet + .split.json (+ data/clean/stats.json).
+"""The clean stage: raw files -> data/clean/<source>/part-NNNNN.parquet + .split.json (+ data/clean/stats.json).
 
 Contract:
 - A source's raw files (manifest order) are grouped into parts of about `clean.part_mb`; a
   bigger file is cut into spans at record boundaries (`readers.spans`), a part each.
 - Phase 1 (per part, in the stage frame `shardline.data.frame`, on worker processes: the rules
   are Python that holds the GIL): read records, run the source's rules (`Params.clean_for`,
-  `shardline.data.rules`), write every document they keep to the part: columns id, text, hash
-  (of the text), bytes (UTF-8 length), u (the split hash, `shardline.data.split`), lang and
+  `rules.py`), write every document they keep to the part: columns id, text, hash
+  (of the text), bytes (UTF-8 length), u (the split hash, `split.py`), lang and
   lang_score (what the language rule found; null without one). Its done-marker `part-NNNNN.json`
   holds `key` = hash(input files' sha256, reading options, the source's rules other than dedup
   and near_dedup, the source name, code version) and the part's tallies; `part-NNNNN.dropped.json`
-  its sample of what the rules dropped (`shardline.data.dropped`). A re-run skips a part whose
+  its sample of what the rules dropped (`dropped.py`). A re-run skips a part whose
   key matches, so after a kill only unfinished parts are redone. A part never changes once
   written: what other parts hold cannot invalidate it.
-- Phase 2 (`shardline.data.select`): the held-out split, near-dedup (its own frame of signature
+- Phase 2 (`select.py`): the held-out split, near-dedup (its own frame of signature
   parts) and exact dedup, one selection per part, then data/clean/split.json last. The
   per-source dropped samples go to data/clean/<source>/dropped/<rule>.jsonl.
 - `documents(part, side)` reads one side's texts; the tokenize stage reads nothing else. It
@@ -40,15 +40,17 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from shardline.core import fsio
-from shardline.data import decontam, download, dropped, frame, grouping, inputs, quality, readers, rules, select, split, urls
-from shardline.core.config import Clean, Params, Source
+from shardline.core.config import Params, Source
 from shardline.core.errors import BadInput
 from shardline.core.layout import Layout, clean_split_of
 from shardline.core.parallel import Mapper, process_map
 from shardline.core.progress import Sink
+from shardline.data import download, frame, grouping, readers
+from shardline.data.clean import decontam, dropped, inputs, ruleset, rules, select, split, urls
+from shardline.data.clean.settings import Clean
+from shardline.data.clean.verdict import Drop
 
 CODE_VERSION = 4  # bump when cleaning output changes for the same inputs and params
-REFERENCED = ("language", "gopher_repetition", "gopher_quality", "c4", "fineweb")
 _BATCH = 2048  # documents per Arrow batch while a part is cleaned
 _SCHEMA = pa.schema([("id", pa.string()), ("text", pa.string()), ("hash", pa.binary(16)), ("bytes", pa.int64()),
                      ("u", pa.uint64()), ("lang", pa.string()), ("lang_score", pa.float32())])
@@ -87,8 +89,8 @@ def plan(params: Params, layout: Layout, known: dict | None = None) -> list[fram
     for source in params.sources:
         cfg = params.clean_for(source)
         rule_keys = cfg.model_dump(mode="json", exclude={"max_bad_fraction", "dedup", "near_dedup"})
-        if any(rule_keys.get(k) is not None for k in REFERENCED):  # their parts follow the reference they were made by
-            rule_keys["reference"] = quality.REFERENCE
+        if any(rule_keys.get(k) is not None for k in rules.REFERENCED):  # their parts follow the reference they were made by
+            rule_keys["reference"] = ruleset.REFERENCE
         given = inputs.resolve(cfg, layout)
         rule_keys.update(given.keys)  # the files' content decides, not where they lie
         manifest = download.read_manifest(layout, source.name)
@@ -143,7 +145,7 @@ def clean_part(part: frame.Part) -> tuple[list[Path], dict]:
             else:
                 out = rules.apply(chain, text, counts, notes, size)
             u = split.hash_id(w.source.name, doc_id)
-            if isinstance(out, rules.Drop):
+            if isinstance(out, Drop):
                 samples.offer(out.rule, u, {"id": doc_id, "value": out.value, "limit": out.limit,
                                             **({"detail": out.detail} if out.detail else {}),
                                             "head": text[:dropped.HEAD_CHARS]})

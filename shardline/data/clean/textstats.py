@@ -1,7 +1,7 @@
 """Measuring text the way datatrove 0.10.1's filters do, fast: datatrove's punctuation and
 terminal punctuation, lines and paragraphs as it splits them, duplicates, and one document's word
-n-grams as 64-bit hashes (`NGrams`, over the words of shardline.data.words). The rule sets of
-`shardline.data.quality` are built on these.
+n-grams as 64-bit hashes (`NGrams`, over the words of words.py). The rule sets of
+gopher.py, c4.py and fineweb.py are built on these.
 
 Contract: every count and length is exact. Hashes are only used to skip work: equal n-grams hash
 equal, so a bound taken over hashes is over a superset of the real repeats; a document that a

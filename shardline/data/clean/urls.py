@@ -5,7 +5,8 @@ Contract: the list is a local text file, one domain per line (`#` starts a comme
 and a leading `*.` or `.` are ignored, case does not matter). A URL is blocked when its host is
 a listed domain or a subdomain of one (`ads.example.com` is blocked by `example.com`, and
 `notexample.com` is not). Only documents with a URL (WARC records) are judged. The file's
-sha256 is part of the rules' key, so an edited list is a new data version.
+sha256 is part of the rules' key, so an edited list is a new data version. `URL_BLOCKLIST` is its
+registry entry: judged by the stage on the record's URL, before every text rule.
 """
 
 from __future__ import annotations
@@ -14,9 +15,15 @@ import functools
 import ipaddress
 from urllib.parse import urlsplit
 
-from shardline.data.verdict import Drop
+from pydantic import Field
+
+from shardline.data.clean.verdict import Drop, Entry
 
 NAME = "url_blocklist"
+URL_BLOCKLIST = Entry(NAME, str | None, Field(None, description=(
+    "A local text file of domains, one per line (relative to the project): documents whose URL's host is one of them "
+    "or a subdomain are dropped, counted as the check `url_blocklist` (only documents with a URL: WARC records). "
+    "Judged first, before every rule; its sha256 is part of the rules' key.")))
 
 
 @functools.lru_cache(maxsize=2)

@@ -1,13 +1,17 @@
-"""What a cleaning rule answers: the text it keeps (or changes), or a `Drop` saying why it went.
+"""What a cleaning rule is and answers: the text it keeps (or changes), or a `Drop` saying why it
+went; and its `Entry`, how the registry knows it.
 
-Contract: a `Rule` maps a document's text to its kept text or a `Drop(rule, value, limit, detail)`;
-this module is the one both the base rules (rules.py) and the rule sets built on them
-(language.py, quality.py) import, so none of them imports another for the type.
+Contract: a `Rule` maps a document's text to its kept text or a `Drop(rule, value, limit, detail)`.
+An `Entry` is one key of params.yaml's `clean` section: the setting's type and pydantic `Field`
+(default, bounds, documentation) and `make(value, index) -> Rule | None` (None: switched off).
+Every rule module declares its entries next to its code and settings; `rules.RULES` orders
+them. This module imports no rule, so every rule module (and the registry) can import it.
 """
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from dataclasses import dataclass
+from typing import Any, Callable, NamedTuple
 
 
 class Drop(NamedTuple):
@@ -21,3 +25,17 @@ class Drop(NamedTuple):
 
 
 Rule = Callable[[str], "str | Drop"]
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One rule's place in the clean section. `make(value, index)`: the rule for the setting's
+    value (`index`: the decontamination index's path), or None when the value switches it off;
+    `make` None: a rule judged by the stage before the text rules (the URL blocklist).
+    `reference`: the rule decides as datatrove does, so its parts' keys carry the reference."""
+
+    key: str
+    setting: Any  # the annotation of the section's field
+    field: Any  # its pydantic FieldInfo
+    make: Callable[[Any, "str | None"], "Rule | None"] | None = None
+    reference: bool = False

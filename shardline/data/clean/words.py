@@ -21,7 +21,7 @@ from itertools import chain, compress, count
 from operator import itemgetter
 
 from shardline.core.errors import ShardlineError
-from shardline.data import textstats
+from shardline.data.clean import textstats
 
 _CACHED = 1 << 20  # spans; about 150 MB at most before the cache starts over
 _LONGEST = 64  # longer spans are rare and seldom repeat: split, not kept
