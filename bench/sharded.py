@@ -4,7 +4,7 @@
 
 Two torchrun processes on gloo/CPU hold a GPT (24 layers, d_model 1024, vocab 50304: ~355 M
 parameters, ~4.3 GB of fp32 model + AdamW state) sharded by FSDP2, its AdamW state filled by one
-step. Each repeat saves it through the trainer's own path (shardline.training.saving.Saving)
+step. Each repeat saves it through the trainer's own checkpointer (shardline.training.checkpointer)
 once as `full` (rank 0 gathers everything and writes model.pt/optimizer.pt) and once as
 `sharded` (every rank writes its shards through DCP), in alternating order, each save in a
 torchrun job of its own (a process that saved before keeps freed memory mapped, which would hide
@@ -47,7 +47,8 @@ def worker(args: argparse.Namespace) -> None:
     from shardline.training.dist import Dist
     from shardline.model import ModelConfig, build
     from shardline.training.optimizer import configure_optimizer
-    from shardline.training.saving import Saving
+    from shardline.training.checkpointer import Checkpointer
+    from shardline.training.state import Model, Optimizer, TrainState
 
     torch.set_num_threads(1)
     cfg = Train.model_validate({"strategy": "fsdp", "nproc_per_node": args.nproc, "dist_timeout_s": 1800})
@@ -63,14 +64,15 @@ def worker(args: argparse.Namespace) -> None:
     opt.step()
     opt.zero_grad(set_to_none=True)
     root, fmt = Path(args.dir), args.format
-    saving = Saving(cfg.model_copy(update={"checkpoint_format": fmt}), dist)
+    saving = Checkpointer(cfg.model_copy(update={"checkpoint_format": fmt}), dist, root, {
+        "model": Model(model, dist), "optimizer": Optimizer(model, opt, dist), "train": TrainState(step=1)})
     gc.collect()
     ctypes.CDLL("libc.so.6").malloc_trim(0)  # memory freed so far (the gradients) leaves the baseline
     dist.barrier()
     base = _kb("VmRSS")
     Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS from here
     t0 = time.perf_counter()
-    saving.submit(root, 1, model, opt, lambda: ({}, {"step": 1}), {}, None, then=lambda _: None)
+    saving.save(1, {}, None, then=lambda _: None)
     blocked = time.perf_counter() - t0
     saving.wait()
     dist.barrier()  # valid: the manifest is on disk and every rank is done

@@ -94,7 +94,7 @@ import yaml
 from shardline.context import RunContext
 from shardline.core import config, fsio
 from shardline.training import rng
-from shardline.training import checkpoint, lineage, saving
+from shardline.training import checkpoint, checkpointer, lineage
 from shardline.training import train as T
 from shardline.core.layout import Layout
 from shardline.stream.loader import Loader
@@ -625,7 +625,7 @@ def main(argv: list[str] | None = None) -> int:
     def do_bare(i):
         bare_save(bare_dir / f"step-{i:09d}.pt", bare_objs)
 
-    saver = saving.AsyncSaver()
+    saver = checkpointer.AsyncSaver()
 
     def do_block(i):  # what the trainer's checkpoint branch blocks for: a snapshot, then a background write
         st = {**state, "loader": loader.state_dict()}

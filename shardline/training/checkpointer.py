@@ -1,11 +1,19 @@
-"""The trainer's checkpoint writes, in the format train.checkpoint_format names.
+"""The checkpointer: a dict of stateful parts saved and loaded in the format
+train.checkpoint_format names, as torchtitan's CheckpointManager does.
 
 Contract:
-- `Saving(cfg, dist).format` is train.checkpoint_format; unset, "sharded" under fsdp with more
-  than one process (no rank gathers the full state) and "full" otherwise.
-- `submit(...)` is called by every rank at a checkpoint step. Training waits only for a copy:
-  full: the gathered single-process state (under fsdp a collective, on rank 0 the whole model
-  and optimizer); sharded: each rank's own shards. The writes run on each rank's saver thread:
+- `Checkpointer(cfg, dist, root, parts)`: `parts` maps a name to a stateful part
+  (shardline.training.state: `state_dict()` / `load_state_dict()`). Where each lives in a
+  checkpoint is fixed (the files every checkpoint so far has): "model" and "optimizer" in
+  model.pt and optimizer.pt (full) or in dcp/ as "model" and "optim" (sharded); "scaler" and
+  "rng" in scaler.pt and rng.pt; "train" is train_state.json's top level, and every other part
+  (the loader, the guards) a key of it.
+- `format` is train.checkpoint_format; unset, "sharded" under fsdp with more than one process
+  (no rank gathers the full state) and "full" otherwise.
+- `save(step, lineage, eval, then)` is called by every rank at a checkpoint step. Training waits
+  only for a copy: full: the gathered single-process state (the parts' `full_state_dict()`:
+  under fsdp a collective, on rank 0 the whole model and optimizer); sharded: each rank's own
+  shards. The writes run on each rank's saver thread:
   full: rank 0 writes the checkpoint (checkpoint.save);
   sharded: every rank writes and hashes its shards into the temp dir rank 0 named
   (shardline.training.sharded), the ranks' file lists are gathered to rank 0 on a gloo group
@@ -14,8 +22,14 @@ Contract:
   joins the gather with its error, so rank 0 writes no manifest and names that rank at once.
   It returns the checkpoint's dir on rank 0 (None elsewhere); `then(path)` runs on rank 0's
   saver thread once the checkpoint is valid (retention, kept links).
+- `load(path, parts)` loads a verified checkpoint of either format (the manifest's, not this
+  run's) into `parts` (default: the checkpointer's own) and returns its manifest; every rank
+  calls it. The train state's parts first, so a loader that refuses the state does so before
+  any tensor is read; a part the checkpoint predates keeps its fresh state. Full under fsdp:
+  ranks > 0 read no model or optimizer, rank 0's is broadcast; sharded: DCP reshards onto this
+  job's ranks.
 - `wait()` re-raises a background write's error, on every rank if any rank's failed; every rank
-  calls it before it reports success (and `submit` calls it first).
+  calls it before it reports success (and `save` calls it first).
 - `AsyncSaver` (under both) blocks training only for a copy of the state; the write (and
   retention) runs on a background thread. A kill before it finishes loses only that
   checkpoint: the previous one is still the newest valid.
@@ -36,31 +50,41 @@ from shardline.core.errors import ShardlineError
 from shardline.core.config import Train
 from shardline.training import checkpoint, sharded
 from shardline.training.dist import Dist
+from shardline.training.state import Stateful
+
+FILES = {"model": "model.pt", "optimizer": "optimizer.pt", "scaler": "scaler.pt", "rng": "rng.pt"}
+SHARDED = {"model": "model", "optimizer": "optim"}  # the parts DCP holds in a sharded checkpoint, by key there
+TRAIN = "train"  # the part whose state is train_state.json's top level
 
 
-class Saving:
-    def __init__(self, cfg: Train, dist: Dist):
-        self.dist = dist
+class Checkpointer:
+    def __init__(self, cfg: Train, dist: Dist, root: Path, parts: dict[str, Stateful]):
+        self.dist, self.root, self.parts = dist, Path(root), parts
         self.format = cfg.checkpoint_format or ("sharded" if dist.strategy == "fsdp" else "full")
-        self.group = dist.side_group()  # every rank builds its Saving at the same point: a collective
+        self.group = dist.side_group()  # every rank builds its Checkpointer at the same point: a collective
         self.saver = AsyncSaver()
 
-    def submit(self, root: Path, step: int, model: torch.nn.Module, opt: torch.optim.Optimizer,
-               rank0: Callable[[], tuple[dict, dict]], lineage: dict, eval: dict | None,
-               then: Callable[[Path], None]) -> Path | None:
-        """`rank0()` gives rank 0's (tensors besides model and optimizer, train state)."""
-        dist = self.dist
+    def _rank0(self) -> tuple[dict, dict]:
+        """Rank 0's own files besides the model and optimizer (by file name), and the train state."""
+        parts = self.parts
+        tensors = {FILES[k]: p.state_dict() for k, p in parts.items() if k in FILES and k not in SHARDED}
+        state = {**(parts[TRAIN].state_dict() if TRAIN in parts else {}),
+                 **{k: p.state_dict() for k, p in parts.items() if k not in FILES and k != TRAIN}}
+        return tensors, state
+
+    def save(self, step: int, lineage: dict, eval: dict | None, then: Callable[[Path], None]) -> Path | None:
+        dist, root, parts = self.dist, self.root, self.parts
+        held = [k for k in SHARDED if k in parts]
         self.wait()  # the previous save is over on every rank (or its failure raises on every rank)
         if self.format == "full":
-            full = dist.full_state(model, opt)  # every rank: a collective under fsdp
+            full = {FILES[k]: parts[k].full_state_dict() for k in held}  # every rank: a collective under fsdp
             if dist.rank != 0:
                 return None
-            tensors, state = rank0()
-            return self.saver.submit(root, step, {"model.pt": full[0], "optimizer.pt": full[1], **tensors}, state,
-                                     lineage, then=then, eval=eval)
+            tensors, state = self._rank0()
+            return self.saver.submit(root, step, {**full, **tensors}, state, lineage, then=then, eval=eval)
         tmp = Path(dist.share(str(checkpoint.temp_dir(root, step)) if dist.rank == 0 else None))
-        local = snapshot(sharded.local_state(model, opt))
-        tensors, state, lineage, eval = frozen(*(rank0() if dist.rank == 0 else ({}, {})), lineage, eval)
+        local = snapshot({SHARDED[k]: parts[k].state_dict() for k in held})
+        tensors, state, lineage, eval = frozen(*(self._rank0() if dist.rank == 0 else ({}, {})), lineage, eval)
         group, rank, world = self.group, dist.rank, dist.world
 
         def work() -> None:
@@ -91,6 +115,27 @@ class Saving:
 
         self.saver.run(work, f"checkpoint-{step}")
         return checkpoint.step_dir(root, step) if rank == 0 else None
+
+    def load(self, path: Path, parts: dict[str, Stateful] | None = None) -> dict:
+        dist, parts = self.dist, self.parts if parts is None else parts
+        # fsdp ranks > 0 get the model and optimizer broadcast by rank 0: not a full copy in each one's memory
+        skip = () if dist.holds_full_state else tuple(FILES[k] for k in SHARDED)
+        tensors, state, manifest = checkpoint.load(path, skip=skip)
+        for k, p in parts.items():
+            if k == TRAIN:
+                p.load_state_dict(state)
+            elif k not in FILES and k in state:
+                p.load_state_dict(state[k])
+        held = {k: parts[k] for k in SHARDED if k in parts}
+        if manifest.get("format") == "sharded":  # every rank reads the chunks its own shards need
+            sharded.load(path, {SHARDED[k]: p for k, p in held.items()}, dist.world)
+        else:
+            for k, p in held.items():  # model before optimizer: under fsdp each is a broadcast
+                p.load_full_state_dict(tensors.get(FILES[k]))
+        for k, p in parts.items():
+            if k in FILES and k not in SHARDED:
+                p.load_state_dict(tensors[FILES[k]])
+        return manifest
 
     def wait(self) -> None:
         """Every rank calls it at the same points: a background failure on any rank raises on all

@@ -17,11 +17,9 @@ Contract:
   gradients and optimizer state, with bf16 as FSDP's mixed precision (bf16 parameters and compute,
   fp32 reductions; `mixed_precision`: the trainer then runs no autocast). With one process both
   are plain single-process training.
-- A full checkpoint (train.checkpoint_format full) holds what a single process writes,
-  whatever the strategy: the full `model.state_dict()` and `optimizer.state_dict()` keyed by
-  parameter index. `full_state` and `load_full_state` convert from and to the live, possibly
-  sharded, state (collectives under fsdp: every rank calls them), so a checkpoint resumes at
-  any world size and strategy. Sharded checkpoints: shardline.training.sharded.
+- Checkpoints hold the model and optimizer in either form whatever the strategy: a single
+  process's or each rank's shards (shardline.training.state; `holds_full_state` says which
+  ranks read a full checkpoint's), so a checkpoint resumes at any world size and strategy.
 """
 
 from __future__ import annotations
@@ -96,31 +94,6 @@ class Dist:
             net.set_requires_gradient_sync(last)
         return contextlib.nullcontext()
 
-    def full_state(self, model: torch.nn.Module, opt: torch.optim.Optimizer) -> tuple[dict, dict] | None:
-        """(model, optimizer) state as a single process would save it; on rank 0 only, None elsewhere."""
-        if self.strategy != "fsdp":
-            return (model.state_dict(), opt.state_dict()) if self.rank == 0 else None
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
-
-        msd, osd = get_state_dict(model, opt, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-        return (msd, _by_index(osd)) if self.rank == 0 else None
-
-    def load_full_state(self, model: torch.nn.Module, opt: torch.optim.Optimizer, model_sd: dict | None,
-                        opt_sd: dict | None) -> None:
-        """Load a checkpoint's full state; under fsdp only rank 0 passes it and it is broadcast."""
-        if self.strategy != "fsdp":
-            model.load_state_dict(model_sd)
-            opt.load_state_dict(opt_sd)
-            return
-        from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,
-                                                             set_optimizer_state_dict)
-
-        options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
-        # separate calls: set_state_dict treats an empty model dict (ranks > 0) as "optimizer only"
-        set_model_state_dict(model, model_sd if self.rank == 0 else {}, options=options)
-        set_optimizer_state_dict(model, opt, _by_name(opt_sd, model, opt) if self.rank == 0 else {},
-                                 options=options)
-
     def side_group(self):
         """A gloo group of every rank for work off the training thread (checkpoint writes), whose
         collectives never interleave with training's; made once per process (a collective: every
@@ -132,13 +105,6 @@ class Dist:
     def barrier(self) -> None:
         if self.world > 1:
             torch.distributed.barrier()
-
-    def mean(self, value: torch.Tensor) -> float:
-        if self.world > 1:
-            value = value.clone()
-            torch.distributed.all_reduce(value)
-            value /= self.world
-        return float(value)
 
     def share(self, obj):
         """Rank 0's `obj` on every rank (a small picklable value), so no rank acts on its own read of a file."""
@@ -164,25 +130,6 @@ class Dist:
         if self.world > 1 and torch.distributed.is_initialized():
             gc.collect()  # a wrapper kept alive only by a reference cycle goes now, not after
             torch.distributed.destroy_process_group()
-
-
-def _by_index(osd: dict) -> dict:
-    """An optimizer state dict keyed by parameter name (torch.distributed.checkpoint's form) in
-    the form `Optimizer.state_dict` has: parameters numbered in param_groups order."""
-    index = {name: i for i, name in enumerate(n for g in osd["param_groups"] for n in g["params"])}
-    return {"state": {index[n]: s for n, s in osd["state"].items()},
-            "param_groups": [{**g, "params": [index[n] for n in g["params"]]} for g in osd["param_groups"]]}
-
-
-def _by_name(osd: dict, model: torch.nn.Module, opt: torch.optim.Optimizer) -> dict:
-    """The inverse of `_by_index`, naming each index after the live optimizer's parameter."""
-    name_of = {id(p): n for n, p in model.named_parameters()}
-    names = [name_of[id(p)] for g in opt.param_groups for p in g["params"]]
-    saved = sum(len(g["params"]) for g in osd["param_groups"])
-    if saved != len(names):
-        raise ShardlineError(f"train: the checkpoint's optimizer holds {saved} parameters, this model's {len(names)}")
-    return {"state": {names[i]: s for i, s in osd["state"].items()},
-            "param_groups": [{**g, "params": [names[i] for i in g["params"]]} for g in osd["param_groups"]]}
 
 
 def relaunch_under_torchrun(params: Params, layout: Layout, ctx) -> dict:

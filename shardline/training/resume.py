@@ -1,12 +1,17 @@
-"""Where training stands, and getting back there from a checkpoint.
+"""Where a run starts, and getting back to where a checkpoint left off.
 
-Contract: `resume(latest, changes, ...)` loads a verified checkpoint of either format into the
-loader, model, optimizer, GradScaler and RNGs (full under fsdp: ranks > 0 get model and
-optimizer broadcast by rank 0; sharded: DCP reshards onto this job's ranks) and returns a `Position`: the counters the checkpoint holds (step, tokens seen, resumes, the
-step this data version began at, the rollback-ledger entries it knew, the guards' state) plus
-what changed at this resume. `changes` (allowed identity changes) make this step the new data
-version's start and record the parent's eval, the "before" of a before/after. A start after a
-rollback (`rolled_back`) is not counted as a resume: nothing crashed.
+Contract:
+- `find_start(...)` names the checkpoint a run starts from: the newest valid one, unless its
+  identity (shardline.training.identity) differs and that is refused, or calls for a fresh model
+  (the old checkpoints are then set aside first).
+- `resume(checkpointer, latest, changes, rolled_back)` loads a verified checkpoint of either
+  format into the checkpointer's stateful parts (shardline.training.checkpointer: model,
+  optimizer, GradScaler, RNGs, loader, guards, the train counters) and returns the `Origin`: what
+  this run's lineage continues. `changes` (allowed identity changes) let the loader continue at
+  its position on the changed data, start the guards afresh (the old rolling median judged
+  other text), make this step the new data version's start, and record the parent's eval, the
+  "before" of a before/after. A start after a rollback (`rolled_back`) is not counted as a
+  resume: nothing crashed.
 """
 
 from __future__ import annotations
@@ -14,45 +19,85 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from shardline.training import rng
-from shardline.training import checkpoint, sharded
-from shardline.training.dist import Dist
+from shardline.context import RunContext
+from shardline.core import fsio
+from shardline.core.config import Params
+from shardline.core.layout import Layout
 from shardline.stream.loader import Loader
+from shardline.training import checkpoint, guard, identity
+from shardline.training.checkpointer import TRAIN, Checkpointer
+from shardline.training.dist import Dist
 
 
 @dataclass
-class Position:
-    """Where training stands: counters from the checkpoint, plus what changed at this resume."""
+class Origin:
+    """What this run continues: the checkpoint, and what changed at this resume."""
 
-    step: int = 0
-    tokens_seen: int = 0
-    resumes: int = 0
-    version_start: int = 0  # the step this data version's training began at
     parent: str | None = None
     changed: list[str] = field(default_factory=list)
     continued_from: dict | None = None  # this identity's training continued from a checkpoint of another
     known: int = 0  # rollback-ledger entries the checkpoint was saved with
-    guard: dict | None = None  # the guards' state (shardline.training.guard)
     init: dict | None = None  # train.init_from as the run's first checkpoint recorded it (lineage)
 
 
-def resume(latest: Path, changes: list[str], loader: Loader, dist: Dist, model, opt, scaler,
-           rolled_back: bool) -> Position:
-    # fsdp ranks > 0 get the model and optimizer broadcast by rank 0: not a full copy in each one's memory
-    skip = () if dist.holds_full_state else ("model.pt", "optimizer.pt")
-    tensors, state, manifest = checkpoint.load(latest, skip=skip)
-    loader.load_state_dict(state["loader"], allow_change=bool(changes))
-    if manifest.get("format") == "sharded":  # every rank reads the chunks its own shards need
-        sharded.load_into(latest, model, opt, dist.world)
-    else:
-        dist.load_full_state(model, opt, tensors.get("model.pt"), tensors.get("optimizer.pt"))
-    scaler.load_state_dict(tensors["scaler.pt"])
-    rng.restore(tensors["rng.pt"])
-    step, lin = state["step"], manifest["lineage"]
+class _Changed:
+    """The loader, taking a saved position whose invariants changed (allowed: identity.decide)."""
+
+    def __init__(self, loader: Loader):
+        self.loader = loader
+
+    def state_dict(self) -> dict:
+        return self.loader.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.loader.load_state_dict(state, allow_change=True)
+
+
+def resume(checkpointer: Checkpointer, latest: Path, changes: list[str], rolled_back: bool) -> Origin:
+    parts = dict(checkpointer.parts)
+    if changes:
+        parts["loader"] = _Changed(parts["loader"])
+        del parts["guard"]  # on new data, a fresh rolling median
+    manifest = checkpointer.load(latest, parts)
+    train = parts[TRAIN]
+    train.resumes += not rolled_back  # not a crash
+    if changes:
+        train.version_start = train.step
+    lin = manifest["lineage"]
     origin = lin.get("continued_from")
-    if changes:  # before/after attribution: the parent as it was, and (below) on the new held-out set
-        origin = {"checkpoint": latest.name, "step": step, "data_version": lin["data_version"], "mix": lin["mix"],
-                  "changes": changes, "eval": manifest.get("eval"), "eval_now": None}
-    return Position(step, state["tokens_seen"], state.get("resumes", 0) + (not rolled_back),  # not a crash
-                    step if changes else state.get("version_start_step", 0), latest.name, changes, origin,
-                    len(lin.get("rollbacks") or []), state.get("guard"), lin.get("init"))
+    if changes:  # before/after attribution: the parent as it was, and (in train) on the new held-out set
+        origin = {"checkpoint": latest.name, "step": train.step, "data_version": lin["data_version"],
+                  "mix": lin["mix"], "changes": changes, "eval": manifest.get("eval"), "eval_now": None}
+    return Origin(latest.name, changes, origin, len(lin.get("rollbacks") or []), lin.get("init"))
+
+
+def find_start(params: Params, layout: Layout, ctx: RunContext, dist: Dist, ident: dict,
+           kept: Path) -> tuple[Path | None, list[str], list[dict]]:
+    """(the checkpoint to resume from or None, the identity changes allowed at it, the rollback
+    ledger); every rank calls it. Rank 0 first sweeps what a kill or a rollback left, and sets
+    aside the checkpoints of another identity when that starts a fresh model."""
+    cfg, log, ckpts = params.train, ctx.log, layout.checkpoints
+    ledger = dist.share(guard.read_ledger(ckpts) if dist.rank == 0 else None)
+    if dist.rank == 0 and ckpts.exists():
+        fsio.remove_temps(ckpts)
+        guard.drop_tainted(ckpts, ledger, kept, log)
+    if dist.rank == 0:
+        checkpoint.tidy_kept(layout.kept, ckpts, ctx.recoverable, log)
+    dist.barrier()
+    latest = dist.share(checkpoint.latest_valid(ckpts, log) if dist.rank == 0 else None)  # hashed once, not per rank
+    if latest is None:
+        return None, [], ledger
+    # verified: its JSON is what the tensors were saved with
+    old = identity.saved(fsio.read_json(latest / checkpoint.STATE), fsio.read_json(latest / checkpoint.MANIFEST))
+    changes = identity.diff(old, ident)
+    action = identity.decide(changes, latest.name, allow=cfg.allow_data_change,
+                             fresh=cfg.fresh_on_data_change or ctx.new_run)
+    if action != "fresh":
+        return latest, changes, ledger
+    dist.barrier()  # every rank has read `latest` before rank 0 moves it
+    if dist.rank == 0:
+        why = "new experiment" if ctx.new_run else "train.fresh_on_data_change"
+        log(f"train: a new run ({why}): {'; '.join(changes)}")
+        identity.set_aside(ckpts, old, ctx.recoverable, log)
+    dist.barrier()
+    return None, [], []

@@ -2,7 +2,8 @@
 
 Contract: `seed_all(seed)` is called once at the start of a fresh run; `capture()` returns the
 state of every generator as plain data that `torch.load(weights_only=True)` accepts (no
-pickled numpy objects); `restore(state)` puts them back exactly. The loader draws from none
+pickled numpy objects); `restore(state)` puts them back exactly. `RNG()` is the same pair as a
+stateful part of a checkpoint (shardline.training.state). The loader draws from none
 of these (its order is a pure function of seed and position), so only model init and dropout
 consume them.
 """
@@ -41,3 +42,13 @@ def restore(state: dict) -> None:
     torch.set_rng_state(state["torch"])
     if state["cuda"] and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+class RNG:
+    """Every generator of this process as one stateful part of a checkpoint (rng.pt)."""
+
+    def state_dict(self) -> dict:
+        return capture()
+
+    def load_state_dict(self, state: dict) -> None:
+        restore(state)

@@ -14,12 +14,12 @@ Contract:
   that admits only DCP's metadata classes, torch sizes and dtypes, and refused (BadInput; verify
   says why) if it declares anything but tensors, which DCP would unpickle unrestricted: a
   checkpoint is data, never code.
-- `local_state` is this rank's view: under fsdp, DTensor shards; no rank ever gathers the full
-  state, so a save costs each rank its shard and one copy of it (the snapshot the background
-  write reads while training goes on).
+- What a rank saves is each part's `state_dict()` (shardline.training.state: under fsdp, DTensor
+  shards); no rank ever gathers the full state, so a save costs each rank its shard and one copy
+  of it (the snapshot the background write reads while training goes on).
 - `write` runs on the saver thread of every rank, over a gloo process group of its own (a
-  checkpoint's collectives never interleave with training's). `load_into` reshards: any world
-  size and strategy read any sharded checkpoint (DCP maps saved chunks onto the live layout).
+  checkpoint's collectives never interleave with training's). `load` reshards: any world size
+  and strategy read any sharded checkpoint (DCP maps saved chunks onto the live layout).
 - `full_state` reads the model (or the optimizer) alone into full tensors in one process
   (export, eval, sample, tests), without building a process group.
 """
@@ -39,18 +39,9 @@ from shardline.core import chaos, fsio
 from shardline.core.errors import BadInput, ShardlineError
 
 if TYPE_CHECKING:  # torch on first use: what lists and verifies checkpoints never needs it (~3 s)
-    import torch
     from torch.distributed.checkpoint.metadata import Metadata
 
 DIR = "dcp"
-
-
-def local_state(model: torch.nn.Module, opt: torch.optim.Optimizer) -> dict:
-    """This rank's model and optimizer state in the form DCP saves (no collective, no gather)."""
-    from torch.distributed.checkpoint.state_dict import get_state_dict
-
-    msd, osd = get_state_dict(model, opt)
-    return {"model": msd, "optim": {"state": osd["state"]}}
 
 
 class RankFailed(ShardlineError):
@@ -176,19 +167,16 @@ def metadata(path: Path) -> Metadata:
     return _dcp().Reader(Path(path) / DIR).read_metadata()
 
 
-def load_into(path: Path, model: torch.nn.Module, opt: torch.optim.Optimizer, world: int) -> None:
-    """Load a sharded checkpoint into the live (possibly sharded) model and optimizer; every rank
-    calls it. The optimizer's param_groups stay the live ones (see the contract)."""
-    from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_state_dict, set_model_state_dict,
-                                                         set_optimizer_state_dict)
-
-    msd, osd = get_state_dict(model, opt)  # initialises an empty optimizer's state (a step at lr 0)
-    state, d = {"model": msd, "optim": {"state": osd["state"]}}, _dcp()
+def load(path: Path, parts: dict, world: int) -> None:
+    """Load a sharded checkpoint into the live (possibly sharded) stateful `parts`, by their key in
+    it ("model", "optim"); every rank calls it. Each part's own `state_dict()` is the template DCP
+    loads into, in its live layout."""
+    state, d = {key: part.state_dict() for key, part in parts.items()}, _dcp()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         d.dcp.load(state, storage_reader=d.Reader(Path(path) / DIR), no_dist=world == 1)
-    set_model_state_dict(model, state["model"], options=StateDictOptions(strict=True))
-    set_optimizer_state_dict(model, opt, {"state": state["optim"]["state"], "param_groups": osd["param_groups"]})
+    for key, part in parts.items():
+        part.load_state_dict(state[key])
 
 
 def full_state(path: Path, what: str = "model") -> dict:

@@ -2,7 +2,8 @@
 
 Contract:
 - Everything a resume needs is in the newest valid checkpoint: model, optimizer, GradScaler,
-  RNG states, loader position, step, tokens seen, the guards' state; plus, for a rollback decided
+  RNG states, loader position, step, tokens seen, the guards' state (one dict of stateful parts,
+  shardline.training.state, that the checkpointer saves and loads); plus, for a rollback decided
   after it, the ledger beside it. What can be derived is derived: the LR is a function of the
   step (shardline.training.schedule); the data order of (seed, mix, position); dropout is re-seeded every
   step from (train.seed, step, rank), so a resumed run draws exactly what the killed one would.
@@ -28,7 +29,7 @@ Contract:
 - Under torchrun (RANK/WORLD_SIZE set, one node or many) ranks share each global batch (the
   loader's elastic slices); gradients are averaged by DDP or FSDP (train.strategy, see
   shardline.training.dist); checkpoints are written as train.checkpoint_format says
-  (shardline.training.saving: full, by rank 0; sharded, every rank its shards), metrics by
+  (shardline.training.checkpointer: full, by rank 0; sharded, every rank its shards), metrics by
   global rank 0; everyone waits at a barrier. `train.nproc_per_node > 1` makes `run` relaunch
   itself under torchrun on this machine.
 - Per step, data/metrics/train.jsonl gets tokens, step/data-wait/compute time, tokens/s, MFU
@@ -56,21 +57,22 @@ import torch
 
 from shardline.context import RunContext
 from shardline.core import chaos, fsio
-from shardline.training import rng
-from shardline.training import checkpoint, guard, identity, lineage
-from shardline.training.saving import Saving
 from shardline.core.config import Params, Train
-from shardline.training.dist import Dist, grad_norm, relaunch_under_torchrun
 from shardline.core.errors import BadInput
-from shardline.training.evaluate import HeldOut, compact, due, evaluate
-from shardline.training.guard import Guard, RolledBack, Trouble
 from shardline.core.layout import Layout
 from shardline.stream.loader import Loader
+from shardline.training import checkpoint, guard, identity, lineage
+from shardline.training.checkpointer import Checkpointer
+from shardline.training.dist import Dist, grad_norm, relaunch_under_torchrun
+from shardline.training.evaluate import HeldOut, compact, due, evaluate
+from shardline.training.guard import Guard, RolledBack, Trouble
+from shardline.training.monitor import Monitor, guess_peak_flops, read_records, summarize, truncate_records, write_derived
 from shardline.training.network import Network, prepare
 from shardline.training.optimizer import configure_optimizer
-from shardline.training.monitor import Monitor, guess_peak_flops, read_records, summarize, truncate_records, write_derived
-from shardline.training.resume import Position, resume
+from shardline.training.resume import Origin, find_start, resume
+from shardline.training.rng import RNG
 from shardline.training.schedule import lr_at
+from shardline.training.state import Model, Optimizer, TrainState
 
 Log = Callable[[str], None]
 
@@ -128,7 +130,7 @@ def run(params: Params, layout: Layout, ctx: RunContext = RunContext()) -> dict:
 
 def _train(params: Params, layout: Layout, ctx: RunContext, device: torch.device, dist: Dist,
            rolled_back: bool) -> dict:
-    cfg, log, new_run, recoverable = params.train, ctx.log, ctx.new_run, ctx.recoverable
+    cfg, log = params.train, ctx.log
     ckpts, metrics = layout.checkpoints, layout.train_log
     loader = Loader.from_params(params, layout, rank=dist.rank, world=dist.world, log=log)
     network = Network.for_run(params, layout, loader.seq_len, share=dist.share, rank=dist.rank)
@@ -137,28 +139,7 @@ def _train(params: Params, layout: Layout, ctx: RunContext, device: torch.device
             if params.eval.every else None)
     ident = identity.current(params, loader.state_dict(), network.section, network.init)
     kept = layout.kept / identity.tag(ident)
-    ledger = dist.share(guard.read_ledger(ckpts) if dist.rank == 0 else None)
-    if dist.rank == 0 and ckpts.exists():
-        fsio.remove_temps(ckpts)
-        guard.drop_tainted(ckpts, ledger, kept, log)
-    if dist.rank == 0:
-        checkpoint.tidy_kept(layout.kept, ckpts, recoverable, log)
-    dist.barrier()
-    latest = dist.share(checkpoint.latest_valid(ckpts, log) if dist.rank == 0 else None)  # hashed once, not per rank
-    changes: list[str] = []
-    if latest is not None:  # verified: its JSON is what the tensors were saved with
-        old = identity.saved(fsio.read_json(latest / checkpoint.STATE), fsio.read_json(latest / checkpoint.MANIFEST))
-        changes = identity.diff(old, ident)
-        action = identity.decide(changes, latest.name, allow=cfg.allow_data_change,
-                                 fresh=cfg.fresh_on_data_change or new_run)
-        if action == "fresh":
-            dist.barrier()  # every rank has read `latest` before rank 0 moves it
-            if dist.rank == 0:
-                why = "new experiment" if new_run else "train.fresh_on_data_change"
-                log(f"train: a new run ({why}): {'; '.join(changes)}")
-                identity.set_aside(ckpts, old, recoverable, log)
-            dist.barrier()
-            latest, changes, ledger = None, [], []
+    latest, changes, ledger = find_start(params, layout, ctx, dist, ident, kept)
     model = network.build(cfg.seed, fresh=latest is None).to(device)
     prepare(model, cfg)
     net = dist.wrap(model, model.blocks)
@@ -168,12 +149,16 @@ def _train(params: Params, layout: Layout, ctx: RunContext, device: torch.device
     # under fsdp, bf16 is FSDP's mixed precision (bf16 parameters, fp32 reductions), not autocast
     autocast = contextlib.nullcontext() if dist.mixed_precision else autocast_for(cfg, device)
     per_rank = loader.spec.global_batch // dist.world
+    state, guards = TrainState(grad_accum=cfg.grad_accum, world_size=dist.world, strategy=dist.strategy), Guard(cfg)
+    checkpointer = Checkpointer(cfg, dist, ckpts, {
+        "model": Model(model, dist), "optimizer": Optimizer(model, opt, dist), "scaler": scaler, "rng": RNG(),
+        "loader": loader, "guard": guards, "train": state})
 
     def evaluate_now() -> dict:
         return evaluate(model, held, params.mix, batch=per_rank, device=device, autocast=autocast, rank=dist.rank,
                         world=dist.world, all_sum=dist.all_sum, pad=dist.strategy == "fsdp")
 
-    pos, init = Position(), None
+    origin, init = Origin(), None
     if latest is None and network.init is not None:
         init = network.init.lineage()
         if held is not None:  # the imported model as it came, judged on this line's held-out set
@@ -181,20 +166,17 @@ def _train(params: Params, layout: Layout, ctx: RunContext, device: torch.device
         log(f"train: initialised from {network.init.where} ({network.init.architecture}); held-out before "
             f"training: {lineage.eval_line(init.get('eval'))}")
     if latest is not None:
-        pos = resume(latest, changes, loader, dist, model, opt, scaler, rolled_back)
-        log(f"train: {'rolled back to' if rolled_back else 'resuming from'} {latest.name} (step {pos.step}, "
-            f"{pos.tokens_seen:,} tokens)"
-            + (f"; ALLOWED CHANGES: {'; '.join(pos.changed)}" if pos.changed else ""))
-        if pos.changed and held is not None:
-            pos.continued_from["eval_now"] = compact(evaluate_now())
+        origin = resume(checkpointer, latest, changes, rolled_back)
+        log(f"train: {'rolled back to' if rolled_back else 'resuming from'} {latest.name} (step {state.step}, "
+            f"{state.tokens_seen:,} tokens)"
+            + (f"; ALLOWED CHANGES: {'; '.join(origin.changed)}" if origin.changed else ""))
+        if origin.changed and held is not None:
+            origin.continued_from["eval_now"] = compact(evaluate_now())
     else:
         log(f"train: fresh start, {network.config.arch} with {model.num_params(non_embedding=False):,} parameters "
             f"({network.config.attention} attention)")
-    step, tokens_seen, target = pos.step, pos.tokens_seen, pos.version_start + cfg.steps
-    guards = Guard(cfg)
-    if pos.guard and not pos.changed:  # on new data, a fresh rolling median: the old one judged other text
-        guards.load_state_dict(pos.guard)
-    pending = [e for e in ledger if e["n"] > pos.known]  # rollbacks this timeline has not recorded yet
+    target = state.version_start + cfg.steps
+    pending = [e for e in ledger if e["n"] > origin.known]  # rollbacks this timeline has not recorded yet
 
     def retain(before: int | None) -> None:
         # inside a run of flagged steps, the checkpoint a rollback would return to stays
@@ -206,32 +188,32 @@ def _train(params: Params, layout: Layout, ctx: RunContext, device: torch.device
         checkpoint.keep(path, kept)
         retain(before)
 
-    lin = lineage.collect(params, layout, loader.version, parent=pos.parent, run_id=ctx.run_id, shards_md5=ctx.shards_md5,
-                          data_change=pos.changed, continued_from=pos.continued_from, rollbacks=ledger,
-                          model=network.section, init=init if latest is None else pos.init)
+    lin = lineage.collect(params, layout, loader.version, parent=origin.parent, run_id=ctx.run_id,
+                          shards_md5=ctx.shards_md5, data_change=origin.changed, continued_from=origin.continued_from,
+                          rollbacks=ledger, model=network.section, init=init if latest is None else origin.init)
     if dist.rank == 0:
         metrics.parent.mkdir(parents=True, exist_ok=True)
-        truncate_records(metrics, step)
+        truncate_records(metrics, state.step)
     tokens_per_step = loader.spec.global_batch * loader.seq_len * cfg.grad_accum
     monitor = Monitor(metrics if dist.rank == 0 else None, tokens_per_step=tokens_per_step,
-                      flops_per_token=model.flops_per_token(), total_steps=target, start_step=step,
+                      flops_per_token=model.flops_per_token(), total_steps=target, start_step=state.step,
                       peak_flops=guess_peak_flops(device) * dist.world,  # tokens_per_step is the whole job's
                       slow_factor=cfg.slow_step_factor, log=log, device=device,
                       progress=None if dist.rank == 0 else False)
     batches = iter(loader)
-    saved, saver = [], Saving(cfg, dist)
-    if step >= target:
-        log(f"train: already at step {step} = this data version's start {pos.version_start} + train.steps "
+    saved = []
+    if state.step >= target:
+        log(f"train: already at step {state.step} = this data version's start {state.version_start} + train.steps "
             f"{cfg.steps}: nothing to train (raise train.steps to continue)")
-    while step < target:
-        t0 = time.perf_counter()
+    while state.step < target:
+        step, t0 = state.step, time.perf_counter()
         skipped = [b for e in guard.skips_before(step, ledger) for b in e["batches"]]
         if skipped:  # replaying past a rollback: its batches are never trained on
             loader.skip(len(skipped))
             batches = iter(loader)
             log(f"train: step {step + 1}: skipping the {len(skipped)} batch(es) a rollback set aside")
         for group in opt.param_groups:
-            group["lr"] = lr_at(step - pos.version_start, cfg)
+            group["lr"] = lr_at(step - state.version_start, cfg)
         torch.manual_seed(step_seed(cfg.seed, step, dist.rank))
         wait, total, hashes = 0.0, torch.zeros((), device=device), []
         for micro in range(cfg.grad_accum):
@@ -260,9 +242,9 @@ def _train(params: Params, layout: Layout, ctx: RunContext, device: torch.device
         try:
             verdict = guards.judge(step + 1, loss_value, finite, hashes)
         except Trouble as t:
-            saver.wait()  # a checkpoint of the trouble being written is on disk (and then removed) first
+            checkpointer.wait()  # a checkpoint of the trouble being written is on disk (and then removed) first
             monitor.close()
-            guard.roll_back(t, ckpts, kept, ledger, cfg, since=pos.version_start, rank=dist.rank,
+            guard.roll_back(t, ckpts, kept, ledger, cfg, since=state.version_start, rank=dist.rank,
                             barrier=dist.barrier, log=log)
         if verdict != "skip":
             if cfg.grad_clip:
@@ -273,8 +255,8 @@ def _train(params: Params, layout: Layout, ctx: RunContext, device: torch.device
                 f", skipped (no update; batches {', '.join(hashes)})")
         scaler.update()
         opt.zero_grad(set_to_none=True)
-        step += 1
-        tokens_seen += tokens_per_step
+        state.step = step = step + 1
+        state.tokens_seen += tokens_per_step
         dt = time.perf_counter() - t0
         # after the update, before the record: its time is not the step's (eval_s says what it cost)
         ev = compact(evaluate_now()) if held is not None and due(step, target, params) else None
@@ -289,14 +271,7 @@ def _train(params: Params, layout: Layout, ctx: RunContext, device: torch.device
         if ctx.on_step:
             ctx.on_step(step, target)
         if step % cfg.checkpoint_every == 0 or step == target:
-            def rank0() -> tuple[dict, dict]:
-                return ({"scaler.pt": scaler.state_dict(), "rng.pt": rng.capture()},
-                        {"step": step, "tokens_seen": tokens_seen, "loader": loader.state_dict(),
-                         "grad_accum": cfg.grad_accum, "world_size": dist.world, "strategy": dist.strategy,
-                         "resumes": pos.resumes, "version_start_step": pos.version_start,
-                         "guard": guards.state_dict()})
-
-            path = saver.submit(ckpts, step, model, opt, rank0, lin, ev, then=functools.partial(
+            path = checkpointer.save(step, lin, ev, then=functools.partial(
                 after_save, before=guards.run[0]["step"] if guards.run else None))
             if path is not None:
                 saved.append(path.name)
@@ -306,17 +281,22 @@ def _train(params: Params, layout: Layout, ctx: RunContext, device: torch.device
         log(f"train: the run ends inside {len(guards.run)} flagged step(s) (from step {guards.run[0]['step']}, "
             "fewer than a rollback needs): the last checkpoint holds them; raising train.steps may roll back "
             "before it")
-    saver.wait()  # the last checkpoint is on disk before the stage reports success
+    checkpointer.wait()  # the last checkpoint is on disk before the stage reports success
     if dist.rank == 0:  # a run killed inside its last retention, resumed with nothing to train, finishes it here
         retain(guards.run[0]["step"] if guards.run else None)
     if ctx.recorded and dist.rank == 0 and kept.exists():
         shutil.rmtree(kept)  # the orchestrator records data/checkpoints now: the links are not needed
     dist.barrier()
     monitor.close()
-    summary = {"final_step": step, "tokens_seen": tokens_seen, "resumed_from": pos.parent, "checkpoints_saved": saved,
-               "this_process": monitor.summary()}
+    return _summary(layout, dist, state, origin, saved, monitor, tokens_per_step)
+
+
+def _summary(layout: Layout, dist: Dist, state: TrainState, origin: Origin, saved: list[str], monitor: Monitor,
+             tokens_per_step: int) -> dict:
+    summary = {"final_step": state.step, "tokens_seen": state.tokens_seen, "resumed_from": origin.parent,
+               "checkpoints_saved": saved, "this_process": monitor.summary()}
     if dist.rank == 0:  # figures over every step on record (train.jsonl), not only this process's
-        rows = read_records(metrics)
+        rows = read_records(layout.train_log)
         summary = {**summarize(rows, tokens_per_step), **summary}
         fsio.write_json(layout.train_summary, summary)
         write_derived(rows, layout.metrics)

@@ -14,7 +14,8 @@ from shardline.core import fsio
 from shardline.core.errors import BadInput
 from shardline.training import checkpoint, sharded
 from shardline.training.dist import Dist
-from shardline.training.saving import Saving
+from shardline.training.checkpointer import Checkpointer
+from shardline.training.state import Model, Optimizer, TrainState
 from shardline.core.config import Train
 from shardline.model import ModelConfig, build
 from shardline.training.optimizer import configure_optimizer
@@ -93,16 +94,18 @@ def test_malicious_pickle_is_not_executed(tmp_path):
 
 def test_a_sharded_checkpoint_in_one_process_round_trips_is_kept_whole_and_never_runs_code(tmp_path):
     model, opt = trained_state()
-    saving = Saving(Train(checkpoint_format="sharded"), Dist(Train(), torch.device("cpu")))
-    path = saving.submit(tmp_path / "ck", 3, model, opt, lambda: ({"rng.pt": rng.capture()}, {"step": 3}),
-                         {"x": 1}, None, then=lambda _: None)
+    dist = Dist(Train(), torch.device("cpu"))
+    saving = Checkpointer(Train(checkpoint_format="sharded"), dist, tmp_path / "ck", {
+        "model": Model(model, dist), "optimizer": Optimizer(model, opt, dist), "rng": rng.RNG(),
+        "train": TrainState(step=3)})
+    path = saving.save(3, {"x": 1}, None, then=lambda _: None)
     saving.wait()
     manifest = json.loads((path / checkpoint.MANIFEST).read_text())
     assert checkpoint.verify(path) == (True, "ok") and manifest["format"] == "sharded"
     assert manifest["ranks"] == [["dcp/.metadata", "dcp/__0_0.distcp"]]
     assert sorted(manifest["files"]) == ["dcp/.metadata", "dcp/__0_0.distcp", "rng.pt", checkpoint.STATE]
     other, other_opt = trained_state(steps=1)
-    sharded.load_into(path, other, other_opt, world=1)
+    saving.load(path, {"model": Model(other, dist), "optimizer": Optimizer(other, other_opt, dist)})
     for k, v in model.state_dict().items():
         assert torch.equal(other.state_dict()[k], v), k
     for a, b in zip(opt.state_dict()["state"].values(), other_opt.state_dict()["state"].values()):
@@ -157,9 +160,11 @@ def test_sharded_metadata_pickled_as_python_3_11_2_does_is_read(tmp_path):
     import pickle
 
     model, opt = trained_state()
-    saving = Saving(Train(checkpoint_format="sharded"), Dist(Train(), torch.device("cpu")))
-    path = saving.submit(tmp_path / "ck", 3, model, opt, lambda: ({"rng.pt": rng.capture()}, {"step": 3}),
-                         {"x": 1}, None, then=lambda _: None)
+    dist = Dist(Train(), torch.device("cpu"))
+    saving = Checkpointer(Train(checkpoint_format="sharded"), dist, tmp_path / "ck", {
+        "model": Model(model, dist), "optimizer": Optimizer(model, opt, dist), "rng": rng.RNG(),
+        "train": TrainState(step=3)})
+    path = saving.save(3, {"x": 1}, None, then=lambda _: None)
     saving.wait()
 
     class AsOldPython(pickle.Pickler):
