@@ -111,7 +111,7 @@ class ProcessPool:
 
 def _died() -> ShardlineError:
     return ShardlineError("a worker process of this stage died (killed, or out of memory); finished parts are "
-                          "kept: re-run the stage to resume (lower engine.workers if memory ran out)")
+                          "kept: re-run the stage to resume (lower parts.workers if memory ran out)")
 
 
 POOL_MIN_BYTES = 16 * 2**20  # spawning workers costs about a second of a core: not worth it below this
