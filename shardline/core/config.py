@@ -10,18 +10,31 @@ shardline.data.clean.settings); the docstring under each field is its documentat
 from __future__ import annotations
 
 import difflib
+import importlib
 import math
 import re
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from shardline.core.errors import ConfigError
 from shardline.core.sections_data import Download, Eval, Shard, Source, Tokenizer, _Section  # noqa: F401
 from shardline.core.sections_run import Loader, Model, Parts, Pipeline, Retrain, Train  # noqa: F401
-from shardline.data.clean.settings import STAGE_WIDE, Clean
+
+# The clean section is its rules' settings, assembled by the clean stage's rule registry, which
+# stands above this module (it is the clean stage's own code). It is named here, not imported, as
+# shardline/registry.py names the stages: the ground floor imports nothing above it. `schema()`
+# loads it and completes `Params` before anything is validated.
+CLEAN_SETTINGS = "shardline.data.clean.settings"
+
+
+def _clean_settings():
+    return importlib.import_module(CLEAN_SETTINGS)
+
+
+Clean: type[_Section]  # a name only: `Params.clean`'s type, resolved by schema()
 
 
 class Params(_Section):
@@ -29,7 +42,7 @@ class Params(_Section):
     """Where the raw text comes from; one entry per source."""
     download: Download = Download()
     """Retries and timeouts of remote sources (download stage)."""
-    clean: Clean = Clean()
+    clean: Clean = Field(default_factory=lambda: _clean_settings().Clean())
     """Cleaning rules, in their fixed order (clean stage)."""
     tokenizer: Tokenizer = Tokenizer()
     """Tokenizer training and encoding (tokenize stage)."""
@@ -84,7 +97,7 @@ class Params(_Section):
 
     def _source_clean_problems(self, i: int, source: Source) -> list[str]:
         where = f"sources[{i}].clean"
-        shared = [k for k in (source.clean or {}) if k in STAGE_WIDE]
+        shared = [k for k in (source.clean or {}) if k in _clean_settings().STAGE_WIDE]
         if shared:
             return [f"{where}.{k}: stage-wide; set it in the clean section" for k in shared]
         try:
@@ -102,11 +115,11 @@ class Params(_Section):
             return str(Path(self.train.init_from) / "tokenizer.json")
         return self.tokenizer.path
 
-    def clean_for(self, source: Source) -> Clean:
+    def clean_for(self, source: Source) -> _Section:
         """The clean section as it applies to one source: its own `clean:` rules replace the section's."""
         if not source.clean:
             return self.clean
-        return Clean.model_validate({**self.clean.model_dump(), **source.clean})
+        return type(self.clean).model_validate({**self.clean.model_dump(), **source.clean})
 
     def section(self, name: str) -> Any:
         """A section as plain JSON-able data (for hashing and lineage)."""
@@ -170,11 +183,17 @@ def _format(err: dict) -> str:
     return f"{path}: {err['msg'].lower()}, got {got!r}"
 
 
+def schema() -> type[Params]:
+    """`Params`, complete: with the clean section its rule registry assembles (see CLEAN_SETTINGS)."""
+    Params.model_rebuild(_types_namespace={"Clean": _clean_settings().Clean})
+    return Params
+
+
 def parse(raw: Any, origin: str = "params.yaml") -> Params:
     if not isinstance(raw, dict):
         raise ConfigError(f"{origin}: must be a mapping of sections, got {type(raw).__name__}")
     try:
-        return Params.model_validate(raw)
+        return schema().model_validate(raw)
     except ValidationError as e:
         lines = [ln for err in e.errors() for ln in _format(err).split("\n")]
         raise ConfigError(f"{origin}: {len(lines)} problem(s):\n  " + "\n  ".join(lines)) from None

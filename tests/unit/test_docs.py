@@ -162,7 +162,7 @@ def _models(annotation) -> tuple[list[type[BaseModel]], bool]:
 
 
 def _key_problem(key: str) -> str | None:
-    models: list[type[BaseModel]] = [config.Params]
+    models: list[type[BaseModel]] = [config.schema()]
     parts = key.split(".")
     for i, part in enumerate(parts):
         field = next((m.model_fields[part] for m in models if part in m.model_fields), None)
@@ -180,7 +180,7 @@ def _key_problem(key: str) -> str | None:
 def _sections() -> set[str]:
     """The words that start a params key: today's sections, and any the config knows by an old name
     (so a page still showing the old name fails here instead of passing as plain text)."""
-    return set(config.Params.model_fields) | set(getattr(config, "RENAMED", {}))
+    return set(config.schema().model_fields) | set(getattr(config, "RENAMED", {}))
 
 
 def _is_key(dotted: str) -> bool:

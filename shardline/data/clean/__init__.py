@@ -4,6 +4,5 @@ dropped samples out. `stage.py` is the stage (`run`, and what the tokenize stage
 c4, fineweb, decontam, pii, urls) holds its rules, their settings and their registry entries; `settings.py`
 assembles the `clean` section of params.yaml from them. Phase 2 is `select.py` (split.py,
 minhash.py), the samples `dropped.py`, `shardline explain` is `explain.py`. This file imports
-nothing: the config loader imports `settings` from here, so the stage (which imports the config)
-must not load with the package.
+nothing: the config loader loads `settings` by name, and needs none of the rest.
 """
