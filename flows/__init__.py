@@ -1,1 +1,3 @@
-"""Prefect flows and the `shardline` command: compose the engine, DVC and Prefect."""
+"""The Prefect flows: the pipeline over dvc.yaml's DAG and the scheduled retrain (pipeline), one
+flow per stage (stage_flows), their deployments (deploy) and a local server (server); `dispatch`
+decides where a stage runs. The `shardline` command is cli/, the tasks tasks/, DVC dvcrepo/."""

@@ -1,6 +1,10 @@
-"""Shardline engine: config, sources, cleaning, tokenizing, shard format.
+"""Shardline's engine: every stage of the line (download, clean, tokenize, shard, train, report),
+the loader, the models, and what uses a trained checkpoint. `registry` names the stages' entry
+points; `context.RunContext` is what an orchestrator tells a run.
 
-The engine imports neither Prefect nor DVC; `tasks/` and `flows/` adapt it.
+The engine imports neither Prefect nor DVC and never calls back up: the `shardline` command
+(cli/), the Prefect flows (flows/) and tasks (tasks/) and the DVC adapter (dvcrepo/) drive it
+(docs/architecture.md, "Layers").
 """
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ INLINE = re.compile(r"`([^`\n]+)`")
 FILE_EXTS = {"json", "jsonl", "csv", "png", "pt", "py", "md", "safetensors", "bin", "yaml", "yml", "npy",
              "parquet", "txt", "gz", "zst", "lock", "toml", "html", "next", "part"}
 DOTTED = re.compile(r"(?<![\w./\-:@$<])([a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)+)(?![\w/\-(])")
-REPO_PATH = re.compile(r"^(?:shardline|flows|tasks|harness|bench|tests)/[\w/.\-]*[\w/]$")
+REPO_PATH = re.compile(r"^(?:shardline|flows|tasks|cli|dvcrepo|harness|bench|tests)/[\w/.\-]*[\w/]$")
 COMMAND_START = {"$", "&&", "||", ";", "|", "(", "--no-python", "then", "do"}
 
 
@@ -275,3 +275,14 @@ def test_every_relative_link_resolves(pages):
             elif anchor and file.suffix == ".md" and anchor not in _anchors(file.read_text()):
                 problems.append(f"{page}: ({target}): no such heading in {file.relative_to(REPO)}")
     assert not problems, "\n".join(problems)
+
+
+def test_the_architecture_names_every_module():
+    """docs/architecture.md's layer map names every module of the tree (a new module is placed in
+    it, or this fails), in the block of its package."""
+    text = (REPO / "docs" / "architecture.md").read_text()
+    block = text[text.index("## Layers"):text.index("## The stage frame")]
+    unnamed = [str(p.relative_to(REPO)) for top in ("cli", "flows", "tasks", "shardline", "harness")
+               for p in sorted((REPO / top).rglob("*.py"))
+               if p.name != "__init__.py" and not re.search(rf"\b{p.stem}\b", block)]
+    assert not unnamed, f"docs/architecture.md, Layers, does not name: {', '.join(unnamed)}"
