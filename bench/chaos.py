@@ -2,27 +2,11 @@
 
     python -m bench.chaos [--seed N] [--kills 40] [--corpus stdlib|shared]
 
-Builds a reference project with one uninterrupted `dvc repro`, then runs a second project from
-scratch through a seeded plan of kills that follows the line through every stage, at the named
-kill points of shardline.core.chaos (a real SIGKILL of the process that holds the work, at an exact
-moment): inside writes (an HTTP body into its .part while the loopback server also cuts bodies
-short, a clean part's parquet, a token part's ids, a shard's bytes), after units of work (a file,
-a part, a selection, a shard, a step, a held-out batch, a checkpoint's files, a retention), and
-in the orchestrators (`dvc repro` killed with its stage done but not recorded; the pipeline flow
-between DVC's cache write and dvc.lock; the flow, and under `shardline serve` the runner, between
-two stage task runs), plus SIGKILLs of the whole process group at random times. Every kill is
-followed by a resume through an entry point a user types, in turn `dvc repro`, `shardline
-pipeline` and the Prefect deployment (`shardline serve` + `prefect deployment run`; the runner
-gets the kill spec in its environment, which its flow runs inherit).
-
-Pass (harness/chaoscheck.py): every file under data/ identical to the reference's (bytes or, for
-JSON holding timings, all but the VARYING fields; the evidence card but its timing lines; not
-the loss plot, which draws tokens/s), the same retained checkpoints, no temp, .part or .next
-file left, no file under data/ that git would offer to commit, per-step losses, consumed global-batch hashes and final weights equal (CPU), `dvc status`
-clean, and no resume redid finished work: no file, part, shard or checkpoint made twice, and
-training went on from the newest checkpoint each time. Prints a table of kills per point; the
-same --seed replays the same plan (without one, a random seed is drawn and printed). It fails
-unless every named point fired at least once (it prints those that never did) and --kills kills
+The full suite over the driver in harness/chaos.py (what it kills, where, and what passing means
+are said there; tests/integration/test_chaos.py is the CI version): every named kill point, 40
+kills by default, the wiki corpus over a loopback HTTP server that also cuts bodies short. Prints
+a table of kills per point; the same --seed replays the same plan (without one, a random seed is
+drawn and printed). It fails unless every named point fired at least once and --kills kills
 landed at named points (timed kills come on top).
 """
 

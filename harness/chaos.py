@@ -20,10 +20,7 @@ JSON holding timings, all but the VARYING fields; the evidence card but its timi
 the loss plot, which draws tokens/s), the same retained checkpoints, no temp, .part or .next
 file left, no file under data/ that git would offer to commit, per-step losses, consumed global-batch hashes and final weights equal (CPU), `dvc status`
 clean, and no resume redid finished work: no file, part, shard or checkpoint made twice, and
-training went on from the newest checkpoint each time. Prints a table of kills per point; the
-same --seed replays the same plan (without one, a random seed is drawn and printed). It fails
-unless every named point fired at least once (it prints those that never did) and --kills kills
-landed at named points (timed kills come on top).
+training went on from the newest checkpoint each time. The same seed replays the same plan.
 """
 
 from __future__ import annotations
