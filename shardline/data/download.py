@@ -34,7 +34,7 @@ from shardline.core import chaos, fsio
 from shardline.data import compressed, http, objects
 from shardline.core.config import Params, Source
 from shardline.core.errors import BadInput, ChecksumMismatch
-from shardline.core.layout import Layout
+from shardline.core.layout import BUILTIN_TOPICS, PARTIAL, PARTIAL_NOTE, Layout
 from shardline.core.parallel import Mapper, per_source, thread_map
 from shardline.core.progress import Progress, Sink
 
@@ -118,7 +118,7 @@ def _resolve_one(source: Source, uri: str, root: Path) -> list[Item]:
             raise BadInput(f"sources[{source.name}].format: {uri} is {expected[which]}, not {source.format}")
         if which == "python-stdlib":
             return _stdlib_items()
-        return [Item("topics.jsonl", "builtin-topics", "pydoc_data.topics")]
+        return [Item(BUILTIN_TOPICS, "builtin-topics", "pydoc_data.topics")]
     if uri.startswith(("http://", "https://")):
         name = Path(unquote(urlparse(uri).path)).name or "download"
         return [Item(name, "http", uri)]
@@ -227,8 +227,8 @@ def download_source(source: Source, params: Params, layout: Layout, log: Log = p
                         **_decoding(source, dest, digest, before.get(item.rel), log, layout)})
         if progress is not None:
             progress.advance(entries[-1]["bytes"], skipped=not fresh[item.rel])
-    fsio.prune(files_dir, {files_dir / e["path"] for e in entries} | set(files_dir.rglob("*.part"))
-               | set(files_dir.rglob("*.part.json")))
+    fsio.prune(files_dir, {files_dir / e["path"] for e in entries} | set(files_dir.rglob(f"*{PARTIAL}"))
+               | set(files_dir.rglob(f"*{PARTIAL_NOTE}")))
     revisions = sorted({e["revision"] for e in entries if "revision" in e})  # each file keeps its own too
     uri = list(source.uri) if isinstance(source.uri, tuple) else source.uri  # as JSON has it
     manifest = {"source": source.name, "uri": uri, "format": source.format,

@@ -19,21 +19,17 @@ from shardline.core.parallel import thread_map
 from shardline.data import compressed, readers
 
 
-def _spans_file(layout: Layout) -> Path:
-    return layout.clean / "spans.json"
-
-
 def load_spans(layout: Layout) -> dict:
     try:
-        return dict(fsio.read_json(_spans_file(layout)))
+        return dict(fsio.read_json(layout.spans))
     except (OSError, ValueError, TypeError):  # none yet, or unreadable: found again
         return {}
 
 
 def save_spans(layout: Layout, spans: dict) -> Path:
-    if not _spans_file(layout).exists() or load_spans(layout) != spans:
-        fsio.write_json(_spans_file(layout), spans)
-    return _spans_file(layout)
+    if not layout.spans.exists() or load_spans(layout) != spans:
+        fsio.write_json(layout.spans, spans)
+    return layout.spans
 
 
 def group(source: Source, raw_dir: Path, files: list[dict], part_bytes: float, known: dict) -> list[list[tuple]]:

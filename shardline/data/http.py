@@ -29,6 +29,7 @@ import urllib3
 
 from shardline.core import chaos, fsio
 from shardline.core.errors import ChecksumMismatch, DownloadError
+from shardline.core.layout import partial_of
 
 _CHUNK = 1 << 16
 _CONTENT_RANGE = re.compile(r"bytes\s+(\d+)-(\d+)/(\d+|\*)")
@@ -191,7 +192,7 @@ def fetch(url: str, dest: Path, *, sha256: str | None = None, policy: RetryPolic
             return FetchResult(dest, dest.stat().st_size, have, 0, 0, 0)
         say(f"{dest}: sha256 {have} is not {want}; fetching again")
     dest.parent.mkdir(parents=True, exist_ok=True)
-    part = dest.with_name(dest.name + ".part")
+    part = partial_of(dest)
     n = _Counters()
     patience, tries = Patience(url, part, policy, rng, sleep, say), 0
     with requests.Session() as session:

@@ -32,6 +32,7 @@ from urllib.parse import unquote
 
 from shardline.core import chaos, fsio
 from shardline.core.errors import BadInput, DownloadError, is_transient
+from shardline.core.layout import partial_note_of, partial_of
 from shardline.data import http
 
 _CHUNK = 1 << 20
@@ -109,7 +110,7 @@ def fetch_object(url: str, dest: Path, meta: dict, policy: http.RetryPolicy = ht
                  rng: random.Random | None = None) -> str:
     """Fetch `url` (whose identity in the store is `meta`) to `dest`; its sha256."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    part, note = dest.with_name(dest.name + ".part"), dest.with_name(dest.name + ".part.json")
+    part, note = partial_of(dest), partial_note_of(dest)
     if part.exists() and (not note.exists() or fsio.read_json(note) != meta):
         part.unlink()  # bytes of another version of the object: never continued
     fsio.write_json(note, meta)

@@ -33,7 +33,7 @@ import numpy as np
 from shardline.core import chaos, fsio, shardformat
 from shardline.core.config import Params, Source
 from shardline.core.errors import BadInput, ShardCorrupt
-from shardline.core.layout import Layout, shard_name, side_dir, staged_of
+from shardline.core.layout import TOKEN_PARTS, Layout, shard_name, side_dir, staged_of
 from shardline.data import frame
 from shardline.core.parallel import Mapper, thread_map
 from shardline.core.progress import Progress, Sink
@@ -141,7 +141,7 @@ def run(params: Params, layout: Layout, log: Log = print, mapper: Mapper = threa
         sink: Sink | None = None) -> dict[str, dict]:
     layout.shards.mkdir(parents=True, exist_ok=True)
     fsio.prune_dirs(layout.shards, {s.name for s in params.sources})
-    sizes = [sum(f.stat().st_size for f in (layout.tokens / s.name).rglob("*.bin")) for s in params.sources]
+    sizes = [sum(f.stat().st_size for f in (layout.tokens / s.name).rglob(TOKEN_PARTS)) for s in params.sources]
     progress = Progress("shard", len(params.sources), sum(sizes), log, what="sources", sink=sink)
     results = mapper(functools.partial(shard_source, params=params, layout=layout), params.sources,
                      on_done=lambda i, _: progress.advance(sizes[i]))

@@ -38,7 +38,7 @@ from shardline.data import frame, tokenizer
 from shardline.data.clean import stage as clean
 from shardline.core.config import Params
 from shardline.core.errors import BadInput
-from shardline.core.layout import SIDES, Layout, side_dir
+from shardline.core.layout import CLEAN_PARTS, SIDES, Layout, side_dir, token_marker_of, token_part
 from shardline.core.parallel import Mapper, thread_map
 from shardline.core.progress import Sink
 
@@ -64,7 +64,7 @@ class Work:
 def clean_parts(params: Params, layout: Layout) -> dict[str, list[Path]]:
     out = {}
     for s in params.sources:
-        parts = sorted((layout.clean / s.name).glob("part-*.parquet"))
+        parts = sorted((layout.clean / s.name).glob(CLEAN_PARTS))
         if not parts:
             raise BadInput(f"{layout.rel(layout.clean / s.name)}: no clean parts; run 'dvc repro clean' first")
         out[s.name] = parts
@@ -220,13 +220,13 @@ def plan(params: Params, layout: Layout, parts: dict[str, list[Path]], recipe: R
             sel, rows = clean.read_selection(p), clean.part_meta(p)["stats"]["docs_kept"]
             docs = {"val": len(sel["heldout"]), "train": rows - len(set(sel["heldout"]) | set(sel["dropped"]))}
             for side in SIDES if sel["heldout"] else ("train",):
-                tok = layout.tokens_of(name, side) / f"{p.stem}.bin"
+                tok = token_part(layout.tokens_of(name, side), p)
                 # bos only when set: the parts of a line without one keep their keys
                 key = fsio.stable_hash([clean.side_key(p, side), tmeta["sha256"], tmeta["eos_id"], tmeta["dtype"]]
                                        + ([tmeta["bos_id"]] if tmeta.get("bos_id") is not None else []))
                 size = p.stat().st_size * docs[side] // max(rows, 1)  # progress: the side's share of the part, by documents
                 out.append(frame.Part("tokenize", f"{name}/{'' if side == 'train' else 'val/'}{p.stem}", key,
-                                      str(tok.with_suffix(".json")), size,
+                                      str(token_marker_of(tok)), size,
                                       Work(name, str(p), side, str(tok), recipe, tmeta["eos_id"], tmeta["dtype"],
                                            tmeta.get("bos_id"))))
     return out
@@ -261,7 +261,7 @@ def run(params: Params, layout: Layout, log: Log = print, mapper: Mapper = threa
             entries = [{"file": out.name, "bytes": m["files"][out.name], **m["stats"]} for out, m in mine]
             index = shardformat.token_index(name, side, tmeta, encoder.backend, encoder.reason, entries)
             where = layout.tokens_of(name, side)
-            keep |= {out for out, _ in mine} | {out.with_suffix(".json") for out, _ in mine}
+            keep |= {out for out, _ in mine} | {token_marker_of(out) for out, _ in mine}
             keep.add(shardformat.write_index(where, index))
             indexes.setdefault(name, {})[side] = index
         frame.sweep(d, keep)

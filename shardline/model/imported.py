@@ -26,12 +26,12 @@ from pydantic import ValidationError
 
 from shardline.core import fsio
 from shardline.core.errors import BadInput
+from shardline.core.layout import HF_CONFIG, HF_PICKLES, HF_WEIGHTS, HF_WEIGHTS_INDEX
 from shardline.core.sections_run import Model
 from shardline.model.config import ModelConfig
 from shardline.model.hf import from_hf
 
 ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen3ForCausalLM", "GPT2LMHeadModel")
-WEIGHTS, INDEX = "model.safetensors", "model.safetensors.index.json"
 
 
 @dataclass
@@ -45,7 +45,7 @@ class Imported:
     @classmethod
     def read(cls, where: Path, digests: dict[str, str] | None = None) -> "Imported":
         where = Path(where)
-        cfg_path = where / "config.json"
+        cfg_path = where / HF_CONFIG
         if not cfg_path.is_file():
             raise BadInput(f"{cfg_path}: not found (train.init_from); point it at a local transformers model directory "
                            "(save_pretrained's config.json, model.safetensors, tokenizer.json)")
@@ -63,7 +63,7 @@ class Imported:
     def _get(self, key: str, kind=None, default=None, *, required: bool = False):
         v = self.config.get(key, default)
         if v is None and required:
-            raise BadInput(f"{self.where / 'config.json'}: no {key!r} (or null); a {self.architecture} config needs it")
+            raise BadInput(f"{self.where / HF_CONFIG}: no {key!r} (or null); a {self.architecture} config needs it")
         if v is None or kind is None:
             return v
         try:
@@ -71,10 +71,10 @@ class Imported:
                 raise TypeError
             return kind(v)
         except (TypeError, ValueError):
-            raise BadInput(f"{self.where / 'config.json'}: {key} = {v!r} is not {kind.__name__}") from None
+            raise BadInput(f"{self.where / HF_CONFIG}: {key} = {v!r} is not {kind.__name__}") from None
 
     def _refuse(self, key: str, value, why: str) -> None:
-        raise BadInput(f"{self.where / 'config.json'}: {key} = {value!r} is not supported ({why})")
+        raise BadInput(f"{self.where / HF_CONFIG}: {key} = {value!r} is not supported ({why})")
 
     def _check(self, key: str, ok, default, why: str) -> None:
         v = self.config.get(key, default)
@@ -138,7 +138,7 @@ class Imported:
         clash = [k for k in params_model.model_fields_set if k in mine and ours[k] != mine[k]]
         if clash:
             raise BadInput("model: " + "; ".join(f"{k} is {ours[k]!r} in params.yaml but {mine[k]!r} in "
-                                                 f"{self.where / 'config.json'}" for k in clash)
+                                                 f"{self.where / HF_CONFIG}" for k in clash)
                            + " (train.init_from); remove these from params.yaml's model section, or set them to match")
         try:
             return Model(**mine, dropout=params_model.dropout).model_dump(mode="json")
@@ -146,7 +146,7 @@ class Imported:
             err = e.errors()[0]
             what = err["msg"].removeprefix("Value error, ").split("\n")[0]
             named = f"model.{err['loc'][0]}: {what}" if err["loc"] else f"model.{what}"  # validators name the field
-            raise BadInput(f"{self.where / 'config.json'}: describes a model the line cannot build ({named})") from None
+            raise BadInput(f"{self.where / HF_CONFIG}: describes a model the line cannot build ({named})") from None
 
     def state(self, cfg: ModelConfig, expected: dict[str, torch.Size]) -> dict[str, torch.Tensor]:
         """Its tensors under our names, for a network whose state dict has `expected` shapes."""
@@ -183,22 +183,23 @@ def _json(path: Path, kind: type):
 
 def _weight_map(where: Path) -> dict[str, str]:
     """tensor name -> weight file, every file checked readable."""
-    if (where / WEIGHTS).is_file():
-        return {k: WEIGHTS for k in _keys(where / WEIGHTS)}
-    if not (where / INDEX).is_file():
-        pickles = sorted(p.name for p in where.glob("*.bin"))
-        raise BadInput(f"{where}: no {WEIGHTS} (nor an index of shards, {INDEX})"
+    if (where / HF_WEIGHTS).is_file():
+        return {k: HF_WEIGHTS for k in _keys(where / HF_WEIGHTS)}
+    if not (where / HF_WEIGHTS_INDEX).is_file():
+        pickles = sorted(p.name for p in where.glob(HF_PICKLES))
+        raise BadInput(f"{where}: no {HF_WEIGHTS} (nor an index of shards, {HF_WEIGHTS_INDEX})"
                        + (f"; only pickled weights ({pickles[0]}), which the line does not load: re-save them with "
                           "model.save_pretrained(dir, safe_serialization=True)" if pickles else ""))
-    wm = _json(where / INDEX, dict).get("weight_map")
+    wm = _json(where / HF_WEIGHTS_INDEX, dict).get("weight_map")
     if not isinstance(wm, dict) or not wm or not all(isinstance(k, str) and isinstance(v, str) for k, v in wm.items()):
-        raise BadInput(f"{where / INDEX}: no weight_map of tensor names to file names")
+        raise BadInput(f"{where / HF_WEIGHTS_INDEX}: no weight_map of tensor names to file names")
     for f in sorted(set(wm.values())):
         if Path(f).name != f or not (where / f).is_file():
-            raise BadInput(f"{where / INDEX}: names {f!r}, which is not a file in {where}")
+            raise BadInput(f"{where / HF_WEIGHTS_INDEX}: names {f!r}, which is not a file in {where}")
         missing = {k for k, v in wm.items() if v == f} - set(_keys(where / f))
         if missing:
-            raise BadInput(f"{where / INDEX}: {f} holds no tensor {sorted(missing)[0]!r}, which the index places there")
+            raise BadInput(f"{where / HF_WEIGHTS_INDEX}: {f} holds no tensor {sorted(missing)[0]!r}, which the index "
+                           "places there")
     return wm
 
 

@@ -47,12 +47,10 @@ from shardline.core import fsio
 from shardline.results import card
 from shardline.data import tokenizer as toks
 from shardline.core.errors import BadInput
-from shardline.core.layout import Layout
+from shardline.core.layout import (HF_CARD, HF_CONFIG, HF_GENERATION_CONFIG, HF_LINEAGE, HF_SPECIAL_TOKENS,
+                                   HF_TOKENIZER, HF_TOKENIZER_CONFIG, HF_WEIGHTS, Layout)
 from shardline.model import hf
 from shardline.results.trained import bos_token, eos_token, load_model, tokenizer_file
-
-WEIGHTS = "model.safetensors"
-LINEAGE = "lineage.json"
 
 
 def _check_out(out: Path, force: bool) -> None:
@@ -63,9 +61,9 @@ def _check_out(out: Path, force: bool) -> None:
     if not force:
         raise BadInput(f"{out}: exists and is not empty; pick another OUT_DIR, or pass --force to replace a "
                        "previous export")
-    if not ((out / "config.json").is_file() and (out / LINEAGE).is_file()):
+    if not ((out / HF_CONFIG).is_file() and (out / HF_LINEAGE).is_file()):
         raise BadInput(f"{out}: --force replaces only a previous export (a directory holding config.json and "
-                       f"{LINEAGE}), and this is not one; remove it yourself or pick another OUT_DIR")
+                       f"{HF_LINEAGE}), and this is not one; remove it yourself or pick another OUT_DIR")
 
 
 def export(path: Path, out: Path, layout: Layout, force: bool = False) -> Path:
@@ -90,22 +88,22 @@ def export(path: Path, out: Path, layout: Layout, force: bool = False) -> Path:
     try:
         # bytes, then fsio's fsynced write like every other file (save_file would not fsync); "format": "pt"
         # is what transformers' loader checks for
-        fsio.write_bytes(tmp / WEIGHTS, safetensors_bytes(tensors, metadata={
+        fsio.write_bytes(tmp / HF_WEIGHTS, safetensors_bytes(tensors, metadata={
             "format": "pt", "shardline_checkpoint": name, "step": str(manifest["step"])}))
-        fsio.write_json(tmp / "config.json", config)
+        fsio.write_json(tmp / HF_CONFIG, config)
         # pad = eos: GPT-2's convention, so generate() pads finished rows of a batch without asking
-        fsio.write_json(tmp / "generation_config.json", {"bos_token_id": config["bos_token_id"],
-                                                         "eos_token_id": eos_id, "pad_token_id": eos_id,
-                                                         "do_sample": False})
-        if fsio.copy_file(tok_path, tmp / "tokenizer.json") != manifest["lineage"]["data_version"]["tokenizer_sha256"]:
+        fsio.write_json(tmp / HF_GENERATION_CONFIG, {"bos_token_id": config["bos_token_id"],
+                                                     "eos_token_id": eos_id, "pad_token_id": eos_id,
+                                                     "do_sample": False})
+        if fsio.copy_file(tok_path, tmp / HF_TOKENIZER) != manifest["lineage"]["data_version"]["tokenizer_sha256"]:
             raise BadInput(f"{layout.rel(tok_path)} changed while being exported; re-run the export")
         specials = {"bos_token": bos or eos, "eos_token": eos}
-        fsio.write_json(tmp / "tokenizer_config.json", {"tokenizer_class": "PreTrainedTokenizerFast", **specials,
-                                              "model_max_length": model.cfg.seq_len,
-                                              "clean_up_tokenization_spaces": False})
-        fsio.write_json(tmp / "special_tokens_map.json", specials)
-        fsio.write_json(tmp / LINEAGE, manifest["lineage"])
-        fsio.write_bytes(tmp / "README.md", card.render(name, manifest, state, model, eos_id, config).encode())
+        fsio.write_json(tmp / HF_TOKENIZER_CONFIG, {"tokenizer_class": "PreTrainedTokenizerFast", **specials,
+                                                    "model_max_length": model.cfg.seq_len,
+                                                    "clean_up_tokenization_spaces": False})
+        fsio.write_json(tmp / HF_SPECIAL_TOKENS, specials)
+        fsio.write_json(tmp / HF_LINEAGE, manifest["lineage"])
+        fsio.write_bytes(tmp / HF_CARD, card.render(name, manifest, state, model, eos_id, config).encode())
         fsio.fsync_dir(tmp)
         if out.exists():
             os.rename(out, aside)

@@ -24,7 +24,7 @@ from shardline.core import fsio
 from shardline.data.clean import split
 from shardline.training import checkpoint, guard
 from shardline.core.config import Params
-from shardline.core.layout import Layout, index_of
+from shardline.core.layout import MANIFEST, TRAIN_STATE, Layout, index_of
 from shardline.stream.mixing import Schedule
 from shardline.training.monitor import eval_rows, eval_sources, read_records, summarize
 
@@ -84,7 +84,7 @@ def _heldout(params: Params, layout: Layout, stats: dict) -> list[str]:
     return lines
 
 
-def _drops(stats: dict) -> list[str]:
+def _drops(stats: dict, layout: Layout) -> list[str]:
     """Per source, every check that removed documents, in the order they run, then phase 2."""
     lines = ["## What cleaning removed", "", "A transform (whitespace, c4's line removal) drops no document: its MB are "
              "the bytes it took out.", "", "| source | rule | docs | of docs in | MB | sample |", "|---|---|---|---|---|---|"]
@@ -99,7 +99,7 @@ def _drops(stats: dict) -> list[str]:
                 quiet.append(f"{name}: {rule}")
                 continue
             share = c["docs"] / st["docs_in"] if st["docs_in"] else 0
-            sample = f"data/clean/{name}/dropped/{rule}.jsonl" if c["docs"] else ""
+            sample = str(layout.dropped_rule(name, rule).relative_to(layout.root)) if c["docs"] else ""
             lines.append(f"| {name} | {rule} | {c['docs']:,} | {share:.2%} | {c['bytes'] / 1e6:.2f} | {sample} |")
     near = stats.get("near_dedup")
     if near:
@@ -179,8 +179,8 @@ def build(params: Params, layout: Layout) -> str:
     ck_root = layout.checkpoints
     entries = checkpoint.entries(ck_root)
     latest = next((e for e in reversed(entries) if e.valid), None)
-    manifest = json.loads((latest.path / checkpoint.MANIFEST).read_text()) if latest else None
-    state = json.loads((latest.path / checkpoint.STATE).read_text()) if latest else None
+    manifest = json.loads((latest.path / MANIFEST).read_text()) if latest else None
+    state = json.loads((latest.path / TRAIN_STATE).read_text()) if latest else None
 
     lines += ["## Data version and lineage", ""]
     if manifest:
@@ -197,7 +197,7 @@ def build(params: Params, layout: Layout) -> str:
         lines += ["No valid checkpoint yet.", ""]
     stats = fsio.read_json(layout.clean_stats)
     lines += _heldout(params, layout, stats)
-    lines += _drops(stats)
+    lines += _drops(stats, layout)
 
     lines += ["## Shards", "", "| source | shards | blocks | blocks/shard min-max | tokens | tail dropped |",
               "|---|---|---|---|---|---|"]
@@ -283,5 +283,5 @@ def run(params: Params, layout: Layout, log: Log = print, mapper=None) -> dict:
         _plot(rows, layout.plot)
     card = build(params, layout)
     fsio.write_bytes(layout.evidence, card.encode())
-    log(f"report: wrote {layout.rel(out / 'evidence.md')}")
+    log(f"report: wrote {layout.rel(layout.evidence)}")
     return {"evidence": str(layout.evidence), "card": card}

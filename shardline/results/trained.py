@@ -27,10 +27,8 @@ import torch
 from shardline.core import fsio
 from shardline.training import checkpoint, sharded
 from shardline.core.errors import BadInput
-from shardline.core.layout import Layout
+from shardline.core.layout import CHECKPOINT_MODEL, DCP, DCP_METADATA, MANIFEST, Layout
 from shardline.model import build, resolve
-
-WEIGHTS = "model.pt"
 
 
 def load_model(path: Path) -> tuple[torch.nn.Module, dict, dict]:
@@ -38,12 +36,12 @@ def load_model(path: Path) -> tuple[torch.nn.Module, dict, dict]:
     ok, why = checkpoint.verify(path)
     if not ok:
         raise BadInput(f"{path}: not a valid checkpoint ({why}); 'shardline checkpoints' lists them")
-    files = fsio.read_json(path / checkpoint.MANIFEST)["files"]
-    if WEIGHTS not in files and f"{sharded.DIR}/.metadata" not in files:
-        raise BadInput(f"{path}: the manifest lists no {WEIGHTS} (files: {sorted(files)}); not a checkpoint "
+    files = fsio.read_json(path / MANIFEST)["files"]
+    if CHECKPOINT_MODEL not in files and f"{DCP}/{DCP_METADATA}" not in files:
+        raise BadInput(f"{path}: the manifest lists no {CHECKPOINT_MODEL} (files: {sorted(files)}); not a checkpoint "
                        "of 'shardline stage train'")
-    tensors, state, manifest = checkpoint.load(path, skip=tuple(n for n in files if n != WEIGHTS))
-    weights = sharded.full_state(path) if manifest.get("format") == "sharded" else tensors[WEIGHTS]
+    tensors, state, manifest = checkpoint.load(path, skip=tuple(n for n in files if n != CHECKPOINT_MODEL))
+    weights = sharded.full_state(path) if manifest.get("format") == "sharded" else tensors[CHECKPOINT_MODEL]
     lin = manifest["lineage"]
     special = lin.get("special_ids") or {}
     wpe = weights.get("transformer.wpe.weight")

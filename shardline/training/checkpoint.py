@@ -37,10 +37,9 @@ from typing import Any, Callable
 
 from shardline.core import chaos, fsio
 from shardline.core.errors import ShardlineError
+from shardline.core.layout import ARCHIVE, DCP, MANIFEST, TENSORS, TRAIN_STATE
 from shardline.training import sharded
 
-MANIFEST = "manifest.json"
-STATE = "train_state.json"
 Log = Callable[[str], None]
 
 
@@ -117,12 +116,13 @@ def save(root: Path, step: int, tensors: dict[str, Any], state: dict, lineage: d
                     raise ShardlineError(
                         f"checkpoint: {p} (a rank's shard, {meta['bytes']} bytes) is not in rank 0's temp dir whole; "
                         f"{root} must be on a filesystem every rank shares (at the same path)")
-            fsio.fsync_dir(tmp / sharded.DIR)
+            fsio.fsync_dir(tmp / DCP)
         if tensors:
             import torch  # here, not at import: listing, verifying and reading lineage need no torch (~3 s)
         for name, obj in tensors.items():
             files[name] = _write(tmp / name, lambda out, obj=obj: torch.save(obj, out))
-        files[STATE] = _write(tmp / STATE, lambda out: out.write(json.dumps(state, indent=2, sort_keys=True).encode()))
+        files[TRAIN_STATE] = _write(tmp / TRAIN_STATE,
+                                    lambda out: out.write(json.dumps(state, indent=2, sort_keys=True).encode()))
         chaos.point("checkpoint.files", str(step))
         manifest = {"step": step, "format": "full" if shards is None else "sharded", "files": files,
                     "lineage": lineage, "eval": eval, "versions": versions(), "created": time.time(),
@@ -213,8 +213,8 @@ def load(path: Path, skip: tuple[str, ...] = ()) -> tuple[dict[str, Any], dict, 
 
     manifest = json.loads((path / MANIFEST).read_text())
     tensors = {name: torch.load(path / name, map_location="cpu", weights_only=True)
-               for name in manifest["files"] if name.endswith(".pt") and name not in skip}  # not dcp/
-    return tensors, json.loads((path / STATE).read_text()), manifest
+               for name in manifest["files"] if name.endswith(TENSORS) and name not in skip}  # not dcp/
+    return tensors, json.loads((path / TRAIN_STATE).read_text()), manifest
 
 
 def remove(path: Path) -> None:
@@ -277,7 +277,7 @@ def tidy_kept(kept: Path, root: Path, recoverable: Callable[[Path], bool] | None
             remove(path)
             continue
         mine = (path / MANIFEST).read_bytes() if (path / MANIFEST).exists() else None
-        twins = [step_dir(root, int(path.name[5:]))] + sorted(Path(root).glob(f"archive/*/{path.name}*"))
+        twins = [step_dir(root, int(path.name[5:]))] + sorted(Path(root).glob(f"{ARCHIVE}/*/{path.name}*"))
         if not any((t / MANIFEST).exists() and (t / MANIFEST).read_bytes() == mine for t in twins):
             alone.append(path)
             log(f"checkpoint: {path} is the only copy (data/checkpoints lost it, a checkout?, and nothing records "

@@ -48,11 +48,13 @@ import torch
 from shardline.core import chaos
 from shardline.core.errors import ShardlineError
 from shardline.core.config import Train
+from shardline.core.layout import CHECKPOINT_MODEL, CHECKPOINT_OPTIMIZER, CHECKPOINT_RNG, CHECKPOINT_SCALER
 from shardline.training import checkpoint, sharded
 from shardline.training.dist import Dist
 from shardline.training.state import Stateful
 
-FILES = {"model": "model.pt", "optimizer": "optimizer.pt", "scaler": "scaler.pt", "rng": "rng.pt"}
+FILES = {"model": CHECKPOINT_MODEL, "optimizer": CHECKPOINT_OPTIMIZER, "scaler": CHECKPOINT_SCALER,
+         "rng": CHECKPOINT_RNG}
 SHARDED = {"model": "model", "optimizer": "optim"}  # the parts DCP holds in a sharded checkpoint, by key there
 TRAIN = "train"  # the part whose state is train_state.json's top level
 

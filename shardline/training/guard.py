@@ -32,8 +32,7 @@ from shardline.core import chaos, fsio
 from shardline.training import checkpoint
 from shardline.core.config import Train
 from shardline.core.errors import ShardlineError
-
-LEDGER = "rollbacks.json"
+from shardline.core.layout import MANIFEST, ROLLBACKS
 
 
 class Trouble(Exception):
@@ -55,14 +54,14 @@ class Diverged(ShardlineError):
 def read_ledger(ckpts: Path) -> list[dict]:
     """The ledger: rollbacks.json, or the longer list a checkpoint's lineage holds (the file lost,
     or checkpoints restored from elsewhere): entries only ever append, so the longest is the truth."""
-    path = Path(ckpts) / LEDGER
+    path = Path(ckpts) / ROLLBACKS
     found = [fsio.read_json(path)["rollbacks"] if path.exists() else []]
     found += [_recorded(p) or [] for p in sorted(Path(ckpts).glob("step-*"))]
     return max(found, key=len)
 
 
 def write_ledger(ckpts: Path, ledger: list[dict]) -> None:
-    fsio.write_json(Path(ckpts) / LEDGER, {"rollbacks": ledger})
+    fsio.write_json(Path(ckpts) / ROLLBACKS, {"rollbacks": ledger})
 
 
 def tainted(step: int, known: int, ledger: list[dict]) -> bool:
@@ -74,7 +73,7 @@ def tainted(step: int, known: int, ledger: list[dict]) -> bool:
 def _recorded(path: Path) -> list[dict] | None:
     """The ledger the checkpoint at `path` was saved with (None: no readable manifest)."""
     try:
-        return fsio.read_json(path / checkpoint.MANIFEST)["lineage"].get("rollbacks") or []
+        return fsio.read_json(path / MANIFEST)["lineage"].get("rollbacks") or []
     except (OSError, ValueError, KeyError, TypeError):
         return None
 

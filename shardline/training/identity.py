@@ -26,10 +26,11 @@ from pathlib import Path
 from typing import Callable
 
 from shardline.core import fsio
-from shardline.training import checkpoint, guard
+from shardline.training import checkpoint
 from shardline.core.config import Params, Train
 from shardline.core.sections_run import identity_of
 from shardline.core.errors import BadInput
+from shardline.core.layout import ARCHIVE, ROLLBACKS
 
 SHAPING = ("grad_accum", "lr", "min_lr", "warmup_steps", "schedule", "decay_fraction", "weight_decay", "beta1",
            "beta2", "grad_clip", "precision", "seed", "attention")
@@ -108,14 +109,14 @@ def decide(changes: list[str], where: str, *, allow: bool, fresh: bool) -> str:
 def set_aside(root: Path, old: dict, recoverable: Callable[[Path], bool] | None, log: Log) -> None:
     """Clear data/checkpoints for a fresh start (see the module contract)."""
     removed, moved = [], []
-    dest = root / "archive" / tag(old)
-    paths = [e.path for e in checkpoint.entries(root)] + sorted(root.glob("archive/*/step-*"))
+    dest = root / ARCHIVE / tag(old)
+    paths = [e.path for e in checkpoint.entries(root)] + sorted(root.glob(f"{ARCHIVE}/*/step-*"))
     elsewhere = {p: recoverable is not None and recoverable(p) for p in paths}
-    ledger = root / guard.LEDGER  # the old run's rollbacks go first, then its checkpoints: a kill in
+    ledger = root / ROLLBACKS  # the old run's rollbacks go first, then its checkpoints: a kill in
     if ledger.exists():           # between must not leave them to the new run
         if any(not elsewhere[p] and p.parent == root for p in paths):
             dest.mkdir(parents=True, exist_ok=True)
-            ledger.rename(dest / guard.LEDGER)
+            ledger.rename(dest / ROLLBACKS)
         else:
             ledger.unlink()
     for path in paths:
@@ -133,7 +134,7 @@ def set_aside(root: Path, old: dict, recoverable: Callable[[Path], bool] | None,
     if dest.exists():
         fsio.fsync_dir(dest)
     fsio.fsync_dir(root)
-    for d in root.glob("archive/*"):
+    for d in root.glob(f"{ARCHIVE}/*"):
         if d.is_dir() and not any(d.iterdir()):
             d.rmdir()
     if removed:

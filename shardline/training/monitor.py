@@ -44,6 +44,7 @@ if TYPE_CHECKING:  # imported where a device is asked about: the report reads re
     import torch
 
 from shardline.core import fsio
+from shardline.core.layout import EVAL_CSV, EVAL_JSON, TRAIN_CSV
 
 MIN_KNOWN = 5  # fewer step times than this give a median too noisy to call anything slow
 
@@ -276,7 +277,7 @@ def write_derived(rows: list[dict], out: Path) -> None:
 
     lines = ["step,loss,lr,tokens_per_s"] + [",".join(cell(r[k]) for k in ("step", "loss", "lr", "tokens_per_s"))
                                              for r in rows]
-    fsio.write_bytes(out / "train.csv", ("\n".join(lines) + "\n").encode())
+    fsio.write_bytes(out / TRAIN_CSV, ("\n".join(lines) + "\n").encode())
     evals = eval_rows(rows)
     names = eval_sources(evals)
     head = ["step", "val_loss", "val_bpb"] + [f"{n}_{k}" for n in names for k in ("loss", "bpb")]
@@ -285,8 +286,8 @@ def write_derived(rows: list[dict], out: Path) -> None:
         e = r["eval"]
         per = [e["sources"].get(n, {}).get(k, "") for n in names for k in ("loss", "bpb")]
         lines.append(",".join(str(v) for v in [r["step"], e["total"]["loss"], e["total"]["bpb"], *per]))
-    fsio.write_bytes(out / "eval.csv", ("\n".join(lines) + "\n").encode())
-    fsio.write_json(out / "eval.json", eval_metrics(evals[-1]["step"], evals[-1]["eval"]) if evals else {"step": None})
+    fsio.write_bytes(out / EVAL_CSV, ("\n".join(lines) + "\n").encode())
+    fsio.write_json(out / EVAL_JSON, eval_metrics(evals[-1]["step"], evals[-1]["eval"]) if evals else {"step": None})
 
 
 def eval_metrics(step: int, ev: dict) -> dict:

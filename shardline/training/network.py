@@ -25,7 +25,7 @@ from torch import nn
 from shardline.core import fsio
 from shardline.core.config import Params, Train
 from shardline.core.errors import BadInput
-from shardline.core.layout import Layout
+from shardline.core.layout import HF_CONFIG, HF_TOKENIZER, Layout
 from shardline.model import ModelConfig, build, resolve
 from shardline.model.imported import Imported
 from shardline.training import recompute, rng
@@ -52,13 +52,13 @@ class Network:
         section = init.section(params.model) if init else params.section("model")
         vocab = init.vocab_size if init else meta["vocab_size"]
         if vocab < meta["vocab_size"]:
-            raise BadInput(f"{init.where / 'config.json'}: vocab_size {vocab} is smaller than its tokenizer's "
+            raise BadInput(f"{init.where / HF_CONFIG}: vocab_size {vocab} is smaller than its tokenizer's "
                            f"{meta['vocab_size']} ids (data/tokenizer/meta.json): ids past {vocab - 1} have no "
                            "embedding; the directory's config.json and tokenizer.json do not belong together")
         cfg = resolve(section, vocab_size=vocab, seq_len=seq_len, attention=params.train.attention,
                       eos_id=meta["eos_id"], bos_id=meta.get("bos_id"), n_positions=init.n_positions if init else 0)
         if cfg.arch == "gpt2" and cfg.positions < seq_len:
-            raise BadInput(f"{init.where / 'config.json'}: n_positions {cfg.positions} is below shard.seq_len "
+            raise BadInput(f"{init.where / HF_CONFIG}: n_positions {cfg.positions} is below shard.seq_len "
                            f"{seq_len}; shard with a seq_len it has positions for")
         return cls(cfg, section, init)
 
@@ -74,7 +74,7 @@ class Network:
 def _same_tokenizer(init: Imported, meta: dict, layout: Layout) -> None:
     """The data must be tokenized with the imported model's own tokenizer.json (meta.json records
     the sha256 of the file the tokenize stage copied), or its ids would mean other text."""
-    theirs = init.where / "tokenizer.json"
+    theirs = init.where / HF_TOKENIZER
     got = fsio.sha256_file(theirs) if theirs.is_file() else None
     if got is None or meta.get("given_sha256") != got:
         made = meta.get("source", "trained")

@@ -22,7 +22,7 @@ from pathlib import Path
 from shardline.context import RunContext
 from shardline.core import fsio
 from shardline.core.config import Params
-from shardline.core.layout import Layout
+from shardline.core.layout import MANIFEST, TRAIN_STATE, Layout
 from shardline.stream.loader import Loader
 from shardline.training import checkpoint, guard, identity
 from shardline.training.checkpointer import TRAIN, Checkpointer
@@ -88,7 +88,7 @@ def find_start(params: Params, layout: Layout, ctx: RunContext, dist: Dist, iden
     if latest is None:
         return None, [], ledger
     # verified: its JSON is what the tensors were saved with
-    old = identity.saved(fsio.read_json(latest / checkpoint.STATE), fsio.read_json(latest / checkpoint.MANIFEST))
+    old = identity.saved(fsio.read_json(latest / TRAIN_STATE), fsio.read_json(latest / MANIFEST))
     changes = identity.diff(old, ident)
     action = identity.decide(changes, latest.name, allow=cfg.allow_data_change,
                              fresh=cfg.fresh_on_data_change or ctx.new_run)

@@ -37,11 +37,10 @@ from typing import TYPE_CHECKING
 
 from shardline.core import chaos, fsio
 from shardline.core.errors import BadInput, ShardlineError
+from shardline.core.layout import DCP, DCP_METADATA, dcp_shards
 
 if TYPE_CHECKING:  # torch on first use: what lists and verifies checkpoints never needs it (~3 s)
     from torch.distributed.checkpoint.metadata import Metadata
-
-DIR = "dcp"
 
 
 class RankFailed(ShardlineError):
@@ -58,7 +57,7 @@ def write(ckpt_tmp: Path, state: dict, rank: int, group, qualifier: str = "") ->
     returns {file: {bytes, sha256}} for the files this rank wrote, each fsynced. A failure on any
     rank inside DCP's write raises on every rank (DCP gathers them): the failed rank's own error
     there, RankFailed on the others."""
-    out, d = Path(ckpt_tmp) / DIR, _dcp()
+    out, d = Path(ckpt_tmp) / DCP, _dcp()
     writer = d.Writer(out, qualifier)
     with warnings.catch_warnings():  # one process: DCP says it assumes so, which is the point
         warnings.simplefilter("ignore", UserWarning)
@@ -70,16 +69,16 @@ def write(ckpt_tmp: Path, state: dict, rank: int, group, qualifier: str = "") ->
                 raise err from None
             raise RankFailed(failed, err) from None
     chaos.disk_full("checkpoint.hash", qualifier)
-    mine = sorted(out.glob(f"__{rank}_*.distcp")) + ([out / ".metadata"] if rank == 0 else [])
-    return {f"{DIR}/{p.name}": {"bytes": p.stat().st_size, "sha256": fsio.sha256_file(p)} for p in mine}
+    mine = sorted(out.glob(dcp_shards(rank))) + ([out / DCP_METADATA] if rank == 0 else [])
+    return {f"{DCP}/{p.name}": {"bytes": p.stat().st_size, "sha256": fsio.sha256_file(p)} for p in mine}
 
 
 def files_check(path: Path, manifest: dict) -> str | None:
     """Why a sharded checkpoint's dcp/ disagrees with its manifest (None: it agrees)."""
-    listed = {n for n in manifest["files"] if n.startswith(f"{DIR}/")}
-    present = {f"{DIR}/{p.name}" for p in (Path(path) / DIR).iterdir()} if (Path(path) / DIR).is_dir() else set()
-    if f"{DIR}/.metadata" not in listed:
-        return f"{DIR}/.metadata is not in the manifest"
+    listed = {n for n in manifest["files"] if n.startswith(f"{DCP}/")}
+    present = {f"{DCP}/{p.name}" for p in (Path(path) / DCP).iterdir()} if (Path(path) / DCP).is_dir() else set()
+    if f"{DCP}/{DCP_METADATA}" not in listed:
+        return f"{DCP}/.metadata is not in the manifest"
     extra = sorted(present - listed)
     if extra:
         return f"{extra[0]} is not in the manifest (a rank's file the save did not gather)"
@@ -141,7 +140,7 @@ def _dcp() -> SimpleNamespace:
 
     class Reader(dcp.FileSystemReader):
         def read_metadata(self, *args, **kwargs) -> Metadata:
-            path = Path(self.path) / ".metadata"
+            path = Path(self.path) / DCP_METADATA
             try:
                 metadata = _MetadataUnpickler(io.BytesIO(path.read_bytes())).load()
             except (pickle.UnpicklingError, EOFError, AttributeError, ImportError, OSError) as e:
@@ -164,7 +163,7 @@ def _dcp() -> SimpleNamespace:
 
 
 def metadata(path: Path) -> Metadata:
-    return _dcp().Reader(Path(path) / DIR).read_metadata()
+    return _dcp().Reader(Path(path) / DCP).read_metadata()
 
 
 def load(path: Path, parts: dict, world: int) -> None:
@@ -174,7 +173,7 @@ def load(path: Path, parts: dict, world: int) -> None:
     state, d = {key: part.state_dict() for key, part in parts.items()}, _dcp()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        d.dcp.load(state, storage_reader=d.Reader(Path(path) / DIR), no_dist=world == 1)
+        d.dcp.load(state, storage_reader=d.Reader(Path(path) / DCP), no_dist=world == 1)
     for key, part in parts.items():
         part.load_state_dict(state[key])
 
@@ -198,5 +197,5 @@ def full_state(path: Path, what: str = "model") -> dict:
     state = {"model": nested} if what == "model" else {"optim": {"state": nested}}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        d.dcp.load(state, storage_reader=d.Reader(Path(path) / DIR), no_dist=True)
+        d.dcp.load(state, storage_reader=d.Reader(Path(path) / DCP), no_dist=True)
     return nested

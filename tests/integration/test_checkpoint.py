@@ -12,6 +12,7 @@ import torch
 from shardline.training import rng
 from shardline.core import fsio
 from shardline.core.errors import BadInput
+from shardline.core.layout import MANIFEST, TRAIN_STATE
 from shardline.training import checkpoint, sharded
 from shardline.training.dist import Dist
 from shardline.training.checkpointer import Checkpointer
@@ -100,10 +101,10 @@ def test_a_sharded_checkpoint_in_one_process_round_trips_is_kept_whole_and_never
         "train": TrainState(step=3)})
     path = saving.save(3, {"x": 1}, None, then=lambda _: None)
     saving.wait()
-    manifest = json.loads((path / checkpoint.MANIFEST).read_text())
+    manifest = json.loads((path / MANIFEST).read_text())
     assert checkpoint.verify(path) == (True, "ok") and manifest["format"] == "sharded"
     assert manifest["ranks"] == [["dcp/.metadata", "dcp/__0_0.distcp"]]
-    assert sorted(manifest["files"]) == ["dcp/.metadata", "dcp/__0_0.distcp", "rng.pt", checkpoint.STATE]
+    assert sorted(manifest["files"]) == ["dcp/.metadata", "dcp/__0_0.distcp", "rng.pt", TRAIN_STATE]
     other, other_opt = trained_state(steps=1)
     saving.load(path, {"model": Model(other, dist), "optimizer": Optimizer(other, other_opt, dist)})
     for k, v in model.state_dict().items():
@@ -143,10 +144,10 @@ def test_a_sharded_checkpoint_in_one_process_round_trips_is_kept_whole_and_never
     (path / "dcp/.metadata").write_bytes(pickle.dumps(md))
     with pytest.raises(BadInput, match=r"'model\.lm_head\.weight' is not a tensor"):
         sharded.full_state(path)
-    m = json.loads((path / checkpoint.MANIFEST).read_text())  # a manifest that vouches for it, as a forger's would
+    m = json.loads((path / MANIFEST).read_text())  # a manifest that vouches for it, as a forger's would
     m["files"]["dcp/.metadata"] = {"bytes": (path / "dcp/.metadata").stat().st_size,
                                    "sha256": fsio.sha256_file(path / "dcp/.metadata")}
-    (path / checkpoint.MANIFEST).write_text(json.dumps(m))
+    (path / MANIFEST).write_text(json.dumps(m))
     ok, why = checkpoint.verify(path)
     assert not ok and "'model.lm_head.weight' is not a tensor" in why
     assert not (tmp_path / "pwned").exists()

@@ -44,7 +44,7 @@ def test_rules_apply_per_source_and_every_drop_is_explained(tmp_path):
     assert {r for r, c in code["rules"].items() if c["docs"]} <= {"min_chars"}  # an empty __init__.py at most
     assert code["docs_out"] == 30 - sum(c["docs"] for c in code["rules"].values())
     for rule, n in web_drops.items():  # each dropped rule has its sample, and explain agrees with each row
-        rows = [json.loads(x) for x in (dropped.folder(layout, "prose") / f"{rule}.jsonl").read_text().splitlines()]
+        rows = [json.loads(x) for x in (layout.dropped("prose") / f"{rule}.jsonl").read_text().splitlines()]
         assert len(rows) == min(n, params.clean.drop_samples)
         for row in rows:
             e = explain.explain(params, layout, row["id"])
@@ -53,7 +53,7 @@ def test_rules_apply_per_source_and_every_drop_is_explained(tmp_path):
     n = len(pydoc_data.topics.topics)
     kept = [i for i in range(1, n + 1) if explain.explain(params, layout, f"prose.jsonl:{i}")["verdict"] == "kept"]
     assert kept  # the copies of the others went by the same rule as they did
-    copy = [json.loads(x) for x in (dropped.folder(layout, "prose") / "dedup.jsonl").read_text().splitlines()]
+    copy = [json.loads(x) for x in (layout.dropped("prose") / "dedup.jsonl").read_text().splitlines()]
     assert {(f"prose.jsonl:{n + i}", f"exact copy of prose.jsonl:{i}") for i in kept} \
         <= {(r["id"], r["detail"]) for r in copy}
 
@@ -61,10 +61,10 @@ def test_rules_apply_per_source_and_every_drop_is_explained(tmp_path):
 def test_the_dropped_sample_does_not_depend_on_how_parts_were_cut(tmp_path):
     _, small, _ = project(tmp_path / "small", part_mb=0.05)
     _, one, _ = project(tmp_path / "one", part_mb=64)
-    files = sorted(p.name for p in dropped.folder(small, "prose").iterdir())
-    assert files == sorted(p.name for p in dropped.folder(one, "prose").iterdir()) and len(files) >= 3
+    files = sorted(p.name for p in small.dropped("prose").iterdir())
+    assert files == sorted(p.name for p in one.dropped("prose").iterdir()) and len(files) >= 3
     for name in files:
-        assert (dropped.folder(small, "prose") / name).read_bytes() == (dropped.folder(one, "prose") / name).read_bytes()
+        assert (small.dropped("prose") / name).read_bytes() == (one.dropped("prose") / name).read_bytes()
 
 
 def test_explain_on_the_command_line(tmp_path):
@@ -86,8 +86,8 @@ def test_explain_on_the_command_line(tmp_path):
 
 
 def test_the_evidence_card_has_the_drop_table(tmp_path):
-    _, _, stats = project(tmp_path)
-    lines = report._drops(stats)
+    _, layout, stats = project(tmp_path)
+    lines = report._drops(stats, layout)
     prose = stats["sources"]["prose"]
     rule, c = next((r, c) for r, c in prose["rules"].items() if c["docs"])
     assert f"| prose | {rule} | {c['docs']:,} | {c['docs'] / prose['docs_in']:.2%} | {c['bytes'] / 1e6:.2f} | " \

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from shardline.core.layout import MANIFEST
 from shardline.training import checkpoint
 from tests.conftest import BIN, env_for, run
 from tests.integration.test_train import assert_same_state, built, final_state, losses, project  # noqa: F401 (fixture)
@@ -57,7 +58,7 @@ def close(a: list[float], b: list[float], rel: float) -> bool:
 
 def model_sha(root: Path) -> str:
     path = checkpoint.latest_valid(root / "data/checkpoints", lambda _: None)
-    return json.loads((path / checkpoint.MANIFEST).read_text())["files"]["model.pt"]["sha256"]
+    return json.loads((path / MANIFEST).read_text())["files"]["model.pt"]["sha256"]
 
 
 def free_port() -> int:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from shardline.core.layout import MANIFEST
 from shardline.results.trained import load_model
 from shardline.training import checkpoint, sharded
 from tests.conftest import env_for, run
@@ -27,7 +28,7 @@ def latest(root: Path) -> Path:
 
 def state(root: Path) -> dict:
     """The newest checkpoint's full state, gathered from its shards."""
-    assert json.loads((latest(root) / checkpoint.MANIFEST).read_text())["format"] == "sharded"
+    assert json.loads((latest(root) / MANIFEST).read_text())["format"] == "sharded"
     return final_state(root)
 
 
@@ -52,7 +53,7 @@ def fsdp2(built, tmp_path_factory) -> Path:
 
 @pytest.mark.timeout(300)
 def test_a_rank_killed_mid_save_leaves_the_previous_checkpoint_and_resume_is_exact(built, fsdp2, tmp_path):
-    manifest = json.loads((latest(fsdp2) / checkpoint.MANIFEST).read_text())
+    manifest = json.loads((latest(fsdp2) / MANIFEST).read_text())
     # every rank wrote and hashed its own shard file; rank 0 also DCP's .metadata; no model.pt anywhere
     assert [[n for n in r if n.endswith(".distcp")] for r in manifest["ranks"]] == [
         ["dcp/__0_0.distcp"], ["dcp/__1_0.distcp"]]
@@ -94,9 +95,9 @@ def test_a_manifest_missing_a_rank_file_is_invalid(fsdp2, tmp_path):
     src = latest(fsdp2)
     unlisted = tmp_path / "unlisted" / src.name
     shutil.copytree(src, unlisted)
-    m = json.loads((unlisted / checkpoint.MANIFEST).read_text())
+    m = json.loads((unlisted / MANIFEST).read_text())
     del m["files"]["dcp/__1_0.distcp"]
-    (unlisted / checkpoint.MANIFEST).write_text(json.dumps(m))
+    (unlisted / MANIFEST).write_text(json.dumps(m))
     assert checkpoint.verify(unlisted) == (
         False, "dcp/__1_0.distcp is not in the manifest (a rank's file the save did not gather)")
     missing = tmp_path / "missing" / src.name
@@ -116,7 +117,7 @@ def test_sharded_checkpoints_reshard_between_1_2_and_4_ranks(built, fsdp2, tmp_p
         if n == 4:
             assert_close_state(state(root), state(fsdp2))
         else:  # one process writes full checkpoints unless told otherwise
-            assert json.loads((latest(root) / checkpoint.MANIFEST).read_text())["format"] == "full"
+            assert json.loads((latest(root) / MANIFEST).read_text())["format"] == "full"
             model, _, _ = load_model(latest(root))
             for k, v in sharded.full_state(latest(fsdp2)).items():
                 torch.testing.assert_close(model.state_dict()[k], v, rtol=1e-3, atol=1e-5)
@@ -124,7 +125,7 @@ def test_sharded_checkpoints_reshard_between_1_2_and_4_ranks(built, fsdp2, tmp_p
     # 1 -> 2: one process told to write sharded, resumed by two
     one = elastic(built, tmp_path / "one", checkpoint_format="sharded")
     run([SL, "stage", "train"], one)
-    m = json.loads((latest(one) / checkpoint.MANIFEST).read_text())
+    m = json.loads((latest(one) / MANIFEST).read_text())
     assert m["format"] == "sharded" and len(m["ranks"]) == 1
     two = rewound(one, tmp_path / "one-to-two", 4, nproc_per_node=2, strategy="fsdp")
     r = run([SL, "stage", "train"], two, timeout=240)

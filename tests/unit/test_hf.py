@@ -15,9 +15,10 @@ from safetensors.torch import load_file, save_file
 
 from shardline.core import config
 from shardline.core.errors import BadInput
+from shardline.core.layout import HF_WEIGHTS_INDEX
 from shardline.model import ModelConfig, build, resolve
 from shardline.model.hf import to_hf
-from shardline.model.imported import INDEX, Imported
+from shardline.model.imported import Imported
 from tests.conftest import stdlib_files
 from harness.hf_models import save_model, sentencepiece_tokenizer
 
@@ -111,7 +112,7 @@ def test_a_model_in_safetensors_shards_loads_from_its_index(tokenizer, tmp_path)
     where = save_model(tmp_path / "sharded", "LlamaForCausalLM", tokenizer, shard_size="40KB",
                        **dict(SMALL, num_key_value_heads=2))
     imp = Imported.read(where)
-    assert (where / INDEX).is_file() and len(imp.files) > 2 and not (where / "model.safetensors").exists()
+    assert (where / HF_WEIGHTS_INDEX).is_file() and len(imp.files) > 2 and not (where / "model.safetensors").exists()
     x = ids()
     assert torch.equal(imported(where)(x)[0], hf_logits(where, x))
 
@@ -187,13 +188,13 @@ def test_every_mismatch_is_one_line_naming_it(llama_dir, tmp_path):
     assert "config.json: holds a JSON list, not an object" in refused(d)
     d = save_model(tmp_path / "sharded", "LlamaForCausalLM", sentencepiece_tokenizer(
         [p.read_text() for p in stdlib_files(2)], vocab_size=V), shard_size="40KB", **dict(SMALL, num_key_value_heads=2))
-    index = json.loads((d / INDEX).read_text())
-    (d / INDEX).write_text(json.dumps({"metadata": {}}))
-    assert f"{INDEX}: no weight_map of tensor names to file names" in refused(d)
-    (d / INDEX).write_text(json.dumps({**index, "weight_map": {**index["weight_map"], "extra.weight": "gone.safetensors"}}))
+    index = json.loads((d / HF_WEIGHTS_INDEX).read_text())
+    (d / HF_WEIGHTS_INDEX).write_text(json.dumps({"metadata": {}}))
+    assert f"{HF_WEIGHTS_INDEX}: no weight_map of tensor names to file names" in refused(d)
+    (d / HF_WEIGHTS_INDEX).write_text(json.dumps({**index, "weight_map": {**index["weight_map"], "extra.weight": "gone.safetensors"}}))
     assert "names 'gone.safetensors', which is not a file in" in refused(d)
     first = sorted(set(index["weight_map"].values()))[0]
-    (d / INDEX).write_text(json.dumps(index))
+    (d / HF_WEIGHTS_INDEX).write_text(json.dumps(index))
     (d / first).write_bytes((d / first).read_bytes()[:100])
     assert f"{first}: not a readable safetensors file" in refused(d)
     g = save_model(tmp_path / "gpt2", "GPT2LMHeadModel", sentencepiece_tokenizer(

@@ -46,6 +46,7 @@ from pydantic import Field
 
 from shardline.core import fsio
 from shardline.core.errors import BadInput
+from shardline.core.layout import JSONL, PARQUET, index_meta_of
 from shardline.core.section_base import _Section
 from shardline.data.clean.verdict import Drop, Entry
 
@@ -147,7 +148,7 @@ def _texts(path: Path, field: str):
     """The evaluation texts of one .jsonl or .parquet file."""
     if not path.is_file():
         raise BadInput(f"{path}: evaluation set not found; check the path (or fetch the benchmark first)")
-    if path.suffix == ".jsonl":
+    if path.suffix == JSONL:
         with open(path, encoding="utf-8") as f:
             for lineno, line in enumerate(f, 1):
                 if not line.strip():
@@ -165,7 +166,7 @@ def _texts(path: Path, field: str):
                     raise BadInput(f"{path}:{lineno}: {field!r} is {record[field]!r:.40}, not text; fix or "
                                    "remove that line")
                 yield record[field]
-    elif path.suffix == ".parquet":
+    elif path.suffix == PARQUET:
         import pyarrow.parquet as pq
 
         try:
@@ -213,18 +214,20 @@ class Index:
         path = Path(path)
         with fsio.atomic_writer(path) as f:
             np.save(f, np.ascontiguousarray(self.hashes, "<u8"))
-        fsio.write_json(meta_path(path), {"n": self.n, "ngrams": len(self), "digest": self.digest})  # last: the commit
+        meta = {"n": self.n, "ngrams": len(self), "digest": self.digest}
+        fsio.write_json(index_meta_of(path), meta)  # last: the commit
 
     @classmethod
     def load(cls, path: str | Path) -> "Index":
         path = Path(path)
-        if not meta_path(path).exists():
-            raise BadInput(f"{path}: no {meta_path(path).name} beside it (an unfinished save?); build the index again")
-        meta = fsio.read_json(meta_path(path))
+        if not index_meta_of(path).exists():
+            raise BadInput(f"{path}: no {index_meta_of(path).name} beside it (an unfinished save?); build the index "
+                           "again")
+        meta = fsio.read_json(index_meta_of(path))
         # a plain array on the mapped pages: each operation on a np.memmap pays for its subclass
         index = cls(np.asarray(np.load(path, mmap_mode="r")), int(meta["n"]))
         if index.hashes.dtype != np.dtype("<u8") or index.hashes.ndim != 1 or index.digest != meta["digest"]:
-            raise BadInput(f"{path}: does not match {meta_path(path).name} (digest {meta['digest'][:12]}…, got "
+            raise BadInput(f"{path}: does not match {index_meta_of(path).name} (digest {meta['digest'][:12]}…, got "
                            f"{index.digest[:12]}…); build the index again")
         return index
 
@@ -256,10 +259,6 @@ class Index:
         at = np.minimum(np.searchsorted(self.hashes, q), len(self) - 1)
         found = maybe[order][self.hashes[at] == q]
         return int(found.min()) if len(found) else None
-
-
-def meta_path(path: Path) -> Path:
-    return path.with_name(path.name + ".json")
 
 
 @functools.cache

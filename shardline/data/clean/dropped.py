@@ -21,9 +21,9 @@ import pyarrow.parquet as pq
 
 from shardline.core import fsio
 from shardline.core.config import Params
-from shardline.core.layout import Layout
+from shardline.core.layout import Layout, selection_of
 from shardline.data import frame
-from shardline.data.clean import minhash, select
+from shardline.data.clean import minhash
 
 HEAD_CHARS = 200  # of a dropped document, in its sample
 FIELDS = ("id", "value", "limit", "detail", "head")  # a sample row's, in this order
@@ -60,10 +60,6 @@ class Samples:
                 for rule, heap in sorted(self.heaps.items())}
 
 
-def folder(layout: Layout, source: str) -> Path:
-    return layout.clean / source / "dropped"
-
-
 def _cells(parts: list[frame.Part], wanted: dict[tuple[str, str], set[int]]) -> dict[tuple[str, str, int], object]:
     """(part, column, row) -> value for the cells asked for: each part's column read once, and only
     those rows made Python objects."""
@@ -81,7 +77,7 @@ def _phase2(parts: list[frame.Part], params: Params, samples: dict[str, Samples]
     limit = round((1 / near.bands) ** (1 / near.rows), 4) if near else None
     chosen: dict[str, Samples] = {}
     for part in parts:
-        why = fsio.read_json(select.selection_path(part.work.out)).get("why", {})
+        why = fsio.read_json(selection_of(part.work.out)).get("why", {})
         if not why:
             continue
         u = pq.read_table(part.work.out, columns=["u"]).column("u").to_numpy()
@@ -118,7 +114,7 @@ def write(parts: list[frame.Part], params: Params, layout: Layout, sample_of: Ca
     out = set()
     for source, s in samples.items():
         for rule, picked in s.result().items():
-            path = folder(layout, source) / f"{rule}.jsonl"
+            path = layout.dropped_rule(source, rule)
             data = "".join(json.dumps({k: row[k] for k in FIELDS if k in row}, ensure_ascii=False) + "\n"
                            for row in picked).encode()
             if not path.exists() or path.read_bytes() != data:

@@ -16,9 +16,9 @@ import pyarrow.parquet as pq
 from shardline.core import fsio
 from shardline.core.config import Params
 from shardline.core.errors import BadInput
-from shardline.core.layout import Layout
+from shardline.core.layout import Layout, selection_of
 from shardline.data import compressed, frame, readers
-from shardline.data.clean import rules, select, urls
+from shardline.data.clean import rules, urls
 from shardline.data.clean.stage import plan
 from shardline.data.clean.verdict import Drop
 
@@ -88,12 +88,12 @@ def explain(params: Params, layout: Layout, doc_id: str, source: str | None = No
         if doc_id in ids:
             row = ids.index(doc_id)
             t = pq.read_table(part.work.out, columns=["lang", "lang_score"]).slice(row, 1).to_pylist()[0]
-            sel = fsio.read_json(select.selection_path(part.work.out))
+            sel = fsio.read_json(selection_of(part.work.out))
             out.update(row=row, lang=t["lang"], lang_score=t["lang_score"])
             for reason, entries in sel.get("why", {}).items():
                 for r, of_part, of_row in entries:
                     if r == row:
-                        of = pq.read_table(Path(part.work.out).parent.parent / f"{of_part}.parquet", columns=["id"]) \
+                        of = pq.read_table(layout.clean_part(of_part), columns=["id"]) \
                             .column("id")[of_row].as_py()
                         return {**out, "verdict": "dropped", "rule": reason, "of": of}
             side = "val" if row in set(sel["heldout"]) else "train"

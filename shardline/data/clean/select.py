@@ -33,6 +33,7 @@ import pyarrow.parquet as pq
 
 from shardline.core import chaos, fsio
 from shardline.core.config import Params
+from shardline.core.layout import selection_of, signatures_marker_of, signatures_of
 from shardline.core.parallel import Mapper
 from shardline.core.progress import Sink
 from shardline.data import frame
@@ -44,14 +45,6 @@ _SIGN_BATCH = 1024  # documents signed at once: a few MB of shingle arrays
 REASONS = ("dedup", "near_dedup", "heldout_copies", "heldout_near_copies")
 
 
-def selection_path(part: str | Path) -> Path:
-    return Path(part).with_suffix(".split.json")
-
-
-def signature_path(part: str | Path) -> Path:
-    return Path(part).with_suffix(".minhash.npy")
-
-
 def _sign(part: frame.Part) -> tuple[list[Path], dict]:
     src, cfg = part.work
     rows, keys, docs = [], [], 0
@@ -61,8 +54,8 @@ def _sign(part: frame.Part) -> tuple[list[Path], dict]:
         keys.append(k)
         docs += batch.num_rows
     signed = np.concatenate(rows or [np.zeros(0, np.int64)])
-    minhash.write_signatures(signature_path(src), signed, np.concatenate(keys or [np.zeros((0, cfg.bands), np.uint64)]))
-    return [signature_path(src)], {"docs": docs, "signed": len(signed)}
+    minhash.write_signatures(signatures_of(src), signed, np.concatenate(keys or [np.zeros((0, cfg.bands), np.uint64)]))
+    return [signatures_of(src)], {"docs": docs, "signed": len(signed)}
 
 
 def sign_plan(parts: list[frame.Part], params: Params) -> list[frame.Part]:
@@ -70,7 +63,7 @@ def sign_plan(parts: list[frame.Part], params: Params) -> list[frame.Part]:
     settings = cfg.model_dump(mode="json", exclude={"memory_mb"})
     versions = [MINHASH_VERSION, importlib.metadata.version("rensa")]  # another rensa may sign differently
     return [frame.Part("minhash", p.name, fsio.stable_hash([p.key, settings, versions]),
-                       str(Path(p.work.out).with_suffix(".minhash.json")), Path(p.work.out).stat().st_size,
+                       str(signatures_marker_of(p.work.out)), Path(p.work.out).stat().st_size,
                        (p.work.out, cfg)) for p in parts]
 
 
@@ -82,7 +75,7 @@ def near_clusters(parts: list[frame.Part], params: Params, log: Log, mapper: Map
         return {}, []
     signing = sign_plan(parts, params)
     _, skipped = frame.run("minhash", signing, _sign, mapper, log, sink)
-    roots = minhash.clusters([signature_path(p.work.out) for p in parts], cfg.bands, cfg.memory_mb)
+    roots = minhash.clusters([signatures_of(p.work.out) for p in parts], cfg.bands, cfg.memory_mb)
     log(f"clean: near_dedup: {len(signing) - skipped} part(s) signed, {len(set(roots.values()))} cluster(s) "
         f"of {len(roots)} document(s)")
     return roots, signing
@@ -185,7 +178,7 @@ def select(parts: list[frame.Part], params: Params, log: Log, mapper: Mapper,
 def _write_selection(part: frame.Part, sel: dict) -> bool:
     """Write the selection unless the same bytes are there; True when written."""
     data = (json.dumps(sel, sort_keys=True) + "\n").encode()
-    path = selection_path(part.work.out)
+    path = selection_of(part.work.out)
     if path.exists() and path.read_bytes() == data:
         return False
     fsio.write_bytes(path, data)
@@ -196,5 +189,5 @@ def signature_files(parts: list[frame.Part], params: Params) -> set[Path]:
     """What near_dedup keeps on disk per part (for the stage's sweep)."""
     if params.clean.near_dedup is None:
         return set()
-    return {f for p in parts for f in (signature_path(p.work.out), Path(p.work.out).with_suffix(".minhash.json"))}
+    return {f for p in parts for f in (signatures_of(p.work.out), signatures_marker_of(p.work.out))}
 

@@ -42,11 +42,12 @@ import pyarrow.parquet as pq
 from shardline.core import fsio
 from shardline.core.config import Params, Source
 from shardline.core.errors import BadInput
-from shardline.core.layout import Layout, clean_split_of
+from shardline.core.layout import (Layout, clean_marker_of, clean_part_name, clean_split_of, dropped_sample_of,
+                                   index_meta_of, selection_of)
 from shardline.core.parallel import Mapper, process_map
 from shardline.core.progress import Sink
 from shardline.data import download, frame, grouping, readers
-from shardline.data.clean import decontam, dropped, inputs, ruleset, rules, select, split, urls
+from shardline.data.clean import dropped, inputs, ruleset, rules, select, split, urls
 from shardline.data.clean.settings import Clean
 from shardline.data.clean.verdict import Drop
 
@@ -72,15 +73,6 @@ class Work:
     index: str | None = None  # clean.decontaminate: the n-gram index's path
 
 
-def marker_path(part: str | Path) -> Path:
-    return Path(part).with_suffix(".json")
-
-
-def dropped_path(part: str | Path) -> Path:
-    """A part's sample of the documents its rules dropped (merged per source and rule at the end)."""
-    return Path(part).with_suffix(".dropped.json")
-
-
 def plan(params: Params, layout: Layout, known: dict | None = None) -> list[frame.Part]:
     """Every part of every source, in global (dedup) order, with its key. `known`: the spans of
     compressed files found before (`shardline.data.grouping`; read from disk when not given)."""
@@ -101,9 +93,10 @@ def plan(params: Params, layout: Layout, known: dict | None = None) -> list[fram
             files = [(path, sha, span) for path, sha, span, _, _ in group]
             key = fsio.stable_hash({"files": files, "reading": reading, "rules": rule_keys, "v": CODE_VERSION,
                                     "source": source.name})  # the split hash is keyed by the source name
-            out = layout.clean / source.name / f"part-{i:05d}.parquet"
+            name = clean_part_name(source.name, i)
+            out = layout.clean_part(name)
             cut = [path for path, _, span, _, which in group if span.end >= 0 and which]  # decoded in order
-            parts.append(frame.Part("clean", f"{source.name}/part-{i:05d}", key, str(marker_path(out)),
+            parts.append(frame.Part("clean", name, key, str(clean_marker_of(out)),
                                     sum(grouping.span_bytes(span, size) for _, _, span, size, _ in group),
                                     Work(source, tuple(files), str(raw_dir), str(out), cfg, given.blocklist,
                                          given.index),
@@ -114,7 +107,7 @@ def plan(params: Params, layout: Layout, known: dict | None = None) -> list[fram
 def part_meta(path: str | Path) -> dict | None:
     """A clean part's done-marker (key, files, tallies), or None when it is missing or unreadable."""
     try:
-        return fsio.read_json(marker_path(path))
+        return fsio.read_json(clean_marker_of(path))
     except (OSError, ValueError):
         return None
 
@@ -168,12 +161,12 @@ def clean_part(part: frame.Part) -> tuple[list[Path], dict]:
              "bytes_kept": kept_bytes, "rules": {k: {"docs": v[0], "bytes": v[1]} for k, v in counts.items()}}
     with fsio.atomic_writer(w.out, point="clean.write") as f:  # one row group, as one table: the same bytes
         pq.write_table(pa.Table.from_batches(batches, schema=schema), f, compression="zstd")
-    fsio.write_json(dropped_path(w.out), samples.result())
-    return [Path(w.out), dropped_path(w.out)], stats
+    fsio.write_json(dropped_sample_of(w.out), samples.result())
+    return [Path(w.out), dropped_sample_of(w.out)], stats
 
 
 def read_selection(part: str | Path) -> dict:
-    path = select.selection_path(part)
+    path = selection_of(part)
     try:
         sel = fsio.read_json(path)
     except FileNotFoundError:
@@ -220,7 +213,7 @@ def _summarise(parts: list[frame.Part], markers: list[dict], params: Params, thr
                  "split": params.eval.split(), "sources": {}, **({"near_dedup": near} if near else {})}
     for part, marker in zip(parts, markers):
         st = marker["stats"]
-        tally = fsio.read_json(select.selection_path(part.work.out))["tally"] if thresholds else {}
+        tally = fsio.read_json(selection_of(part.work.out))["tally"] if thresholds else {}
         s = out["sources"].setdefault(part.work.source.name, {
             "parts": 0, "docs_in": 0, "bytes_in": 0, "records": 0, "bad": 0, "invalid_utf8": 0, "skipped": 0,
             "docs_out": 0, "bytes_out": 0, "samples": [], "rules": {},
@@ -254,7 +247,7 @@ def check_bad_fraction(summary: dict, params: Params, layout: Layout) -> None:
             samples = "\n  ".join(s["samples"])
             raise BadInput(f"clean: source {name!r}: {s['bad']} of {s['records']} records unreadable "
                            f"({s['bad'] / s['records']:.1%} > clean.max_bad_fraction {limit:.1%}) in "
-                           f"{layout.rel(layout.raw / name / 'files')}; first ones:\n  {samples}\n"
+                           f"{layout.rel(layout.raw_files(name))}; first ones:\n  {samples}\n"
                            "Fix the input (or sources[].text_field / format), or raise clean.max_bad_fraction.")
 
 
@@ -270,11 +263,11 @@ def run(params: Params, layout: Layout, log: Log = print, mapper: Mapper = proce
     log(f"clean: {len(parts)} part(s), {skipped} already done, {len(parts) - skipped} cleaned")
     check_bad_fraction(_summarise(parts, markers, params), params, layout)  # judged on input, before the split
     thresholds, near = select.select(parts, params, log, mapper, sink)
-    samples = dropped.write(parts, params, layout, dropped_path)
+    samples = dropped.write(parts, params, layout, dropped_sample_of)
     outs = [Path(p.work.out) for p in parts]
-    frame.sweep(layout.clean, {f for o in outs for f in (o, marker_path(o), select.selection_path(o), dropped_path(o))}
+    frame.sweep(layout.clean, {f for o in outs for f in (o, clean_marker_of(o), selection_of(o), dropped_sample_of(o))}
                 | select.signature_files(parts, params) | samples | {layout.clean_stats, layout.clean_split}
-                | indexes | {decontam.meta_path(p) for p in indexes} | {spans})
+                | indexes | {index_meta_of(p) for p in indexes} | {spans})
     summary = _summarise(parts, markers, params, thresholds, near)
     given = {s.name: inputs.resolve(params.clean_for(s), layout).keys for s in params.sources}
     summary["rule_inputs"] = {name: keys for name, keys in given.items() if keys}  # content hashes: the lineage's
