@@ -240,7 +240,8 @@ def partial_note_of(dest: str | Path) -> Path:
 
 
 def clean_part_name(source: str, i: int) -> str:
-    """The i-th clean part's name (in logs and task runs; its path under data/clean/, less .parquet): <source>/part-00000."""
+    """The i-th clean part's name (in logs and task runs; its path under data/clean/, less .parquet):
+    <source>/part-00000."""
     return f"{source}/part-{i:05d}"
 
 
