@@ -37,6 +37,18 @@ def trained_state(steps: int = 3):
     return model, opt
 
 
+def sharded_at_step_3(tmp_path):
+    """A trained model's sharded checkpoint (one process), with what wrote it."""
+    model, opt = trained_state()
+    dist = Dist(Train(), torch.device("cpu"))
+    saving = Checkpointer(Train(checkpoint_format="sharded"), dist, tmp_path / "ck", {
+        "model": Model(model, dist), "optimizer": Optimizer(model, opt, dist), "rng": rng.RNG(),
+        "train": TrainState(step=3)})
+    path = saving.save(3, {"x": 1}, None, then=lambda _: None)
+    saving.wait()
+    return model, opt, dist, saving, path
+
+
 def test_round_trip_in_a_fresh_process(tmp_path):
     model, opt = trained_state()
     rng.seed_all(42)
@@ -94,13 +106,7 @@ def test_malicious_pickle_is_not_executed(tmp_path):
 
 
 def test_a_sharded_checkpoint_in_one_process_round_trips_is_kept_whole_and_never_runs_code(tmp_path):
-    model, opt = trained_state()
-    dist = Dist(Train(), torch.device("cpu"))
-    saving = Checkpointer(Train(checkpoint_format="sharded"), dist, tmp_path / "ck", {
-        "model": Model(model, dist), "optimizer": Optimizer(model, opt, dist), "rng": rng.RNG(),
-        "train": TrainState(step=3)})
-    path = saving.save(3, {"x": 1}, None, then=lambda _: None)
-    saving.wait()
+    model, opt, dist, saving, path = sharded_at_step_3(tmp_path)
     manifest = json.loads((path / MANIFEST).read_text())
     assert checkpoint.verify(path) == (True, "ok") and manifest["format"] == "sharded"
     assert manifest["ranks"] == [["dcp/.metadata", "dcp/__0_0.distcp"]]
@@ -160,13 +166,7 @@ def test_sharded_metadata_pickled_as_python_3_11_2_does_is_read(tmp_path):
     import io
     import pickle
 
-    model, opt = trained_state()
-    dist = Dist(Train(), torch.device("cpu"))
-    saving = Checkpointer(Train(checkpoint_format="sharded"), dist, tmp_path / "ck", {
-        "model": Model(model, dist), "optimizer": Optimizer(model, opt, dist), "rng": rng.RNG(),
-        "train": TrainState(step=3)})
-    path = saving.save(3, {"x": 1}, None, then=lambda _: None)
-    saving.wait()
+    model, opt, dist, saving, path = sharded_at_step_3(tmp_path)
 
     class AsOldPython(pickle.Pickler):
         def reducer_override(self, obj):
