@@ -2,7 +2,7 @@
 
     python -m bench.chaos [--seed N] [--kills 40] [--corpus stdlib|shared]
 
-The full suite over the driver in harness/chaos.py (what it kills, where, and what passing means
+The full suite over the driver in harness/chaos_driver.py (what it kills, where, and what passing means
 are said there; tests/integration/test_chaos.py is the CI version): every named kill point, 40
 kills by default, the wiki corpus over a loopback HTTP server that also cuts bodies short. Prints
 a table of kills per point; the same --seed replays the same plan (without one, a random seed is
@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from harness import chaoscheck as check
-from harness.chaos import POINTS, REPO, plan, run_chaos, small_params
+from harness.chaos_driver import POINTS, REPO, plan, run_chaos, small_params
 
 WIKI = "wikitext2-valid.jsonl"
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.chaos import CI_POINTS, run_chaos, small_params
+from harness.chaos_driver import CI_POINTS, run_chaos, small_params
 
 pytestmark = pytest.mark.slow
 
@@ -44,7 +44,7 @@ def test_line_survives_kills_in_every_stage_identically(tmp_path, prefect_server
 def test_a_kill_point_counts_as_a_kill_under_any_login_shell(tmp_path, monkeypatch, shell):
     """dvc runs a stage under $SHELL: dash reports the child's SIGKILL as 'exited with 137'
     (CI, SHELL=/bin/sh), bash as -9. Both are the kill the suite asked for, not a failed resume."""
-    from harness.chaos import attempt, project
+    from harness.chaos_driver import attempt, project
     from harness.chaoscheck import fired
 
     if shell:
@@ -64,7 +64,7 @@ def test_outputs_a_failed_dvc_repro_unignored_are_ignored_again(tmp_path):
     that repro fails; the next repro skips those stages. `shardline stage` lists them again."""
     import subprocess
 
-    from harness.chaos import BIN, attempt, env, project
+    from harness.chaos_driver import BIN, attempt, env, project
 
     params = small_params("stdlib")
     params["sources"] = [{"name": "code", "uri": "builtin://python-stdlib", "format": "txt"}]
