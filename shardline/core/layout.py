@@ -44,6 +44,7 @@ DCP = "dcp"                  # a sharded checkpoint's model and optimizer, as DC
 DCP_METADATA = ".metadata"   # DCP's own index of its shards, __<rank>_<i>.distcp
 ROLLBACKS = "rollbacks.json"  # data/checkpoints/'s ledger of the guard's rollbacks
 ARCHIVE = "archive"          # data/checkpoints/archive/<tag>/: an older run's checkpoints, set aside
+STEP_DIRS = "step-*"         # a checkpoint directory, step-NNNNNNNNN (step_dir), wherever it is kept
 
 # data/metrics/'s files for DVC plots and metrics (derived from train.jsonl)
 TRAIN_CSV, EVAL_CSV, EVAL_JSON = "train.csv", "eval.csv", "eval.json"
@@ -286,3 +287,20 @@ def token_marker_of(tokens: str | Path) -> Path:
 def dcp_shards(rank: int) -> str:
     """The glob of one rank's DCP shard files in a checkpoint's dcp/."""
     return f"__{rank}_*.distcp"
+
+
+def step_dir(root: str | Path, step: int) -> Path:
+    """A checkpoint's directory under `root` (data/checkpoints, a kept or archived run's folder)."""
+    return Path(root) / f"step-{step:09d}"
+
+
+def step_of(path: str | Path) -> int | None:
+    """The step a checkpoint directory's name holds; None for any other name (a temp dir's)."""
+    digits = Path(path).name[len(STEP_DIRS) - 1:]
+    return int(digits) if Path(path).name.startswith(STEP_DIRS[:-1]) and digits.isdigit() else None
+
+
+def step_dirs(root: str | Path) -> list[Path]:
+    """The checkpoint directories under `root`, oldest first (their names sort by step)."""
+    root = Path(root)
+    return sorted(p for p in root.glob(STEP_DIRS) if step_of(p) is not None) if root.exists() else []

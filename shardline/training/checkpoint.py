@@ -37,7 +37,7 @@ from typing import Any, Callable
 
 from shardline.core import chaos, fsio
 from shardline.core.errors import ShardlineError
-from shardline.core.layout import ARCHIVE, DCP, MANIFEST, TENSORS, TRAIN_STATE
+from shardline.core.layout import ARCHIVE, DCP, MANIFEST, STEP_DIRS, TENSORS, TRAIN_STATE, step_dir, step_dirs, step_of
 from shardline.training import sharded
 
 Log = Callable[[str], None]
@@ -49,10 +49,6 @@ class Entry:
     path: Path
     valid: bool
     why: str  # "ok" or the reason it is not valid
-
-
-def step_dir(root: Path, step: int) -> Path:
-    return Path(root) / f"step-{step:09d}"
 
 
 def versions() -> dict:
@@ -185,18 +181,18 @@ def _verify(path: Path) -> tuple[bool, str]:
 
 
 def entries(root: Path, cached: bool = False) -> list[Entry]:
-    """Every step-* directory, oldest first, with its validity."""
+    """Every checkpoint directory, oldest first, with its validity."""
     out = []
-    for p in sorted(Path(root).glob("step-*")) if Path(root).exists() else []:
-        if p.is_dir() and p.name[5:].isdigit():
+    for p in step_dirs(root):
+        if p.is_dir():
             ok, why = verify(p, cached)
-            out.append(Entry(int(p.name[5:]), p, ok, why))
+            out.append(Entry(step_of(p), p, ok, why))
     return out
 
 
 def latest_valid(root: Path, log: Log = print) -> Path | None:
     """The newest checkpoint that verifies; older ones are not hashed (resume reads only it)."""
-    dirs = [p for p in Path(root).glob("step-*") if p.is_dir() and p.name[5:].isdigit()] if Path(root).exists() else []
+    dirs = [p for p in step_dirs(root) if p.is_dir()]
     for p in sorted(dirs, reverse=True):
         ok, why = verify(p)
         if ok:
@@ -272,12 +268,12 @@ def tidy_kept(kept: Path, root: Path, recoverable: Callable[[Path], bool] | None
     """Drop kept copies that something now records (`recoverable`); name the ones that are the
     only copy left (their data/checkpoints twin is gone: a checkout replaced it). Returns those."""
     alone = []
-    for path in sorted(Path(kept).glob("*/step-*")):
+    for path in sorted(Path(kept).glob(f"*/{STEP_DIRS}")):
         if recoverable is not None and recoverable(path):
             remove(path)
             continue
         mine = (path / MANIFEST).read_bytes() if (path / MANIFEST).exists() else None
-        twins = [step_dir(root, int(path.name[5:]))] + sorted(Path(root).glob(f"{ARCHIVE}/*/{path.name}*"))
+        twins = [step_dir(root, int(path.name[len(STEP_DIRS) - 1:]))] + sorted(Path(root).glob(f"{ARCHIVE}/*/{path.name}*"))
         if not any((t / MANIFEST).exists() and (t / MANIFEST).read_bytes() == mine for t in twins):
             alone.append(path)
             log(f"checkpoint: {path} is the only copy (data/checkpoints lost it, a checkout?, and nothing records "

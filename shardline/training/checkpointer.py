@@ -48,7 +48,7 @@ import torch
 from shardline.core import chaos
 from shardline.core.errors import ShardlineError
 from shardline.core.config import Train
-from shardline.core.layout import CHECKPOINT_MODEL, CHECKPOINT_OPTIMIZER, CHECKPOINT_RNG, CHECKPOINT_SCALER
+from shardline.core.layout import CHECKPOINT_MODEL, CHECKPOINT_OPTIMIZER, CHECKPOINT_RNG, CHECKPOINT_SCALER, step_dir
 from shardline.training import checkpoint, sharded
 from shardline.training.dist import Dist
 from shardline.training.state import Stateful
@@ -116,7 +116,7 @@ class Checkpointer:
                 then(checkpoint.save(root, step, tensors, state, lineage, eval, shards=[m for m, _ in every]))
 
         self.saver.run(work, f"checkpoint-{step}")
-        return checkpoint.step_dir(root, step) if rank == 0 else None
+        return step_dir(root, step) if rank == 0 else None
 
     def load(self, path: Path, parts: dict[str, Stateful] | None = None) -> dict:
         dist, parts = self.dist, self.parts if parts is None else parts
@@ -193,7 +193,7 @@ class AsyncSaver:
                 then(path)
 
         self.run(work, f"checkpoint-{step}")
-        return checkpoint.step_dir(root, step)
+        return step_dir(root, step)
 
     def run(self, work: Callable[[], None], name: str) -> None:
         """Run `work` on the background thread (after the previous one); its error surfaces at `wait`."""

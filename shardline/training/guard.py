@@ -32,7 +32,7 @@ from shardline.core import chaos, fsio
 from shardline.training import checkpoint
 from shardline.core.config import Train
 from shardline.core.errors import ShardlineError
-from shardline.core.layout import MANIFEST, ROLLBACKS
+from shardline.core.layout import MANIFEST, ROLLBACKS, STEP_DIRS, step_dirs, step_of
 
 
 class Trouble(Exception):
@@ -56,7 +56,7 @@ def read_ledger(ckpts: Path) -> list[dict]:
     or checkpoints restored from elsewhere): entries only ever append, so the longest is the truth."""
     path = Path(ckpts) / ROLLBACKS
     found = [fsio.read_json(path)["rollbacks"] if path.exists() else []]
-    found += [_recorded(p) or [] for p in sorted(Path(ckpts).glob("step-*"))]
+    found += [_recorded(p) or [] for p in sorted(Path(ckpts).glob(STEP_DIRS))]
     return max(found, key=len)
 
 
@@ -91,11 +91,10 @@ def drop_tainted(ckpts: Path, ledger: list[dict], kept: Path, log, first: int | 
         return
     # manifests only (no hashing at every start); the kept links apart, so a kill between the two
     # removals leaves nothing behind
-    for path in sorted(Path(ckpts).glob("step-*")) + sorted(Path(kept).glob("step-*")):
-        known = _known(path)
-        if not path.name[5:].isdigit() or known is None:
+    for path in step_dirs(ckpts) + step_dirs(kept):
+        known, step = _known(path), step_of(path)
+        if known is None:
             continue
-        step = int(path.name[5:])
         if tainted(step, known, ledger) or (first is not None and step >= first):
             checkpoint.remove(path)
             if path.parent == Path(ckpts):
@@ -106,9 +105,9 @@ def drop_tainted(ckpts: Path, ledger: list[dict], kept: Path, log, first: int | 
 def base_step(ckpts: Path, first: int, ledger: list[dict]) -> int:
     """The step a rollback of trouble starting at `first` returns to: the newest valid checkpoint
     before it that no earlier rollback abandoned, or 0 (the start)."""
-    older = [p for p in Path(ckpts).glob("step-*") if p.name[5:].isdigit() and int(p.name[5:]) < first]
+    older = [p for p in step_dirs(ckpts) if step_of(p) < first]
     for path in sorted(older, reverse=True):  # newest first: hash only until one verifies
-        step = int(path.name[5:])
+        step = step_of(path)
         if not tainted(step, _known(path) or 0, ledger) and checkpoint.verify(path, cached=True)[0]:
             return step
     return 0

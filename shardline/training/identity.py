@@ -30,7 +30,7 @@ from shardline.training import checkpoint
 from shardline.core.config import Params, Train
 from shardline.core.sections_run import identity_of
 from shardline.core.errors import BadInput
-from shardline.core.layout import ARCHIVE, ROLLBACKS
+from shardline.core.layout import ARCHIVE, ROLLBACKS, STEP_DIRS
 
 SHAPING = ("grad_accum", "lr", "min_lr", "warmup_steps", "schedule", "decay_fraction", "weight_decay", "beta1",
            "beta2", "grad_clip", "precision", "seed", "attention")
@@ -110,7 +110,7 @@ def set_aside(root: Path, old: dict, recoverable: Callable[[Path], bool] | None,
     """Clear data/checkpoints for a fresh start (see the module contract)."""
     removed, moved = [], []
     dest = root / ARCHIVE / tag(old)
-    paths = [e.path for e in checkpoint.entries(root)] + sorted(root.glob(f"{ARCHIVE}/*/step-*"))
+    paths = [e.path for e in checkpoint.entries(root)] + sorted(root.glob(f"{ARCHIVE}/*/{STEP_DIRS}"))
     elsewhere = {p: recoverable is not None and recoverable(p) for p in paths}
     ledger = root / ROLLBACKS  # the old run's rollbacks go first, then its checkpoints: a kill in
     if ledger.exists():           # between must not leave them to the new run

@@ -59,7 +59,7 @@ from shardline.context import RunContext
 from shardline.core import chaos, fsio
 from shardline.core.config import Params, Train
 from shardline.core.errors import BadInput
-from shardline.core.layout import Layout
+from shardline.core.layout import Layout, step_dir
 from shardline.stream.loader import Loader
 from shardline.training import checkpoint, guard, identity, lineage
 from shardline.training.checkpointer import Checkpointer
@@ -181,8 +181,8 @@ def _train(params: Params, layout: Layout, ctx: RunContext, device: torch.device
     def retain(before: int | None) -> None:
         # inside a run of flagged steps, the checkpoint a rollback would return to stays
         for s in checkpoint.retain(ckpts, cfg.keep_last, cfg.keep_every, log, before=before):
-            if checkpoint.step_dir(kept, s).exists():
-                checkpoint.remove(checkpoint.step_dir(kept, s))
+            if step_dir(kept, s).exists():
+                checkpoint.remove(step_dir(kept, s))
 
     def after_save(path: Path, before: int | None) -> None:  # on the saver's thread
         checkpoint.keep(path, kept)

@@ -13,6 +13,7 @@ ENGINE = Path(__file__).resolve().parents[2] / "shardline"
 LAYOUT = ENGINE / "core" / "layout.py"
 FILE = re.compile(r"^[\w.*{}\[\]<>-]*\.(json|jsonl|parquet|csv|png|md|pt|bin|npy|txt|yaml|lock|part|distcp|"
                   r"safetensors|model|tmp)$")
+GLOB = re.compile(r"^[\w.{}<>/*-]*\w-?\*[\w.*{}<>/-]*$")  # a name's glob: "step-*", "*/step-*"
 
 
 def _docstrings(tree: ast.AST) -> set[int]:
@@ -44,7 +45,7 @@ def path_literals(path: Path) -> list[str]:
                 if isinstance(side, ast.Constant) and isinstance(side.value, str):
                     found.append(f"{path.relative_to(ENGINE.parent)}:{side.lineno}: / {side.value!r}")
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip \
-                and " " not in node.value and FILE.match(node.value):
+                and " " not in node.value and (FILE.match(node.value) or GLOB.match(node.value)):
             found.append(f"{path.relative_to(ENGINE.parent)}:{node.lineno}: {node.value!r}")
     return found
 
@@ -56,10 +57,11 @@ def test_only_layout_spells_a_path():
 
 def test_the_check_finds_a_planted_literal(tmp_path):
     planted = tmp_path / "m.py"
-    planted.write_text('"""doc.json"""\nx = root / "archive"\ny = f"part-{i:05d}.parquet"\nz = "a message about x.json"\n')
+    planted.write_text('"""doc.json"""\nx = root / "archive"\ny = f"part-{i:05d}.parquet"\nz = "a message about x.json"\n'
+                       'w = root.glob("*/step-*")\nv = re.compile("[0-9.]*")\n')
     global ENGINE
     old, ENGINE = ENGINE, tmp_path
     try:
-        assert [h.split(": ", 1)[1] for h in path_literals(planted)] == ["/ 'archive'", "'.parquet'"]
+        assert [h.split(": ", 1)[1] for h in path_literals(planted)] == ["/ 'archive'", "'.parquet'", "'*/step-*'"]
     finally:
         ENGINE = old
