@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from shardline.model.config import ModelConfig, resolve  # noqa: F401
+from shardline.model.shape import ModelConfig, resolve  # noqa: F401
 
 
 def build(cfg: ModelConfig) -> nn.Module:

@@ -3,7 +3,7 @@
 Contract: a `CausalLM` names its `lookups()`, the tensors read by index and never multiplied (a
 position table, an untied token embedding); `num_params(non_embedding=True)` counts every
 parameter once (a tied weight once) less those, and `flops_per_token()` is
-shardline.model.config's count over them. `output(logits, targets)` is what `forward` returns:
+shardline.model.shape's count over them. `output(logits, targets)` is what `forward` returns:
 (logits, the mean cross-entropy over every position, computed in fp32), or (logits, None).
 """
 
@@ -13,7 +13,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from shardline.model.config import flops_per_token
+from shardline.model.shape import flops_per_token
 
 
 class CausalLM(nn.Module):

@@ -26,7 +26,7 @@ from torch import nn
 
 from shardline.model.attention import Documents, attend, positions
 from shardline.model.common import CausalLM
-from shardline.model.config import ModelConfig
+from shardline.model.shape import ModelConfig
 
 
 class CausalSelfAttention(nn.Module):

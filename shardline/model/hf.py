@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from shardline.core.errors import BadInput
-from shardline.model.config import ModelConfig
+from shardline.model.shape import ModelConfig
 
 _GPT2_LINEAR = ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")  # nn.Linear here, Conv1D there
 _BUFFERS = (".attn.bias", ".attn.masked_bias", "rotary_emb.inv_freq")  # derived from the config: not weights

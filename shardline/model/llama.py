@@ -25,7 +25,7 @@ from torch.nn import functional as F
 
 from shardline.model.attention import Documents, attend, positions
 from shardline.model.common import CausalLM
-from shardline.model.config import ModelConfig
+from shardline.model.shape import ModelConfig
 
 
 class RMSNorm(nn.Module):
