@@ -22,7 +22,7 @@ from shardline.core import fsio
 from shardline.training.evaluate import HeldOut, boundary_ids, evaluate
 from shardline.core.layout import Layout
 from shardline.stream.loader import data_version, open_sources
-from shardline.training.train import autocast_for
+from shardline.training.session import autocast_for
 from shardline.results.trained import load_model
 
 

@@ -1,5 +1,8 @@
 """train stage: a Llama or GPT-2 (shardline.model) on the shards, resumable bit-for-bit from any kill.
 
+`run` is the stage; `_train` is the loop, over a run that shardline.training.session started (every
+part built, resumed or fresh), until a rollback restarts it or the target step is reached.
+
 Contract:
 - Everything a resume needs is in the newest valid checkpoint: model, optimizer, GradScaler,
   RNG states, loader position, step, tokens seen, the guards' state (one dict of stateful parts,
@@ -42,7 +45,6 @@ Contract:
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -50,7 +52,6 @@ import math
 import os
 import shutil
 import time
-from pathlib import Path
 from typing import Callable
 
 import torch
@@ -59,20 +60,16 @@ from shardline.context import RunContext
 from shardline.core import chaos, fsio
 from shardline.core.config import Params, Train
 from shardline.core.errors import BadInput
-from shardline.core.layout import Layout, step_dir
-from shardline.stream.loader import Loader
-from shardline.training import checkpoint, guard, identity, lineage
-from shardline.training.checkpointer import Checkpointer
+from shardline.core.layout import Layout
+from shardline.training import guard
 from shardline.training.dist import Dist, grad_norm, relaunch_under_torchrun
-from shardline.training.evaluate import HeldOut, compact, due, evaluate
-from shardline.training.guard import Guard, RolledBack, Trouble
-from shardline.training.monitor import Monitor, guess_peak_flops, read_records, summarize, truncate_records, write_derived
-from shardline.training.network import Network, prepare
-from shardline.training.optimizer import configure_optimizer
-from shardline.training.resume import Origin, find_start, resume
-from shardline.training.rng import RNG
+from shardline.training.evaluate import compact, due
+from shardline.training.guard import RolledBack, Trouble
+from shardline.training.monitor import Monitor, read_records, summarize, write_derived
+from shardline.training.resume import Origin
 from shardline.training.schedule import lr_at
-from shardline.training.state import Model, Optimizer, TrainState
+from shardline.training.session import start
+from shardline.training.state import TrainState
 
 Log = Callable[[str], None]
 
@@ -87,14 +84,6 @@ def device_for(cfg: Train) -> torch.device:
             raise BadInput("train.device: cuda requested but no CUDA device is available")
         return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
     return torch.device("cpu")
-
-
-def autocast_for(cfg: Train, device: torch.device):
-    if cfg.precision == "fp32":
-        return contextlib.nullcontext()
-    if cfg.precision == "fp16" and device.type != "cuda":
-        raise BadInput("train.precision: fp16 needs CUDA; use bf16 on CPU")
-    return torch.autocast(device.type, dtype=torch.bfloat16 if cfg.precision == "bf16" else torch.float16)
 
 
 def run(params: Params, layout: Layout, ctx: RunContext = RunContext()) -> dict:
@@ -130,76 +119,13 @@ def run(params: Params, layout: Layout, ctx: RunContext = RunContext()) -> dict:
 
 def _train(params: Params, layout: Layout, ctx: RunContext, device: torch.device, dist: Dist,
            rolled_back: bool) -> dict:
-    cfg, log = params.train, ctx.log
-    ckpts, metrics = layout.checkpoints, layout.train_log
-    loader = Loader.from_params(params, layout, rank=dist.rank, world=dist.world, log=log)
-    network = Network.for_run(params, layout, loader.seq_len, share=dist.share, rank=dist.rank)
-    held = (HeldOut.for_training(params, layout, loader.spec.remote, loader.seq_len,
-                                 loader.reader.sources[0].index["tokenizer_sha256"], log)
-            if params.eval.every else None)
-    ident = identity.current(params, loader.state_dict(), network.section, network.init)
-    kept = layout.kept / identity.tag(ident)
-    latest, changes, ledger = find_start(params, layout, ctx, dist, ident, kept)
-    model = network.build(cfg.seed, fresh=latest is None).to(device)
-    prepare(model, cfg)
-    net = dist.wrap(model, model.blocks)
-    opt = configure_optimizer(model, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(cfg.beta1, cfg.beta2),
-                              device_type=device.type)
-    scaler = torch.amp.GradScaler(device.type, enabled=cfg.precision == "fp16")
-    # under fsdp, bf16 is FSDP's mixed precision (bf16 parameters, fp32 reductions), not autocast
-    autocast = contextlib.nullcontext() if dist.mixed_precision else autocast_for(cfg, device)
-    per_rank = loader.spec.global_batch // dist.world
-    state, guards = TrainState(grad_accum=cfg.grad_accum, world_size=dist.world, strategy=dist.strategy), Guard(cfg)
-    checkpointer = Checkpointer(cfg, dist, ckpts, {
-        "model": Model(model, dist), "optimizer": Optimizer(model, opt, dist), "scaler": scaler, "rng": RNG(),
-        "loader": loader, "guard": guards, "train": state})
-
-    def evaluate_now() -> dict:
-        return evaluate(model, held, params.mix, batch=per_rank, device=device, autocast=autocast, rank=dist.rank,
-                        world=dist.world, all_sum=dist.all_sum, pad=dist.strategy == "fsdp")
-
-    origin, init = Origin(), None
-    if latest is None and network.init is not None:
-        init = network.init.lineage()
-        if held is not None:  # the imported model as it came, judged on this line's held-out set
-            init["eval"] = compact(evaluate_now())
-        log(f"train: initialised from {network.init.where} ({network.init.architecture}); held-out before "
-            f"training: {lineage.eval_line(init.get('eval'))}")
-    if latest is not None:
-        origin = resume(checkpointer, latest, changes, rolled_back)
-        log(f"train: {'rolled back to' if rolled_back else 'resuming from'} {latest.name} (step {state.step}, "
-            f"{state.tokens_seen:,} tokens)"
-            + (f"; ALLOWED CHANGES: {'; '.join(origin.changed)}" if origin.changed else ""))
-        if origin.changed and held is not None:
-            origin.continued_from["eval_now"] = compact(evaluate_now())
-    else:
-        log(f"train: fresh start, {network.config.arch} with {model.num_params(non_embedding=False):,} parameters "
-            f"({network.config.attention} attention)")
-    target = state.version_start + cfg.steps
-    pending = [e for e in ledger if e["n"] > origin.known]  # rollbacks this timeline has not recorded yet
-
-    def retain(before: int | None) -> None:
-        # inside a run of flagged steps, the checkpoint a rollback would return to stays
-        for s in checkpoint.retain(ckpts, cfg.keep_last, cfg.keep_every, log, before=before):
-            if step_dir(kept, s).exists():
-                checkpoint.remove(step_dir(kept, s))
-
-    def after_save(path: Path, before: int | None) -> None:  # on the saver's thread
-        checkpoint.keep(path, kept)
-        retain(before)
-
-    lin = lineage.collect(params, layout, loader.version, parent=origin.parent, run_id=ctx.run_id,
-                          shards_md5=ctx.shards_md5, data_change=origin.changed, continued_from=origin.continued_from,
-                          rollbacks=ledger, model=network.section, init=init if latest is None else origin.init)
-    if dist.rank == 0:
-        metrics.parent.mkdir(parents=True, exist_ok=True)
-        truncate_records(metrics, state.step)
-    tokens_per_step = loader.spec.global_batch * loader.seq_len * cfg.grad_accum
-    monitor = Monitor(metrics if dist.rank == 0 else None, tokens_per_step=tokens_per_step,
-                      flops_per_token=model.flops_per_token(), total_steps=target, start_step=state.step,
-                      peak_flops=guess_peak_flops(device) * dist.world,  # tokens_per_step is the whole job's
-                      slow_factor=cfg.slow_step_factor, log=log, device=device,
-                      progress=None if dist.rank == 0 else False)
+    session = start(params, layout, ctx, device, dist, rolled_back)
+    cfg, log, ckpts, kept, held = params.train, ctx.log, layout.checkpoints, session.kept, session.held
+    loader, model, net, opt, scaler, autocast = (session.loader, session.model, session.net, session.opt,
+                                                 session.scaler, session.autocast)
+    state, guards, checkpointer, monitor = session.state, session.guards, session.checkpointer, session.monitor
+    target, ledger, pending, lin = session.target, session.ledger, session.pending, session.lin
+    tokens_per_step = session.tokens_per_step
     batches = iter(loader)
     saved = []
     if state.step >= target:
@@ -259,7 +185,7 @@ def _train(params: Params, layout: Layout, ctx: RunContext, device: torch.device
         state.tokens_seen += tokens_per_step
         dt = time.perf_counter() - t0
         # after the update, before the record: its time is not the step's (eval_s says what it cost)
-        ev = compact(evaluate_now()) if held is not None and due(step, target, params) else None
+        ev = compact(session.evaluate()) if held is not None and due(step, target, params) else None
         extra = {"batches": hashes, "grad_norm": float(norm),  # consumed ids, auditable; norm before clipping
                  **({"guard": verdict} if verdict != "ok" else {}), **({"skipped_batches": skipped} if skipped else {}),
                  **({"rollbacks": pending} if pending else {}), **({"eval": ev} if ev else {})}
@@ -272,7 +198,7 @@ def _train(params: Params, layout: Layout, ctx: RunContext, device: torch.device
             ctx.on_step(step, target)
         if step % cfg.checkpoint_every == 0 or step == target:
             path = checkpointer.save(step, lin, ev, then=functools.partial(
-                after_save, before=guards.run[0]["step"] if guards.run else None))
+                session.after_save, before=guards.run[0]["step"] if guards.run else None))
             if path is not None:
                 saved.append(path.name)
                 lin = {**lin, "parent": path.name, "data_change": []}
@@ -283,12 +209,12 @@ def _train(params: Params, layout: Layout, ctx: RunContext, device: torch.device
             "before it")
     checkpointer.wait()  # the last checkpoint is on disk before the stage reports success
     if dist.rank == 0:  # a run killed inside its last retention, resumed with nothing to train, finishes it here
-        retain(guards.run[0]["step"] if guards.run else None)
+        session.retain(guards.run[0]["step"] if guards.run else None)
     if ctx.recorded and dist.rank == 0 and kept.exists():
         shutil.rmtree(kept)  # the orchestrator records data/checkpoints now: the links are not needed
     dist.barrier()
     monitor.close()
-    return _summary(layout, dist, state, origin, saved, monitor, tokens_per_step)
+    return _summary(layout, dist, state, session.origin, saved, monitor, tokens_per_step)
 
 
 def _summary(layout: Layout, dist: Dist, state: TrainState, origin: Origin, saved: list[str], monitor: Monitor,
