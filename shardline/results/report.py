@@ -24,11 +24,13 @@ from shardline.core import fsio
 from shardline.data.clean import split
 from shardline.training import checkpoint, guard
 from shardline.core.config import Params
-from shardline.core.layout import MANIFEST, TRAIN_STATE, Layout, index_of
+from shardline.core.layout import MANIFEST, TRAIN_STATE, Layout
+from shardline.core.shardformat import read_index
 from shardline.stream.mixing import Schedule
 from shardline.training.monitor import eval_rows, eval_sources, read_records, summarize
 
 Log = Callable[[str], None]
+SHARDS_FIRST = "; run the shard stage first (dvc repro shard)"
 
 
 def _plot(rows: list[dict], out: Path) -> None:
@@ -73,7 +75,7 @@ def _heldout(params: Params, layout: Layout, stats: dict) -> list[str]:
     for s in params.sources:
         st = stats["sources"][s.name]
         h = st["heldout"]
-        ix = fsio.read_json(index_of(layout.shards_of(s.name, "val")))
+        ix = read_index(layout.shards_of(s.name, "val"), SHARDS_FIRST, layout.rel)
         lines.append(f"| {s.name} | {h['docs']:,} | {h['bytes']:,} | {ix['total_tokens']:,} | {ix['total_blocks']:,} | "
                      f"{split.DECIDED_BY[h.get('clamp')]} | {st['docs_out']:,} |")
     cut = stats.get("split", {})
@@ -203,7 +205,7 @@ def build(params: Params, layout: Layout) -> str:
               "|---|---|---|---|---|---|"]
     sizes = {}
     for s in params.sources:
-        ix = fsio.read_json(index_of(layout.shards_of(s.name)))
+        ix = read_index(layout.shards_of(s.name), SHARDS_FIRST, layout.rel)
         counts = [x["blocks"] for x in ix["shards"]]
         sizes[s.name] = ix["total_blocks"]
         lines.append(f"| {s.name} | {len(counts)} | {ix['total_blocks']:,} | {min(counts)}-{max(counts)} | "
@@ -260,7 +262,8 @@ def build(params: Params, layout: Layout) -> str:
     lines.append(f"- invalid checkpoints on disk: {len(invalid)}")
 
     lines += ["", "## Ops notes", ""]
-    enc = {s.name: fsio.read_json(index_of(layout.tokens_of(s.name))).get("encoder") for s in params.sources}
+    enc = {s.name: read_index(layout.tokens_of(s.name), "; run the tokenize stage first (dvc repro tokenize)",
+                              layout.rel).get("encoder") for s in params.sources}
     lines.append(f"- encoder backend: {', '.join(f'{k}: {v}' for k, v in enc.items())}")
     if rows and wait < 0.01:
         lines.append("- input is not the bottleneck (data wait < 1%)")
