@@ -10,7 +10,7 @@ run again: its parts are done (near_dedup is not in their key), so that run is n
 cost (sign every part, cluster, select). Then, on 64 MB of the corpus's documents in one process
 (one core): MB/s of each rule set alone, and of MinHash signing with rensa's C-MinHash (64-bit),
 R-MinHash (32-bit) and datasketch (when installed; `pip install -e .[bench]`), the same shingles.
-Then datatrove itself (bench/reference.py: 0.10.1, spaCy's English words; `pip install -e .[bench]`)
+Then datatrove itself (harness/reference.py: 0.10.1, spaCy's English words; `pip install -e .[bench]`)
 next to Shardline on the same documents, one core each: the first REFERENCE_MB of the corpus plus
 documents built around every limit from it. Per rule set, the share of documents both keep or both
 drop (and, for C4, keep the same text), with each disagreeing document's answers on both sides;

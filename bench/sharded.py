@@ -48,7 +48,7 @@ def worker(args: argparse.Namespace) -> None:
     from shardline.model import ModelConfig, build
     from shardline.training.optimizer import configure_optimizer
     from shardline.training.checkpointer import Checkpointer
-    from shardline.training.state import Model, Optimizer, TrainState
+    from shardline.training.state import ModelState, OptimizerState, TrainState
 
     torch.set_num_threads(1)
     cfg = Train.model_validate({"strategy": "fsdp", "nproc_per_node": args.nproc, "dist_timeout_s": 1800})
@@ -65,7 +65,7 @@ def worker(args: argparse.Namespace) -> None:
     opt.zero_grad(set_to_none=True)
     root, fmt = Path(args.dir), args.format
     saving = Checkpointer(cfg.model_copy(update={"checkpoint_format": fmt}), dist, root, {
-        "model": Model(model, dist), "optimizer": Optimizer(model, opt, dist), "train": TrainState(step=1)})
+        "model": ModelState(model, dist), "optimizer": OptimizerState(model, opt, dist), "train": TrainState(step=1)})
     gc.collect()
     ctypes.CDLL("libc.so.6").malloc_trim(0)  # memory freed so far (the gradients) leaves the baseline
     dist.barrier()

@@ -34,7 +34,7 @@ from shardline.training.network import Network, prepare
 from shardline.training.optimizer import configure_optimizer
 from shardline.training.resume import Origin, find_start, resume
 from shardline.training.rng import RNG
-from shardline.training.state import Model, Optimizer, TrainState
+from shardline.training.state import ModelState, OptimizerState, TrainState
 
 
 def autocast_for(cfg: Train, device: torch.device):
@@ -116,7 +116,7 @@ def start(params: Params, layout: Layout, ctx: RunContext, device: torch.device,
     autocast = contextlib.nullcontext() if dist.mixed_precision else autocast_for(cfg, device)
     state, guards = TrainState(grad_accum=cfg.grad_accum, world_size=dist.world, strategy=dist.strategy), Guard(cfg)
     checkpointer = Checkpointer(cfg, dist, ckpts, {
-        "model": Model(model, dist), "optimizer": Optimizer(model, opt, dist), "scaler": scaler, "rng": RNG(),
+        "model": ModelState(model, dist), "optimizer": OptimizerState(model, opt, dist), "scaler": scaler, "rng": RNG(),
         "loader": loader, "guard": guards, "train": state})
     evaluate_now = functools.partial(held_out, params, loader, model, held, device, autocast, dist)
 

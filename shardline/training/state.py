@@ -3,13 +3,13 @@
 
 Contract:
 - The trainer hands the checkpointer (shardline.training.checkpointer) one dict of parts:
-  "model" and "optimizer" (`Model`, `Optimizer` below), "scaler" (torch's GradScaler as it is),
+  "model" and "optimizer" (`ModelState`, `OptimizerState` below), "scaler" (torch's GradScaler as it is),
   "rng" (shardline.training.rng.RNG), "loader" (shardline.stream.loader.Loader), "guard"
   (shardline.training.guard.Guard) and "train" (`TrainState`).
 - `TrainState` is the trainer's counters. `state_dict()` also records what this job is
   (grad_accum, world size, strategy: the report and the card read them); `load_state_dict()`
   restores only the counters, so a resume at another world size records its own job.
-- `Model` and `Optimizer` have two forms. `state_dict()` / `load_state_dict()`: this rank's own,
+- `ModelState` and `OptimizerState` have two forms. `state_dict()` / `load_state_dict()`: this rank's own,
   as DCP saves and reshards it (under fsdp DTensor shards, keyed by parameter name; the
   optimizer's {"state"} only: its param_groups come from params.train, and loading keeps the
   live ones); no collective. `full_state_dict()` / `load_full_state_dict()`: as one process saves
@@ -65,7 +65,7 @@ def _options(**kw):
     return StateDictOptions(**kw)
 
 
-class Model:
+class ModelState:
     """The network's weights (`module`: the model before strategy wrappers, fsdp's sharded one)."""
 
     def __init__(self, module: torch.nn.Module, dist: Dist):
@@ -99,7 +99,7 @@ class Model:
                              options=_options(full_state_dict=True, broadcast_from_rank0=True))
 
 
-class Optimizer:
+class OptimizerState:
     """The optimizer's state (moments, step counts) of `opt`, built on `module`'s parameters."""
 
     def __init__(self, module: torch.nn.Module, opt: torch.optim.Optimizer, dist: Dist):

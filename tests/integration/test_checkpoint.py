@@ -16,7 +16,7 @@ from shardline.core.layout import MANIFEST, TRAIN_STATE
 from shardline.training import checkpoint, sharded
 from shardline.training.dist import Dist
 from shardline.training.checkpointer import Checkpointer
-from shardline.training.state import Model, Optimizer, TrainState
+from shardline.training.state import ModelState, OptimizerState, TrainState
 from shardline.core.config import Train
 from shardline.model import ModelConfig, build
 from shardline.training.optimizer import configure_optimizer
@@ -42,7 +42,7 @@ def sharded_at_step_3(tmp_path):
     model, opt = trained_state()
     dist = Dist(Train(), torch.device("cpu"))
     saving = Checkpointer(Train(checkpoint_format="sharded"), dist, tmp_path / "ck", {
-        "model": Model(model, dist), "optimizer": Optimizer(model, opt, dist), "rng": rng.RNG(),
+        "model": ModelState(model, dist), "optimizer": OptimizerState(model, opt, dist), "rng": rng.RNG(),
         "train": TrainState(step=3)})
     path = saving.save(3, {"x": 1}, None, then=lambda _: None)
     saving.wait()
@@ -112,7 +112,7 @@ def test_a_sharded_checkpoint_in_one_process_round_trips_is_kept_whole_and_never
     assert manifest["ranks"] == [["dcp/.metadata", "dcp/__0_0.distcp"]]
     assert sorted(manifest["files"]) == ["dcp/.metadata", "dcp/__0_0.distcp", "rng.pt", TRAIN_STATE]
     other, other_opt = trained_state(steps=1)
-    saving.load(path, {"model": Model(other, dist), "optimizer": Optimizer(other, other_opt, dist)})
+    saving.load(path, {"model": ModelState(other, dist), "optimizer": OptimizerState(other, other_opt, dist)})
     for k, v in model.state_dict().items():
         assert torch.equal(other.state_dict()[k], v), k
     for a, b in zip(opt.state_dict()["state"].values(), other_opt.state_dict()["state"].values()):

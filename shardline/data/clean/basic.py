@@ -2,7 +2,7 @@
 and character filters (min_chars, max_chars, max_line_chars, max_repeated_line_fraction,
 min_alpha_fraction, max_replacement_fraction), each a small callable `text -> text | Drop` (a
 Drop removes the document and says which check removed it, what it measured and the limit it
-broke), with its setting: one `Entry` per key of the clean section.
+broke), with its setting: one `RuleEntry` per key of the clean section.
 
 Contract: rules hold no state and are picklable (they run in worker processes). Their order
 among all the rules is `shardline.data.clean.rules.RULES`'s; transforms come first there so
@@ -20,7 +20,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from shardline.data.clean.verdict import Drop, Entry
+from shardline.data.clean.verdict import Drop, RuleEntry
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 _C1 = re.compile(rb"\xc2[\x80-\x9f]")  # U+0080-U+009F in UTF-8
@@ -180,31 +180,31 @@ def _limit(rule):
     return lambda v, _index: rule(v) if v is not None else None
 
 
-NORMALIZE = Entry("normalize", Literal["NFC", "NFKC", "none"],
+NORMALIZE = RuleEntry("normalize", Literal["NFC", "NFKC", "none"],
                   Field("NFC", description="Unicode normalisation form applied first."),
                   lambda v, _index: Normalize(v) if v != "none" else None)
-STRIP_CONTROL = Entry("strip_control", bool,
+STRIP_CONTROL = RuleEntry("strip_control", bool,
                       Field(True, description="Remove control characters other than newline and tab."),
                       lambda v, _index: strip_control if v else None)
-WHITESPACE = Entry("whitespace", bool, Field(True, description="CRLF -> LF, strip trailing spaces per line, at most "
+WHITESPACE = RuleEntry("whitespace", bool, Field(True, description="CRLF -> LF, strip trailing spaces per line, at most "
                                              "two consecutive blank lines, strip ends."),
                    lambda v, _index: whitespace if v else None)
-MIN_CHARS = Entry("min_chars", int | None, Field(64, ge=0, description="Drop documents shorter than this (characters, "
+MIN_CHARS = RuleEntry("min_chars", int | None, Field(64, ge=0, description="Drop documents shorter than this (characters, "
                                                  "after the transforms above)."), _limit(MinChars))
-MAX_CHARS = Entry("max_chars", int | None, Field(1_000_000, ge=1, description="Drop documents longer than this (a guard "
+MAX_CHARS = RuleEntry("max_chars", int | None, Field(1_000_000, ge=1, description="Drop documents longer than this (a guard "
                                                  "against runaway records)."), _limit(MaxChars))
-MAX_LINE_CHARS = Entry("max_line_chars", int | None,
+MAX_LINE_CHARS = RuleEntry("max_line_chars", int | None,
                        Field(2_000, ge=1, description="Drop documents with any line longer than this (minified or "
                              "binary-ish content)."), _limit(MaxLineChars))
-MAX_REPEATED_LINE_FRACTION = Entry(
+MAX_REPEATED_LINE_FRACTION = RuleEntry(
     "max_repeated_line_fraction", float | None,
     Field(0.3, ge=0, le=1, description="Drop documents whose non-blank lines repeat more than this fraction "
           "(boilerplate)."), _limit(RepeatedLines))
-MIN_ALPHA_FRACTION = Entry(
+MIN_ALPHA_FRACTION = RuleEntry(
     "min_alpha_fraction", float | None,
     Field(0.25, ge=0, le=1, description="Drop documents where letters are less than this fraction of non-whitespace "
           "characters."), _limit(AlphaFraction))
-MAX_REPLACEMENT_FRACTION = Entry(
+MAX_REPLACEMENT_FRACTION = RuleEntry(
     "max_replacement_fraction", float | None,
     Field(0.01, ge=0, le=1, description="Drop documents where U+FFFD (undecodable bytes) exceeds this fraction of "
           "characters."), _limit(ReplacementFraction))

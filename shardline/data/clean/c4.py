@@ -16,7 +16,7 @@ from pydantic import Field
 from shardline.core.section_base import _Section
 from shardline.data.clean import words as wd
 from shardline.data.clean.ruleset import RuleSet
-from shardline.data.clean.verdict import Drop, Entry
+from shardline.data.clean.verdict import Drop, RuleEntry
 
 _CITATION = re.compile(r"\[\d*]|\[edit]|\[citation needed]")
 _POLICY = ("terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies", "use cookies")
@@ -115,7 +115,7 @@ class C4Rule(RuleSet):
         return text if out == text else out
 
 
-C4_QUALITY = Entry("c4", C4 | None,
+C4_QUALITY = RuleEntry("c4", C4 | None,
                    Field(None, description="C4's filter: removes javascript, policy and unterminated lines; drops "
                          "lorem ipsum, curly braces."),
                    lambda v, _index: C4Rule(v) if v is not None else None, reference=True)

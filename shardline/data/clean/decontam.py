@@ -48,7 +48,7 @@ from shardline.core import fsio
 from shardline.core.errors import BadInput
 from shardline.core.layout import JSONL, PARQUET, index_meta_of
 from shardline.core.section_base import _Section
-from shardline.data.clean.verdict import Drop, Entry
+from shardline.data.clean.verdict import Drop, RuleEntry
 
 _U64 = np.uint64
 HASH_VERSION = 1  # bump when ngram_hashes changes: indexes on disk are keyed by it (inputs.py)
@@ -296,7 +296,7 @@ class DecontaminateRule:
         return Drop(self.name, gram, self.n, f"at word {at}")
 
 
-DECONTAMINATE = Entry(
+DECONTAMINATE = RuleEntry(
     "decontaminate", Decontaminate | None,
     Field(None, description="Benchmark decontamination: `{paths: [eval.jsonl, ...], ngram: 13}`. The evaluation sets' "
           "content hash is part of the rules' key (and the lineage): a changed set is a new data version."),

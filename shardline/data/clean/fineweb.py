@@ -16,7 +16,7 @@ from shardline.core.section_base import _Section
 from shardline.data.clean import ruleset as rs
 from shardline.data.clean import textstats as ts
 from shardline.data.clean.ruleset import RuleSet
-from shardline.data.clean.verdict import Drop, Entry
+from shardline.data.clean.verdict import Drop, RuleEntry
 
 _STOPS = tuple(ts.TERMINAL)  # what ends a line for FineWeb (datatrove 0.10's stop_chars)
 
@@ -71,7 +71,7 @@ class FineWebRule(RuleSet):
         return text
 
 
-FINEWEB = Entry("fineweb", FineWeb | None,
+FINEWEB = RuleEntry("fineweb", FineWeb | None,
                 Field(None, description="FineWeb's extras: line-ending punctuation, short lines, duplicate-line "
                       "characters."),
                 lambda v, _index: FineWebRule(v) if v is not None else None, reference=True)

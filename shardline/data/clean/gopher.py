@@ -21,7 +21,7 @@ from shardline.core.section_base import _Section
 from shardline.data.clean import ruleset as rs
 from shardline.data.clean import textstats as ts
 from shardline.data.clean.ruleset import RuleSet
-from shardline.data.clean.verdict import Drop, Entry
+from shardline.data.clean.verdict import Drop, RuleEntry
 
 _N = Annotated[int, Field(ge=1)]
 _FRACTION = Annotated[float, Field(ge=0, le=1)]
@@ -187,11 +187,11 @@ class GopherQualityRule(RuleSet):
         return text
 
 
-GOPHER_REPETITION = Entry(
+GOPHER_REPETITION = RuleEntry(
     "gopher_repetition", GopherRepetition | None,
     Field(None, description="Gopher's repetition filter: duplicate lines and paragraphs, top and duplicate n-grams."),
     lambda v, _index: GopherRepetitionRule(v) if v is not None else None, reference=True)
-GOPHER_QUALITY = Entry(
+GOPHER_QUALITY = RuleEntry(
     "gopher_quality", GopherQuality | None,
     Field(None, description="Gopher's quality filter: word counts and lengths, symbols, bullets, ellipses, stop words."),
     lambda v, _index: GopherQualityRule(v) if v is not None else None, reference=True)

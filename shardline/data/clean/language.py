@@ -22,7 +22,7 @@ from pydantic import Field
 from shardline.core.errors import ShardlineError
 from shardline.core.layout import FASTTEXT_MODEL
 from shardline.core.section_base import _Section
-from shardline.data.clean.verdict import Drop, Entry
+from shardline.data.clean.verdict import Drop, RuleEntry
 
 
 class Language(_Section):
@@ -81,7 +81,7 @@ class LanguageRule:
         return Drop("language", round(wanted, 4), self.cfg.min_score, f"detected {lang} ({score:.2f})")
 
 
-LANGUAGE = Entry("language", Language | None,
+LANGUAGE = RuleEntry("language", Language | None,
                  Field(None, description="Keep only documents in these languages (language and score become columns "
                        "of the parts)."),
                  lambda v, _index: LanguageRule(v) if v is not None else None, reference=True)

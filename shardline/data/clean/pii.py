@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from pydantic import Field
 
 from shardline.core.section_base import _Section
-from shardline.data.clean.verdict import Entry
+from shardline.data.clean.verdict import RuleEntry
 
 # datatrove 0.10.1's patterns, verbatim
 _EMAIL = re.compile(
@@ -152,7 +152,7 @@ class PiiRule:
         return text if out is text or out == text else out
 
 
-PII = Entry("pii", Pii | None,
+PII = RuleEntry("pii", Pii | None,
             Field(None, description="Replace e-mail and IP addresses (`{}`: both), counted like a transform (bytes "
                   "changed)."),
             lambda v, _index: PiiRule(v.emails, v.ips) if v is not None else None)

@@ -1,7 +1,7 @@
 """The clean stage's rules in their one order: every other listing (the clean section's fields,
 the rules a part runs, the checks stats.json counts, the rules_order it records) derives from it.
 
-Contract: `RULES` orders the entries (`verdict.Entry`) each rule module declares next to its code
+Contract: `RULES` orders the entries (`verdict.RuleEntry`) each rule module declares next to its code
 and its setting. `build(cfg, index)` makes the enabled text rules of a clean section `cfg`
 (`settings.Clean`) in that order; `names(cfg)` lists every check they can drop or change a
 document by, in that order (a rule set has several); `apply` runs a document through them. An
@@ -16,9 +16,9 @@ from __future__ import annotations
 from typing import Any
 
 from shardline.data.clean import basic, c4, decontam, fineweb, gopher, language, pii, urls
-from shardline.data.clean.verdict import Drop, Entry, Rule
+from shardline.data.clean.verdict import Drop, RuleEntry, Rule
 
-RULES: tuple[Entry, ...] = (
+RULES: tuple[RuleEntry, ...] = (
     urls.URL_BLOCKLIST,  # the record's URL, judged before the text is read
     basic.NORMALIZE, basic.STRIP_CONTROL, basic.WHITESPACE,  # transforms first: filters judge the text kept
     basic.MIN_CHARS, basic.MAX_CHARS, basic.MAX_LINE_CHARS, basic.MAX_REPEATED_LINE_FRACTION,
@@ -31,7 +31,7 @@ RULES: tuple[Entry, ...] = (
 REFERENCED = tuple(e.key for e in RULES if e.reference)  # their parts' keys name the reference they follow
 
 
-def _made(entry: Entry, cfg: Any, index: str | None) -> Rule | None:
+def _made(entry: RuleEntry, cfg: Any, index: str | None) -> Rule | None:
     return entry.make(getattr(cfg, entry.key), index) if entry.make is not None else None
 
 

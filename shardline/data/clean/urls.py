@@ -17,10 +17,10 @@ from urllib.parse import urlsplit
 
 from pydantic import Field
 
-from shardline.data.clean.verdict import Drop, Entry
+from shardline.data.clean.verdict import Drop, RuleEntry
 
 NAME = "url_blocklist"
-URL_BLOCKLIST = Entry(NAME, str | None, Field(None, description=(
+URL_BLOCKLIST = RuleEntry(NAME, str | None, Field(None, description=(
     "A local text file of domains, one per line (relative to the project): documents whose URL's host is one of them "
     "or a subdomain are dropped, counted as the check `url_blocklist` (only documents with a URL: WARC records). "
     "Judged first, before every rule; its sha256 is part of the rules' key.")))

@@ -1,8 +1,8 @@
 """What a cleaning rule is and answers: the text it keeps (or changes), or a `Drop` saying why it
-went; and its `Entry`, how the registry knows it.
+went; and its `RuleEntry`, how the registry knows it.
 
 Contract: a `Rule` maps a document's text to its kept text or a `Drop(rule, value, limit, detail)`.
-An `Entry` is one key of params.yaml's `clean` section: the setting's type and pydantic `Field`
+A `RuleEntry` is one key of params.yaml's `clean` section: the setting's type and pydantic `Field`
 (default, bounds, documentation) and `make(value, index) -> Rule | None` (None: switched off).
 Every rule module declares its entries next to its code and settings; `rules.RULES` orders
 them. This module imports no rule, so every rule module (and the registry) can import it.
@@ -28,7 +28,7 @@ Rule = Callable[[str], "str | Drop"]
 
 
 @dataclass(frozen=True)
-class Entry:
+class RuleEntry:
     """One rule's place in the clean section. `make(value, index)`: the rule for the setting's
     value (`index`: the decontamination index's path), or None when the value switches it off;
     `make` None: a rule judged by the stage before the text rules (the URL blocklist).
