@@ -37,10 +37,14 @@ repeats, so machine noise hits both alike):
      the step time.
   2. checkpoint blocking time: what the trainer's checkpoint branch blocks for (state_dict()
      calls + `AsyncSaver.submit`: a CPU snapshot of the state, the write, sha256s, manifest and
-     retention then run on a background thread, waited for outside the timing) vs a bare
-     `torch.save` of the same objects into one file + fsync of the file + fsync of its dir. For
-     information, a synchronous `checkpoint.save` (temp dir, sha256 while writing, manifest
-     last, rename, fsyncs) of the same state is timed too.
+     retention then run on a background thread, waited for outside the timing) against the two
+     fair ways to block training as little: (i) a snapshot of the same objects (tensors copied)
+     handed to a thread that runs `torch.save` into one file + fsyncs, and (ii) DCP's
+     `async_save` of the model and optimizer state (its own staging copy, then a background
+     write). The verdict takes, per repeat, the trainer against the faster of the two, and the
+     worst repeat must meet the target. For information: a bare synchronous `torch.save` and a
+     synchronous `checkpoint.save` (temp dir, sha256 while writing, manifest last, rename,
+     fsyncs) of the same state.
   3. data wait share: train.json `data_wait_pct` of each trainer repeat (sum of data-wait over
      sum of step time), median; the first step's wait (it verifies the sha256 of every shard it
      touches) is shown apart from the rest.
@@ -61,8 +65,9 @@ repeats, so machine noise hits both alike):
      RSS is the live tensors) and, in another process with glibc's defaults, the median step
      time; interleaved repeats.
 
-How to read it: the headline ratios are same-run ratios (targets: (a)/(b) >= 0.95 at the low end
-of the repeats, save/bare <= 1.5, data wait < 1%, eval share <= 5%); on a small shared machine
+How to read it: the headline ratios are same-run ratios, each verdict at the worst of its
+repeats (targets: (a)/(b) >= 0.95, checkpoint block/fair baseline <= 1.5, data wait < 1%, eval
+share <= 5%), its spread printed beside it; on a small shared machine
 absolute times move a lot from run to run, so quote the ratios, not the tokens/s. Each row shows
 median and min-max over repeats; the per-repeat (a)/(b) ratios are printed too, and a noise
 check: the ratio of each run's fastest step (the least-contended one). When a target is missed
@@ -85,11 +90,14 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 import torch
+import torch.distributed.checkpoint as dcp
 import yaml
+from torch.distributed.checkpoint.state_dict import get_state_dict
 
 from shardline.context import RunContext
 from shardline.core import config, fsio
@@ -444,7 +452,11 @@ def side_by_side(cols: dict[str, pstats.Stats], per: int, label: str = "step") -
 
 
 def verdict(ok: bool) -> str:
-    return "PASS" if ok else "BELOW"
+    return "PASS" if ok else "FAIL"
+
+
+def spread(xs: list[float], fmt_: str = "{:.2f}") -> str:
+    return f"[repeats {', '.join(fmt_.format(x) for x in xs)}]"
 
 
 # ---------------------------------------------------------------- 5. document attention, 6. recompute
@@ -625,6 +637,30 @@ def main(argv: list[str] | None = None) -> int:
     def do_bare(i):
         bare_save(bare_dir / f"step-{i:09d}.pt", bare_objs)
 
+    threads: list = []
+
+    def do_thread(i):  # fair baseline (i): a snapshot, then torch.save + fsyncs on a thread
+        snap = {**checkpointer.snapshot({"model.pt": model.state_dict(), "optimizer.pt": opt.state_dict(),
+                                         "scaler.pt": scaler.state_dict(), "rng.pt": rng.capture()}),
+                "train_state": json.loads(json.dumps(state)), "lineage": lin}
+        t = threading.Thread(target=bare_save, args=(bare_dir / f"thread-{i:09d}.pt", snap))
+        t.start()
+        threads.append(t)
+
+    futures: list = []
+
+    def do_dcp(i):  # fair baseline (ii): DCP's async_save (stages a CPU copy, writes on a thread)
+        msd, osd = get_state_dict(model, opt)
+        futures.append(dcp.async_save({"model": msd, "optim": osd}, checkpoint_id=str(bare_dir / f"dcp-{i:09d}"),
+                                      no_dist=True))
+
+    def settle():  # outside the timing: no background write may overlap the next measurement
+        saver.wait()
+        while threads:
+            threads.pop().join()
+        while futures:
+            futures.pop().result()
+
     saver = checkpointer.AsyncSaver()
 
     def do_block(i):  # what the trainer's checkpoint branch blocks for: a snapshot, then a background write
@@ -636,7 +672,7 @@ def main(argv: list[str] | None = None) -> int:
     def clean_up():
         shutil.rmtree(ck_root, ignore_errors=True)
         for p in bare_dir.iterdir():
-            p.unlink()
+            shutil.rmtree(p) if p.is_dir() else p.unlink()
 
     do_bare(1)
     sizes = {"save": du(do_save(1)), "bare": du(bare_dir / f"step-{1:09d}.pt")}
@@ -644,16 +680,17 @@ def main(argv: list[str] | None = None) -> int:
     for i in (1, 2):  # warm-up; leaves keep_last=2 older checkpoints for the block's retain
         do_block(i)
         saver.wait()
-    ck = {"trainer block (AsyncSaver.submit)": [], "bare torch.save + fsyncs": [], "checkpoint.save (sync, info)": []}
-    fns = {"trainer block (AsyncSaver.submit)": do_block, "bare torch.save + fsyncs": do_bare,
+    fns = {"trainer block (AsyncSaver.submit)": do_block, "snapshot + torch.save on a thread": do_thread,
+           "DCP async_save": do_dcp, "bare torch.save + fsyncs (sync, info)": do_bare,
            "checkpoint.save (sync, info)": do_save}
+    ck = {name: [] for name in fns}
     for r in range(max(5, args.ckpt_repeats)):
         names = list(fns) if r % 2 == 0 else list(reversed(fns))
         for name in names:
             t0 = time.perf_counter()
             fns[name](3 + r)
             ck[name].append(time.perf_counter() - t0)
-            saver.wait()  # outside the timing: the background write must not overlap the next measurement
+            settle()
         clean_up()
     breakdown = save_breakdown({"checkpoint.save": do_save, "bare torch.save": do_bare}, 5, clean_up)
 
@@ -672,12 +709,13 @@ def main(argv: list[str] | None = None) -> int:
     # ---- report
     lows = {name: report_arch(name, res, args) for name, res in R.items()}
 
-    print(f"\n2. checkpoint blocking time (llama), median of {len(ck['bare torch.save + fsyncs'])} interleaved saves "
+    print(f"\n2. checkpoint blocking time (llama), median of {len(ck['DCP async_save'])} interleaved saves "
           f"(min - max); sizes: save dir {sizes['save']:,} B, bare file {sizes['bare']:,} B")
     for name, xs in ck.items():
         print(f"  {name:44} {fmt(xs, 1e3, ' ms', 1)}")
-    ck_pairs = [s / b for s, b in zip(ck["trainer block (AsyncSaver.submit)"], ck["bare torch.save + fsyncs"])]
-    print(f"  same-repeat ratio trainer block/bare: {', '.join(f'{x:.2f}' for x in ck_pairs)}")
+    ck_pairs = [s / min(t, d) for s, t, d in zip(ck["trainer block (AsyncSaver.submit)"],
+                                                ck["snapshot + torch.save on a thread"], ck["DCP async_save"])]
+    print(f"  same-repeat ratio trainer block / the faster fair baseline: {', '.join(f'{x:.2f}' for x in ck_pairs)}")
     print("  where a save's time goes (timers around the calls, median of 5 interleaved saves each):")
     print(f"    {'':52}" + "".join(f"{k:>18}" for k in breakdown))
     for part in next(iter(breakdown.values())):
@@ -717,21 +755,23 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {mode:10} step peak +{mem / 2**20:8.1f} MiB ({100 * (1 - mem / base_mem):5.1f}% saved vs none)   "
               f"step {fmt([r['step_s'] for r in rows], 1e3, ' ms', 0)}  ({t / base_t:.2f}x none)")
 
-    cr = statistics.median(ck["trainer block (AsyncSaver.submit)"]) / statistics.median(ck["bare torch.save + fsyncs"])
-    blk = statistics.median(ck["checkpoint.save (sync, info)"]) / statistics.median(ck["bare torch.save + fsyncs"])
-    wait = statistics.median(a["wait_pct"] for a in A)
-    share = statistics.median(shares)
-    print("\nheadline (same-run ratios; 1 at the low end of its repeats, the others of medians):")
+    cr = max(ck_pairs)  # the worst repeat
+    blk = statistics.median(ck["checkpoint.save (sync, info)"]) / statistics.median(
+        ck["bare torch.save + fsyncs (sync, info)"])
+    wait = max(a["wait_pct"] for a in A)
+    share = max(shares)
+    print("\nheadline (same-run ratios, each verdict at the worst of its repeats):")
     for name, low in lows.items():
         print(f"  1. [{name}] trainer/bare tokens/s, lowest of {args.repeats}: {low:6.3f}x   (target >= {TARGET_AB})   "
               f"{verdict(low >= TARGET_AB)}")
-    print(f"  2. trainer checkpoint block/bare torch.save: {cr:6.2f}x   (target <= {TARGET_CKPT})    "
-          f"{verdict(cr <= TARGET_CKPT)}   [synchronous checkpoint.save incl. sha256 + manifest: {blk:.2f}x, info]")
-    print(f"  3. data wait share of step time:   {wait:6.3f}%   (target < {TARGET_WAIT}%)     "
-          f"{verdict(wait < TARGET_WAIT)}")
-    print(f"  4. eval share of a default run's training time: {share:5.2f}%   (target <= {TARGET_EVAL}%)     "
-          f"{verdict(share <= TARGET_EVAL)}   [eval tokens/s vs training forward: "
-          f"{statistics.median(ratios):.2f}x, info]")
+    print(f"  2. trainer checkpoint block / thread torch.save or DCP async_save, worst of {len(ck_pairs)}: {cr:6.2f}x"
+          f"   (target <= {TARGET_CKPT})    {verdict(cr <= TARGET_CKPT)}   {spread(ck_pairs)}   [synchronous "
+          f"checkpoint.save incl. sha256 + manifest / synchronous torch.save: {blk:.2f}x, info]")
+    print(f"  3. data wait share of step time, worst of {len(A)}:   {wait:6.3f}%   (target < {TARGET_WAIT}%)     "
+          f"{verdict(wait < TARGET_WAIT)}   {spread([a['wait_pct'] for a in A], '{:.3f}%')}")
+    print(f"  4. eval share of a default run's training time, worst of {len(shares)}: {share:5.2f}%   (target <= "
+          f"{TARGET_EVAL}%)     {verdict(share <= TARGET_EVAL)}   {spread(shares, '{:.2f}%')}   [eval tokens/s vs "
+          f"training forward: {statistics.median(ratios):.2f}x, info]")
     print(f"  5. document attention / causal tokens/s on CPU: {statistics.median(doc):.3f}x (info)")
     sel, full = ((statistics.median(r['peak_bytes'] for r in ac[m]), statistics.median(r['step_s'] for r in ac[m]))
                  for m in ("selective", "full"))
