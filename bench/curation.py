@@ -33,6 +33,7 @@ from pathlib import Path
 import yaml
 
 from bench import data as bd
+from bench.verdict import Targets
 
 WEB = {"language": {}, "gopher_repetition": {}, "gopher_quality": {}, "c4": {}, "fineweb": {}}
 SAMPLE_MB = 64
@@ -179,13 +180,8 @@ def main(argv: list[str] | None = None) -> list[str]:
         print(f"| {name} | {agree:,} / {docs:,} | {agree / docs:.2%} | {where} |")
     print(f"the FineWeb-like chain, one core, same documents: Shardline {ref['ours']:.2f} MB/s, datatrove "
           f"{ref['theirs']:.3f} MB/s: {ref['ours'] / ref['theirs']:.1f}x\n")
-    fails: list[str] = []
-
-    def target(what: str, v: float, op: str, lim: float, unit: str) -> None:
-        ok = v <= lim if op == "<=" else v >= lim
-        line = f"{what}: {v:.2f}{unit} (target {op} {lim:g}{unit})"
-        print(f"{line}: PASS" if ok else f"{line}: FAIL by {abs(v - lim):.2f}{unit}")
-        fails.extend([] if ok else [f"{line}, off by {abs(v - lim):.2f}{unit}"])
+    targets = Targets()
+    target = targets.check
 
     base, mb = runs[a.gb], metas[a.gb]["bytes"] / 1e6
     target(f"clean with the FineWeb-like set at {a.gb:g} GB", mb / base["clean"]["wall"], ">=", 15, " MB/s")
@@ -198,7 +194,7 @@ def main(argv: list[str] | None = None) -> list[str]:
     for name, (agree, docs, _) in ref["agree"].items():
         target(f"{name} agreement with datatrove", 100 * agree / docs, ">=", 99.5, "%")
     target("FineWeb-like chain vs datatrove's, one core", ref["ours"] / ref["theirs"], ">=", 5, "x")
-    return fails
+    return targets.missed
 
 
 if __name__ == "__main__":

@@ -51,6 +51,8 @@ import numpy as np
 import psutil
 import yaml
 
+from bench.verdict import Targets
+
 REPO = Path(__file__).resolve().parents[1]
 CORPORA = REPO.parent / "shared" / "corpora"
 CACHE = Path("/tmp/shardline-bench-data")
@@ -383,17 +385,12 @@ def main(argv: list[str] | None = None) -> None:
             qmb = (a.quality_mb or 256 * a.gb) if a.quality and gb == a.gb and i == 0 else None
             runs[gb].append(one_run(corp[gb][0], gb == a.gb, qmb, a.keep))
     res = {gb: table(runs[gb], corp[gb][1]) for gb in sizes}
-    b, fails = res[a.gb], []
+    b, targets = res[a.gb], Targets()
+    target = targets.check
     if len({r["code"] for rs in runs.values() for r in rs} | {code_version()}) > 1:
         print("\nWARNING: the engine's code changed during the benchmark: these figures mix versions")
     print(f"(wait4's peak RSS reads no lower than this process's own, "
           f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB)\n")
-
-    def target(what: str, v: float, op: str, lim: float, unit: str = "", ok: bool | None = None) -> None:
-        ok = (v <= lim if op == "<=" else v >= lim) if ok is None else ok
-        line = f"{what}: {v:.2f}{unit} (target {op} {lim:g}{unit})"
-        print(f"{line}: PASS" if ok else f"{line}: FAIL by {abs(v - lim):.2f}{unit}")
-        fails.extend([] if ok else [f"{line}, off by {abs(v - lim):.2f}{unit}"])
 
     target(f"data half at {a.gb:g} GB, sum of stage walls", b["total"], "<=", 80 * a.gb, " s")
     if olds:
@@ -423,9 +420,8 @@ def main(argv: list[str] | None = None) -> None:
     if a.sources:
         print("\nbench.sources (python -m bench.sources):", flush=True)
         r = subprocess.run([sys.executable, "-m", "bench.sources", *(["--keep"] if a.keep else [])], cwd=REPO)
-        fails.extend([f"bench.sources exited {r.returncode} (its targets above)"] if r.returncode else [])
-    if fails:
-        sys.exit(f"\n{len(fails)} target(s) missed:\n  " + "\n  ".join(fails))
+        targets.missed += [f"bench.sources exited {r.returncode} (its targets above)"] if r.returncode else []
+    targets.exit()
 
 
 if __name__ == "__main__":

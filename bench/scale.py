@@ -37,6 +37,7 @@ from pathlib import Path
 import yaml
 
 from flows.server import OFFLINE, local_server
+from bench.verdict import Targets
 from harness.dask_cluster import DaskCluster
 
 REPO = Path(__file__).resolve().parents[1]
@@ -136,11 +137,12 @@ def tokenize_on_dask(repeats: int, tmp: Path, env: dict) -> dict:
     print(f"  1 worker   {fmt(times[1])}   {tokens / one / 1e6:.2f} Mtok/s")
     print(f"  2 workers  {fmt(times[2])}   {tokens / two / 1e6:.2f} Mtok/s")
     p1, p2 = statistics.median(phase[1]), statistics.median(phase[2])
-    print(f"  speed-up 2 vs 1: {one / two:.2f}x  (target >= {SPEEDUP_TARGET}x)  "
-          f"{'PASS' if one / two >= SPEEDUP_TARGET else 'FAIL'}")
+    pairs = [a / b for a, b in zip(times[1], times[2])]  # same repeat: the two runs back to back
+    print(f"  speed-up 2 vs 1 of the medians: {one / two:.2f}x (info)")
+    Targets().check("  speed-up 2 vs 1, worst repeat", min(pairs), ">=", SPEEDUP_TARGET, "x", repeats=pairs)
     print(f"  parts phase: 1 worker {fmt(phase[1])}, 2 workers {fmt(phase[2])}: {p1 / p2:.2f}x")
     print(f"  Prefect task-run overhead on Dask: {overhead * 1e3:.0f} ms per task (no-op tasks, 1 worker)")
-    return {"tokens": tokens, "parts": parts, "1 worker s": one, "2 workers s": two, "speedup": one / two,
+    return {"tokens": tokens, "parts": parts, "1 worker s": one, "2 workers s": two, "speedup": min(pairs),
             "parts phase 1 worker s": p1, "parts phase 2 workers s": p2, "parts phase speedup": p1 / p2,
             "task overhead s": overhead}
 
@@ -189,14 +191,16 @@ def main() -> None:
         results["loader streaming"] = stream.run(repeats=args.repeats)
         stream.report(results["loader streaming"])
     t = results["tokenize on dask"]
-    print(f"\nsummary: tokenize stage 2 vs 1 Dask worker {t['speedup']:.2f}x (parts phase {t['parts phase speedup']:.2f}x)"
+    print(f"\nsummary: tokenize stage 2 vs 1 Dask worker {t['speedup']:.2f}x at the worst repeat (parts phase, medians: "
+          f"{t['parts phase speedup']:.2f}x)"
           + ("" if args.skip_stream else "; loader from S3 vs local, after the first batch: cold "
              f"{results['loader streaming']['ratio']['steady']['s3 cold']:.2f}x, warm "
              f"{results['loader streaming']['ratio']['steady']['s3 warm']:.2f}x"))
 
 
     if t["speedup"] < SPEEDUP_TARGET:
-        sys.exit(f"FAIL: tokenize on 2 Dask workers is {t['speedup']:.2f}x 1 worker (target >= {SPEEDUP_TARGET}x)")
+        sys.exit(f"FAIL: tokenize on 2 Dask workers is {t['speedup']:.2f}x 1 worker at the worst repeat "
+                 f"(target >= {SPEEDUP_TARGET}x)")
 
 
 if __name__ == "__main__":

@@ -27,7 +27,6 @@ import io
 import json
 import os
 import shutil
-import sys
 import sysconfig
 import tempfile
 import time
@@ -36,6 +35,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from bench import data as bd
+from bench.verdict import Targets
 
 FILES = 8
 
@@ -216,13 +216,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--keep", action="store_true")
     a = ap.parse_args(argv)
-    fails: list[str] = []
-
-    def target(what: str, v: float, op: str, lim: float, unit: str = "") -> None:
-        ok = v <= lim if op == "<=" else v >= lim
-        line = f"{what}: {v:.2f}{unit} (target {op} {lim:g}{unit})"
-        print(f"{line}: PASS" if ok else f"{line}: FAIL by {abs(v - lim):.2f}{unit}", flush=True)
-        fails.extend([] if ok else [line])
+    targets = Targets()
+    target = targets.check
 
     print(f"compressed jsonl, {a.mb:g} MB in {FILES} files, {a.repeats} repeat(s):", flush=True)
     compressed(a.mb, a.repeats, a.keep, target)
@@ -232,8 +227,7 @@ def main(argv: list[str] | None = None) -> None:
     decontamination(target)
     print("many small files:", flush=True)
     many_files(target, a.keep)
-    if fails:
-        sys.exit(f"\n{len(fails)} target(s) missed:\n  " + "\n  ".join(fails))
+    targets.exit()
 
 
 if __name__ == "__main__":
