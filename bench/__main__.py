@@ -9,7 +9,8 @@ from a local S3 server vs local disk), bench.sharded (sharded vs full checkpoint
 peak memory and save time per rank) and bench.data (the data stages as processes on a generated
 1 GB and 4 GB JSONL corpus; ~15 minutes, one run per size), bench.curation (the clean stage
 with FineWeb's rule sets, and near-dedup, on the same corpora; ~15 minutes) and bench.gpu (the CUDA
-paths: at most 8 minutes on one GPU; says it has not run where there is none) one after another, each in its own
+paths: at most 8 minutes on one GPU; says it has not run where there is none) and bench.chaos (40 SIGKILLs
+on each of two seeds: every kill point fired, nothing differing) one after another, each in its own
 process, and writes their full output plus the headline lines to bench/REPORT.md. Every figure
 there but bench.data's is a median of >= 3 interleaved repeats with min-max, and a same-run
 ratio against its baseline (raw HF/tiktoken, raw memmap, a bare torch loop, a bare torch.save,
@@ -29,8 +30,11 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 BENCHES = [("tokenize", []), ("loader", []), ("train", []), ("pipeline", []), ("scale", []), ("sharded", []),
-           ("data", ["--no-sources"]), ("sources", []), ("curation", []), ("gpu", [])]
-HEADLINE = re.compile(r"^\s*ratio |\(target|\((full|no-op)\)|identical: |^summary: |parts phase: |^\s+[1-9]\. .*\(info\)$")
+           ("data", ["--no-sources"]), ("sources", []), ("curation", []), ("gpu", []),
+           # the chaos suite on two seeds: each a different plan of 40 kills (name@seed: one section each)
+           ("chaos@1", ["--kills", "40", "--seed", "1"]), ("chaos@2", ["--kills", "40", "--seed", "2"])]
+HEADLINE = re.compile(r"^\s*ratio |\(target|\((full|no-op)\)|identical: |^summary: |parts phase: |^\s+[1-9]\. .*\(info\)$"
+                      r"|^chaos: |^named points never fired")
 
 
 def _kept(report: Path) -> dict[str, str]:
@@ -63,8 +67,9 @@ def main() -> None:
     for name, extra in BENCHES:
         if name not in only:
             continue
-        quick = ["--repeats", "3"] if args.quick and name not in ("data", "gpu") else []  # data: 1 run per size
-        cmd = [sys.executable, "-m", f"bench.{name}", *extra, *quick]
+        module = name.split("@")[0]
+        quick = ["--repeats", "3"] if args.quick and module not in ("data", "gpu", "chaos") else []  # data: 1 run per size
+        cmd = [sys.executable, "-m", f"bench.{module}", *extra, *quick]
         t0 = time.perf_counter()
         r = subprocess.run(cmd, cwd=HERE.parent, capture_output=True, text=True)
         took = time.perf_counter() - t0
