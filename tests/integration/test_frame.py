@@ -1,11 +1,13 @@
 """The stage frame: progress, skip-if-done markers, and parts on worker processes."""
 
+import functools
 import io
 import os
+import select
 import signal
 import subprocess
 import sys
-import time
+import threading
 from pathlib import Path
 
 from shardline.core import fsio, parallel
@@ -57,17 +59,43 @@ def test_a_marker_vouches_only_for_its_key_and_file_sizes(tmp_path):
 
 
 def _write(part: frame.Part) -> tuple[list[Path], dict]:
-    Path(part.work, f"pid-{os.getpid()}").touch()
-    time.sleep(1.5 if part.name == "p3" else 0.2)  # both workers get parts; one is inside p3 at the kill
+    root, hold = part.work
+    Path(root, f"pid-{os.getpid()}").touch()
+    if hold:
+        _rendezvous(root)
     out = Path(part.marker).with_suffix(".bin")
     fsio.write_bytes(out, part.name.encode())
     return [out], {"n": 1}
 
 
-def run_parts(root: str) -> None:
-    """Ten parts on two worker processes (a subprocess of the test runs this)."""
-    parts = [frame.Part("demo", f"p{i}", "k", f"{root}/p{i}.json", parallel.POOL_MIN_BYTES, root) for i in range(10)]
-    markers, skipped = frame.run("demo", parts, _write, parallel.process_map, print)
+_role: str | None = None
+
+
+def _rendezvous(root: str) -> None:
+    """Events instead of sleeps: the worker that takes the first part (A) waits inside it until the
+    other worker (B) holds a part too, then runs on; B holds its part until the stage dies. So both
+    workers hold parts at the kill (A's third, `demo.part#3`), A finished exactly two parts first,
+    and B can finish none after it, however slowly either starts."""
+    global _role
+    if _role == "A":
+        return
+    try:
+        os.close(os.open(f"{root}/first", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        _role = "A"
+    except FileExistsError:
+        _role = "B"
+    # opening a fifo blocks until its other end is opened: A's read and B's write meet here
+    os.close(os.open(f"{root}/meet", os.O_RDONLY if _role == "A" else os.O_WRONLY))
+    if _role == "B":
+        threading.Event().wait()  # until PR_SET_PDEATHSIG kills this worker with the stage
+
+
+def run_parts(root: str, hold: bool) -> None:
+    """Ten parts on two worker processes (a subprocess of the test runs this); `hold`: A and B above."""
+    parts = [frame.Part("demo", f"p{i}", "k", f"{root}/p{i}.json", parallel.POOL_MIN_BYTES, (root, hold))
+             for i in range(10)]
+    two = functools.partial(parallel.process_map, workers=2)  # two, however many cores this machine has
+    markers, skipped = frame.run("demo", parts, _write, two, print)
     print(f"skipped {skipped}")
 
 
@@ -78,23 +106,36 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _wait_gone(pid: int) -> None:
+    """Until process `pid` exits (a pidfd turns readable then); 60 s is a bound, not a pace."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    try:
+        select.select([fd], [], [], 60)
+    finally:
+        os.close(fd)
+
+
 def test_a_kill_in_a_worker_takes_the_stage_and_its_workers_and_a_rerun_redoes_no_part(tmp_path):
     log = tmp_path / "chaos.log"
-    cmd = [sys.executable, "-c", f"from tests.integration.test_frame import run_parts; run_parts({str(tmp_path)!r})"]
+    os.mkfifo(tmp_path / "meet")
+    cmd = [sys.executable, "-c", f"from tests.integration.test_frame import run_parts; run_parts({str(tmp_path)!r}, True)"]
     env = env_for(SHARDLINE_CHAOS="demo.part#3", SHARDLINE_CHAOS_LOG=str(log), SHARDLINE_CHAOS_DONE_LOG=str(log))
     r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == -signal.SIGKILL, r.stderr
     workers = [int(p.name[4:]) for p in tmp_path.glob("pid-*")]
     assert len(workers) == 2
-    deadline = time.monotonic() + 10
-    while any(map(_alive, workers)) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    for pid in workers:
+        _wait_gone(pid)
     assert not any(map(_alive, workers))
     lines = log.read_text().splitlines()
     assert not [ln for ln in lines[lines.index("demo.part#3"):] if ln.startswith("done ")]  # no orphan went on
     done = [ln.split()[2] for ln in log.read_text().splitlines() if ln.startswith("done ")]
     assert "demo.part#3" in log.read_text() and 2 <= len(done) < 10  # the killed worker finished 2 parts first
-    r = subprocess.run(cmd, cwd=REPO, env=env_for(SHARDLINE_CHAOS_DONE_LOG=str(log)), capture_output=True,
+    rerun = cmd[:-1] + [cmd[-1].replace(", True)", ", False)")]
+    r = subprocess.run(rerun, cwd=REPO, env=env_for(SHARDLINE_CHAOS_DONE_LOG=str(log)), capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 0 and f"skipped {len(done)}" in r.stdout, r.stderr
     again = [ln.split()[2] for ln in log.read_text().splitlines() if ln.startswith("done ")]
