@@ -20,13 +20,14 @@
   shardline push-shards URI publish data/shards at an fsspec URL (s3://...) for loader.shards_uri
 
 Errors from the engine are printed as one clear message (no traceback) with exit code 2;
-transient failures exit 75 (EX_TEMPFAIL) so wrappers can tell them apart.
+transient failures exit 75 (EX_TEMPFAIL) so wrappers can tell them apart. So is any OSError
+(a path that cannot be written or read: the line names it and what to do, by errno:
+shardline.core.errors.os_error_line).
 """
 
 from __future__ import annotations
 
 import argparse
-import errno
 import json
 import os
 import sys
@@ -37,8 +38,8 @@ from cli.checkpoints import CHECKPOINT_HELP, cmd_checkpoints, cmd_eval, cmd_expo
 from cli.corpus import cmd_explain, cmd_push_shards
 from cli.line import cmd_pipeline, cmd_pool, cmd_serve, cmd_stage
 from shardline import registry
-from shardline.core import config
-from shardline.core.errors import ShardlineError, is_transient
+from shardline.core import config, fsio
+from shardline.core.errors import ShardlineError, is_transient, os_error_line
 
 
 def cmd_params(args: argparse.Namespace) -> int:
@@ -127,12 +128,9 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `shardline lineage latest | head`: the reader has what it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
         return 0
-    except OSError as e:
-        if e.errno != errno.ENOSPC:
-            raise
-        log(f"error: no space left on the device while writing {e.filename or 'data/'}; free space and re-run "
-            "the same command (finished parts and the last valid checkpoint are kept; nothing half-written is)")
-        return 2
+    except OSError as e:  # on a path no command wrapped in errors.on_path: the path the error names
+        log(f"error: {os_error_line(e, fsio.final_path(e.filename) if e.filename else None)}")
+        return 75 if is_transient(e) else 2
     except KeyboardInterrupt:
         log("interrupted; re-run the same command to resume (finished parts are kept)")
         return 130

@@ -62,6 +62,15 @@ def atomic_writer(final: str | os.PathLike, unique: bool = False, point: str | N
         raise
 
 
+def final_path(path: str | os.PathLike) -> Path:
+    """The file a temp name stands for (`.<name>.tmp-<pid>[-tag]` -> `<name>`); any other path as
+    it is. An error met while writing a temp names the file the user knows."""
+    path = Path(path)
+    if path.name.startswith(".") and TMP_MARK in path.name:
+        return path.with_name(path.name[1:path.name.rindex(TMP_MARK)])
+    return path
+
+
 def write_bytes(final: str | os.PathLike, data: bytes, point: str | None = None) -> None:
     with atomic_writer(final, point=point) as f:
         f.write(data)
