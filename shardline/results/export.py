@@ -26,6 +26,8 @@ Contract:
   data/tokenizer/tokenizer.json whose sha256 is not the lineage's (`trained`), an OUT that is
   not a directory, and an OUT that exists non-empty unless `force`; `force` replaces only a
   previous export (a directory holding config.json and lineage.json), never another directory.
+  An OUT that cannot be written (permission, read-only, full disk, quota) is a PathError naming
+  OUT_DIR, with nothing left behind.
 - Atomic like every write of the line: the files go into `.<OUT>.tmp-<pid>` beside OUT (each
   fsynced, then the directory), which is renamed to OUT, then the parent is fsynced. A killed
   export leaves only that temp dir, which the next export to the same OUT sweeps. With `force`
@@ -46,7 +48,7 @@ from safetensors.torch import save as safetensors_bytes
 from shardline.core import fsio
 from shardline.results import card
 from shardline.data import tokenizer as toks
-from shardline.core.errors import BadInput
+from shardline.core.errors import BadInput, on_path
 from shardline.core.layout import (HF_CARD, HF_CONFIG, HF_GENERATION_CONFIG, HF_LINEAGE, HF_SPECIAL_TOKENS,
                                    HF_TOKENIZER, HF_TOKENIZER_CONFIG, HF_WEIGHTS, Layout)
 from shardline.model import hf
@@ -70,52 +72,54 @@ def export(path: Path, out: Path, layout: Layout, force: bool = False) -> Path:
     model, state, manifest = load_model(path)
     tok_path = tokenizer_file(manifest, layout, "export")
     out = Path(out).absolute()
-    asides = sorted(out.parent.glob(f".{glob.escape(out.name)}.old{fsio.TMP_MARK}*"))
-    if asides and not out.exists():  # killed between the two renames of a --force: the previous export is back
-        os.rename(asides.pop(), out)
-    _check_out(out, force)
+    with on_path(out, "OUT_DIR"):  # unreadable, not permitted, read-only: one line naming OUT_DIR
+        asides = sorted(out.parent.glob(f".{glob.escape(out.name)}.old{fsio.TMP_MARK}*"))
+        if asides and not out.exists():  # killed between the two renames of a --force: the previous export is back
+            os.rename(asides.pop(), out)
+        _check_out(out, force)
     tok = toks.load(tok_path)
     eos, bos = eos_token(manifest), bos_token(manifest)
     eos_id = toks.token_id(tok, eos)
     bos_id = toks.token_id(tok, bos) if bos else None
     tensors, config = hf.to_hf(model, eos_id, bos_id)
     name = Path(path).resolve().name
-    out.parent.mkdir(parents=True, exist_ok=True)
-    for stale in asides + sorted(out.parent.glob(f".{glob.escape(out.name)}{fsio.TMP_MARK}*")):
-        shutil.rmtree(stale, ignore_errors=True)  # a killed export's leftovers (never a finished OUT)
-    tmp, aside = fsio.temp_name(out), fsio.temp_name(out.with_name(out.name + ".old"))
-    tmp.mkdir()
-    try:
-        # bytes, then fsio's fsynced write like every other file (save_file would not fsync); "format": "pt"
-        # is what transformers' loader checks for
-        fsio.write_bytes(tmp / HF_WEIGHTS, safetensors_bytes(tensors, metadata={
-            "format": "pt", "shardline_checkpoint": name, "step": str(manifest["step"])}))
-        fsio.write_json(tmp / HF_CONFIG, config)
-        # pad = eos: GPT-2's convention, so generate() pads finished rows of a batch without asking
-        fsio.write_json(tmp / HF_GENERATION_CONFIG, {"bos_token_id": config["bos_token_id"],
-                                                     "eos_token_id": eos_id, "pad_token_id": eos_id,
-                                                     "do_sample": False})
-        if fsio.copy_file(tok_path, tmp / HF_TOKENIZER) != manifest["lineage"]["data_version"]["tokenizer_sha256"]:
-            raise BadInput(f"{layout.rel(tok_path)} changed while being exported; re-run the export")
-        specials = {"bos_token": bos or eos, "eos_token": eos}
-        fsio.write_json(tmp / HF_TOKENIZER_CONFIG, {"tokenizer_class": "PreTrainedTokenizerFast", **specials,
-                                                    "model_max_length": model.cfg.seq_len,
-                                                    "clean_up_tokenization_spaces": False})
-        fsio.write_json(tmp / HF_SPECIAL_TOKENS, specials)
-        fsio.write_json(tmp / HF_LINEAGE, manifest["lineage"])
-        fsio.write_bytes(tmp / HF_CARD, card.render(name, manifest, state, model, eos_id, config).encode())
-        fsio.fsync_dir(tmp)
-        if out.exists():
-            os.rename(out, aside)
+    with on_path(out, "OUT_DIR"):  # a full disk, a quota, a read-only file system: one line naming OUT_DIR
+        out.parent.mkdir(parents=True, exist_ok=True)
+        for stale in asides + sorted(out.parent.glob(f".{glob.escape(out.name)}{fsio.TMP_MARK}*")):
+            shutil.rmtree(stale, ignore_errors=True)  # a killed export's leftovers (never a finished OUT)
+        tmp, aside = fsio.temp_name(out), fsio.temp_name(out.with_name(out.name + ".old"))
+        tmp.mkdir()
         try:
-            os.rename(tmp, out)
+            # bytes, then fsio's fsynced write like every other file (save_file would not fsync); "format": "pt"
+            # is what transformers' loader checks for
+            fsio.write_bytes(tmp / HF_WEIGHTS, safetensors_bytes(tensors, metadata={
+                "format": "pt", "shardline_checkpoint": name, "step": str(manifest["step"])}))
+            fsio.write_json(tmp / HF_CONFIG, config)
+            # pad = eos: GPT-2's convention, so generate() pads finished rows of a batch without asking
+            fsio.write_json(tmp / HF_GENERATION_CONFIG, {"bos_token_id": config["bos_token_id"],
+                                                         "eos_token_id": eos_id, "pad_token_id": eos_id,
+                                                         "do_sample": False})
+            if fsio.copy_file(tok_path, tmp / HF_TOKENIZER) != manifest["lineage"]["data_version"]["tokenizer_sha256"]:
+                raise BadInput(f"{layout.rel(tok_path)} changed while being exported; re-run the export")
+            specials = {"bos_token": bos or eos, "eos_token": eos}
+            fsio.write_json(tmp / HF_TOKENIZER_CONFIG, {"tokenizer_class": "PreTrainedTokenizerFast", **specials,
+                                                        "model_max_length": model.cfg.seq_len,
+                                                        "clean_up_tokenization_spaces": False})
+            fsio.write_json(tmp / HF_SPECIAL_TOKENS, specials)
+            fsio.write_json(tmp / HF_LINEAGE, manifest["lineage"])
+            fsio.write_bytes(tmp / HF_CARD, card.render(name, manifest, state, model, eos_id, config).encode())
+            fsio.fsync_dir(tmp)
+            if out.exists():
+                os.rename(out, aside)
+            try:
+                os.rename(tmp, out)
+            except BaseException:
+                if aside.exists():
+                    os.rename(aside, out)  # the previous export stays as it was
+                raise
+            fsio.fsync_dir(out.parent)
         except BaseException:
-            if aside.exists():
-                os.rename(aside, out)  # the previous export stays as it was
+            shutil.rmtree(tmp, ignore_errors=True)
             raise
-        fsio.fsync_dir(out.parent)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    shutil.rmtree(aside, ignore_errors=True)
+        shutil.rmtree(aside, ignore_errors=True)
     return out
