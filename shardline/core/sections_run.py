@@ -9,6 +9,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from shardline.core import stores
 from shardline.core.section_base import _Section
 
 
@@ -67,6 +68,15 @@ class Loader(_Section):
     again); shards about to be read are never evicted."""
     prefetch: int = Field(2, ge=0)
     """Shards fetched ahead of the reader, in the order the coming steps need them."""
+
+    @model_validator(mode="after")
+    def _check(self) -> "Loader":
+        # a scheme fsspec does not know, or whose package is missing, is refused here by the field's
+        # name, not as fsspec's ValueError or ImportError when the first shard is fetched
+        problem = stores.uri_problem(self.shards_uri) if self.shards_uri else None
+        if problem:
+            raise ValueError(f"shards_uri: {problem}")
+        return self
 
 
 # Fields that only one architecture has: set under the other, they are refused by name.

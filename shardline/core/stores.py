@@ -3,7 +3,10 @@
 
 Contract: credentials and endpoint come from the environment only (AWS_ACCESS_KEY_ID,
 AWS_ENDPOINT_URL, ...); `aws_env` turns the EC2 metadata probe off when none are configured.
-fsspec and its store packages are imported only when a store is opened.
+fsspec and its store packages are imported only when a store is opened, or a URL checked:
+`uri_problem` says why a URL cannot be opened here (a scheme fsspec does not know, or its package
+not installed: what to install), for params validation and for `filesystem`, which refuses such a
+URL with that line (BadInput) instead of fsspec's ValueError or ImportError.
 """
 
 from __future__ import annotations
@@ -11,6 +14,12 @@ from __future__ import annotations
 import os
 from collections.abc import MutableMapping
 from pathlib import Path
+
+from shardline.core.errors import BadInput
+
+# What to install for a store's scheme: the extra this project declares, else the package itself.
+INSTALL = {"s3": "pip install -e '.[s3]'", "s3a": "pip install -e '.[s3]'", "gs": "pip install gcsfs",
+           "gcs": "pip install gcsfs", "az": "pip install adlfs", "abfs": "pip install adlfs"}
 
 CRED_VARS = ("AWS_ACCESS_KEY_ID", "AWS_PROFILE", "AWS_WEB_IDENTITY_TOKEN_FILE")
 
@@ -28,10 +37,35 @@ def aws_env(env: MutableMapping[str, str] | None = None) -> MutableMapping[str, 
     return env
 
 
+def uri_problem(uri: str) -> str | None:
+    """Why fsspec cannot open `uri` in this environment, or None: each scheme of it (a chained
+    URL has several) must be one fsspec knows, and its package must import."""
+    import fsspec
+    from fsspec.core import split_protocol
+
+    for part in uri.split("::"):
+        scheme = split_protocol(part)[0]
+        if scheme is None:
+            continue  # a local path
+        try:
+            fsspec.get_filesystem_class(scheme)  # imports the package: a missing one fails here, not mid-run
+        except ValueError:
+            return (f"{uri!r}: {scheme}:// is not a scheme fsspec knows; use s3://, gs://, file://, another fsspec "
+                    "URL, or a local path")
+        except ImportError as e:
+            install = INSTALL.get(scheme) or f"install the package fsspec names ({e})"
+            return f"{uri!r}: {scheme}:// needs a package that is not installed here; {install}"
+    return None
+
+
 def filesystem(uri: str):
-    """(fsspec filesystem, root path) for `uri`; an S3 URL gets aws_env() first."""
+    """(fsspec filesystem, root path) for `uri`; an S3 URL gets aws_env() first. A URL this
+    environment cannot open is BadInput (`uri_problem`)."""
     import fsspec
 
+    problem = uri_problem(uri)
+    if problem:
+        raise BadInput(problem)
     if uri.split("://", 1)[0] in ("s3", "s3a"):
         aws_env()
     fs, root = fsspec.core.url_to_fs(uri)
