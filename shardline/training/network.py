@@ -41,7 +41,7 @@ class Network:
     def for_run(cls, params: Params, layout: Layout, seq_len: int, share=lambda x: x, rank: int = 0) -> "Network":
         """`share` hands rank 0's value to every rank (shardline.training.dist.Dist.share): the weight
         files are hashed once, not on every rank."""
-        meta = fsio.read_json(layout.tokenizer_meta)
+        meta = _tokenizer_meta(params, layout)
         init = None
         if params.train.init_from:
             where = layout.under_root(Path(params.train.init_from))
@@ -69,6 +69,20 @@ class Network:
             shapes = {k: v.shape for k, v in model.state_dict().items()}
             model.load_state_dict(self.init.state(self.config, shapes), strict=True)
         return model
+
+
+def _tokenizer_meta(params: Params, layout: Layout) -> dict:
+    """data/tokenizer/meta.json (the vocabulary, EOS and BOS ids), which a training node needs
+    even when its shards stream from loader.shards_uri: they hold ids, not the tokenizer."""
+    try:
+        return fsio.read_json(layout.tokenizer_meta)
+    except FileNotFoundError:
+        where = layout.rel(layout.tokenizer_meta)
+        if params.loader.shards_uri:
+            raise BadInput(f"{where}: missing; this node streams its shards (loader.shards_uri) but still needs "
+                           f"{layout.rel(layout.tokenizer)}/ (the vocabulary and EOS id): copy that folder from the "
+                           "node that tokenized (or 'dvc pull data/tokenizer')") from None
+        raise BadInput(f"{where}: missing; run the tokenize stage first ('dvc repro tokenize')") from None
 
 
 def _same_tokenizer(init: Imported, meta: dict, layout: Layout) -> None:
