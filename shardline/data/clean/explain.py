@@ -13,13 +13,12 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from shardline.core import fsio
 from shardline.core.config import Params
 from shardline.core.errors import BadInput
-from shardline.core.layout import Layout, selection_of
+from shardline.core.layout import Layout
 from shardline.data import compressed, frame, readers
 from shardline.data.clean import rules, urls
-from shardline.data.clean.stage import plan
+from shardline.data.clean.stage import plan, read_selection
 from shardline.data.clean.verdict import Drop
 
 
@@ -88,7 +87,9 @@ def explain(params: Params, layout: Layout, doc_id: str, source: str | None = No
         if doc_id in ids:
             row = ids.index(doc_id)
             t = pq.read_table(part.work.out, columns=["lang", "lang_score"]).slice(row, 1).to_pylist()[0]
-            sel = fsio.read_json(selection_of(part.work.out))
+            # through read_selection: a clean stage killed before its selections were written (or one
+            # left from another run) is a line saying to re-run it, not a missing-file traceback
+            sel = read_selection(part.work.out)
             out.update(row=row, lang=t["lang"], lang_score=t["lang_score"])
             for reason, entries in sel.get("why", {}).items():
                 for r, of_part, of_row in entries:
