@@ -1,8 +1,9 @@
 """The commands on checkpoints: `shardline checkpoints`, `lineage`, `eval`, `export`, `sample`.
 
 Contract: a CHECKPOINT argument is a step-NNNNNNNNN directory, its name under data/checkpoints, or
-`latest` (the newest valid one); an invalid one is refused with why, and the command that lists
-them. Each command reads only; the engine's results/ and training/ modules do the work.
+`latest` (the newest valid one); an invalid one is refused with why, one that does not exist with
+the names that do, each with the command that lists them. Each command reads only; the engine's
+results/ and training/ modules do the work.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 from cli import log
 from shardline.core import config
 from shardline.core.errors import ShardlineError
-from shardline.core.layout import MANIFEST, Layout
+from shardline.core.layout import MANIFEST, Layout, step_dirs
 
 CHECKPOINT_HELP = "a step-NNNNNNNNN directory (or its name, or 'latest')"
 
@@ -24,11 +25,19 @@ def _checkpoint(layout: Layout, name: str) -> Path:
 
     if name == "latest":
         path = checkpoint.latest_valid(layout.checkpoints, log)
+        if path is None:
+            raise ShardlineError(f"latest: no valid checkpoint under {layout.rel(layout.checkpoints)}; train one "
+                                 "('dvc repro train'), or 'shardline checkpoints' lists what is there")
     else:
         path = Path(name) if Path(name).exists() else layout.checkpoints / name
-    ok, why = checkpoint.verify(path) if path else (False, "no valid checkpoint")
+    if not path.exists():  # not a torn write: nothing there at all
+        there = [p.name for p in step_dirs(layout.checkpoints)]
+        raise ShardlineError(f"{name}: no such checkpoint (under {layout.rel(layout.checkpoints)}: "
+                             f"{'... ' if len(there) > 5 else ''}{', '.join(there[-5:]) or 'none'}); "
+                             "'shardline checkpoints' lists them")
+    ok, why = checkpoint.verify(path)
     if not ok:
-        raise ShardlineError(f"{path or name}: not a valid checkpoint ({why}); 'shardline checkpoints' lists them")
+        raise ShardlineError(f"{path}: not a valid checkpoint ({why}); 'shardline checkpoints' lists them")
     return path
 
 
