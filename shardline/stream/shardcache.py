@@ -5,6 +5,8 @@ Contract:
 - A shard streams into a temp file in `cache_dir` (unique per process and fetch), is hashed as it
   arrives, fsynced, and renamed to `<cache_dir>/<sha256>.bin` only if size and sha256 match
   index.json; a mismatch raises ShardCorrupt naming shard and URL, and the Reader never maps it.
+  A cache_dir that cannot be made, read or written (permission, read-only, full, quota) is a
+  PathError naming loader.cache_dir; the store's faults are FetchErrors naming the URL.
   Content names make concurrent fetches of one shard (workers, several loaders) rename identical
   bytes over one name, and keep shards of two data versions apart.
 - A file already in the cache (an earlier run, another worker) is checked per `verify` (sha256 or
@@ -33,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from shardline.core import fsio, shardformat
-from shardline.core.errors import ShardCorrupt, is_transient
+from shardline.core.errors import PathError, ShardCorrupt, on_path
 from shardline.core.layout import cached_shard
 from shardline.stream.remote import FetchError, Remote, fetch_failed, filesystem
 
@@ -60,7 +62,6 @@ class Fetcher:
                  verify: str = "full", share: int = 1):
         self.remote, self.verify, self.dtype, self.width = remote, verify, dtype, width
         self.dir = Path(remote.cache_dir)
-        self.dir.mkdir(parents=True, exist_ok=True)
         self.budget = remote.cache_mb * 2**20 / share
         # key = source id << 32 | shard, as Reader.read groups blocks
         self.sha = {(s << 32) | i: e["sha256"] for s, (_, ix) in enumerate(sources) for i, e in enumerate(ix["shards"])}
@@ -78,7 +79,9 @@ class Fetcher:
         self.arrays: dict[str, np.ndarray] = {}
         self.plan: dict[int, list[str]] = {}  # step start -> the shards it reads (memo for the window)
         self.stats, self.closed, self.fs = Stats(), False, None
-        self._scan()
+        with on_path(self.dir, "loader.cache_dir"):  # one that cannot be made or read: a line naming the field
+            self.dir.mkdir(parents=True, exist_ok=True)
+            self._scan()
         # the thread holds only a weak reference: a dropped loader's fetcher is collected and its thread ends
         threading.Thread(target=_work, args=(weakref.ref(self),), daemon=True, name="shard-fetch").start()
 
@@ -238,14 +241,11 @@ class Fetcher:
         fs, root = self.fs = self.fs or filesystem(self.remote.uri)  # made here: the thread that uses it
         for attempt in range(ATTEMPTS):
             try:
-                # the temp file becomes `final` only if the block ends: a refused shard never does
-                with fsio.atomic_writer(final, unique=True) as out:
-                    h, n = hashlib.sha256(), 0
-                    with fs.open(f"{root}/{name}/{entry['file']}", "rb", block_size=CHUNK) as fin:
-                        while chunk := fin.read(CHUNK):
-                            h.update(chunk)
-                            out.write(chunk)
-                            n += len(chunk)
+                # the temp file becomes `final` only if the block ends: a refused shard never does. A
+                # fault of the store is a FetchError (_stream); one of the cache's disk (full, quota,
+                # read-only) an OSError that on_path names as loader.cache_dir, not as the network's
+                with on_path(self.dir, "loader.cache_dir"), fsio.atomic_writer(final, unique=True) as out:
+                    h, n = _stream(fs, f"{root}/{name}/{entry['file']}", url, out)
                     if n != entry["bytes"] or h.hexdigest() != entry["sha256"]:
                         raise ShardCorrupt(
                             f"{url}: sha256 mismatch on arrival (expected {entry['sha256'][:12]}…, got "
@@ -254,12 +254,30 @@ class Fetcher:
                             f"bytes than its index.json names: publish the shards again ('shardline push-shards "
                             f"{self.remote.uri}') or point loader.shards_uri at the matching data.")
                 return
-            except ShardCorrupt:
-                raise
-            except Exception as e:  # only transient faults are retried: a missing object fails at once
-                if not is_transient(e) or attempt == ATTEMPTS - 1:
-                    raise fetch_failed(url, e) from e
+            except (FetchError, PathError) as e:  # only transient faults are retried: a missing object fails at once
+                if not e.transient or attempt == ATTEMPTS - 1:
+                    raise
                 time.sleep(0.2 * 2**attempt)
+
+
+def _stream(fs, path: str, url: str, out) -> tuple:
+    """Copy the store's `path` into `out`: (sha256, bytes); the store's faults as FetchErrors."""
+    h, n = hashlib.sha256(), 0
+    try:
+        fin = fs.open(path, "rb", block_size=CHUNK)
+    except Exception as e:
+        raise fetch_failed(url, e) from e
+    with fin:
+        while True:
+            try:
+                chunk = fin.read(CHUNK)
+            except Exception as e:
+                raise fetch_failed(url, e) from e
+            if not chunk:
+                return h, n
+            h.update(chunk)
+            out.write(chunk)
+            n += len(chunk)
 
 
 def _work(ref: weakref.ref[Fetcher]) -> None:
