@@ -13,6 +13,12 @@ Contract:
   back as dicts: the token index lists `parts` {file, bytes, tokens, docs, sha256}; the shard
   index lists `shards` {file, blocks, bytes, sha256}, with dtype, seq_len, block_tokens,
   tokenizer_sha256, eos_id, docs and the totals.
+- Every index carries `format_version` (`FORMAT_VERSION`, an int; so does every token part's
+  done-marker, in its stats). Readers accept only this version (`check_version`): any other is
+  BadInput in one line naming the file and what to do (rebuild it with this release, or read it
+  with the one that wrote it), never a misread. An index without the field was written before
+  it existed, in the one format there was then, and reads as version 1. Bump the version with
+  any change to the bytes of a part or shard or to the meaning of an index field.
 - A shard is verified against its index entry before any block of it is read (`verify_shard`:
   sha256, or size only), and ShardCorrupt names the file and the remedy. Shards read together
   must agree on seq_len, dtype and tokenizer (`geometry`).
@@ -28,12 +34,14 @@ from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 
+from shardline import __version__
 from shardline.core import fsio
 from shardline.core.errors import BadInput, ShardCorrupt
-from shardline.core.layout import index_of
+from shardline.core.layout import INDEX, index_of
 
 DTYPES = {"uint16": np.dtype("<u2"), "uint32": np.dtype("<u4")}
 REMEDY = "re-run 'dvc repro shard' or restore it with 'dvc checkout data/shards'"
+FORMAT_VERSION = 1  # of token parts, shards and their index.json (module docstring)
 
 
 def dtype_for(vocab_size: int) -> str:
@@ -42,19 +50,32 @@ def dtype_for(vocab_size: int) -> str:
 
 # ---- index.json
 
+def check_version(index: dict, where: object) -> dict:
+    """`index` when it is in the format this release reads; else BadInput naming `where` and the
+    stage that rebuilds it. A missing `format_version` is 1 (written before the field existed)."""
+    found = index.get("format_version", 1)
+    if found != FORMAT_VERSION:
+        stage = "tokenize" if "parts" in index else "shard"
+        raise BadInput(f"{where}: format_version {found!r}, but this shardline ({__version__}) reads format "
+                       f"{FORMAT_VERSION}; rebuild it with this release ('dvc repro -f {stage}'), or read it with "
+                       "the shardline release that wrote it")
+    return index
+
+
 def read_index(folder: str | Path, missing: str, show: Callable[[Path], object] = str) -> dict:
-    """A folder's index; BadInput "<path>: missing<missing>" when there is none (`missing` says why
-    and what to do; `show` renders the path)."""
+    """A folder's index, checked for its format version; BadInput "<path>: missing<missing>" when
+    there is none (`missing` says why and what to do; `show` renders the path)."""
     path = index_of(folder)
     try:
-        return fsio.read_json(path)
+        index = fsio.read_json(path)
     except FileNotFoundError:
         raise BadInput(f"{show(path)}: missing{missing}") from None
+    return check_version(index, show(path))
 
 
-def parse_index(data: bytes) -> dict:
-    """An index.json's bytes as fetched from object storage."""
-    return json.loads(data)
+def parse_index(data: bytes, where: object = INDEX) -> dict:
+    """An index.json's bytes as fetched from object storage (`where`: its URL), version checked."""
+    return check_version(json.loads(data), where)
 
 
 def write_index(folder: str | Path, index: dict) -> Path:
@@ -75,8 +96,8 @@ def token_index(source: str, side: str, tokenizer: dict, encoder: str, encoder_r
                 parts: list[dict]) -> dict:
     """A token folder's index: `tokenizer` is data/tokenizer/meta.json, `parts` its files in order."""
     bos = {"bos_id": tokenizer["bos_id"]} if tokenizer.get("bos_id") is not None else {}
-    return {"source": source, "side": side, "dtype": tokenizer["dtype"], "tokenizer_sha256": tokenizer["sha256"],
-            "eos_id": tokenizer["eos_id"], **bos, "encoder": encoder, "encoder_reason": encoder_reason,
+    return {"format_version": FORMAT_VERSION, "source": source, "side": side, "dtype": tokenizer["dtype"],
+            "tokenizer_sha256": tokenizer["sha256"], "eos_id": tokenizer["eos_id"], **bos, "encoder": encoder, "encoder_reason": encoder_reason,
             "parts": parts, "tokens": sum(e["tokens"] for e in parts), "docs": sum(e["docs"] for e in parts)}
 
 
@@ -84,8 +105,8 @@ def shard_index(tokens: dict, seq_len: int, shards: list[dict], stream_tokens: i
     """A shard folder's index, made from the token index it was cut from (`stream_tokens` long)."""
     block = seq_len + 1
     blocks = sum(s["blocks"] for s in shards)
-    return {"source": tokens["source"], "side": tokens["side"], "dtype": tokens["dtype"], "seq_len": seq_len,
-            "block_tokens": block, "tokenizer_sha256": tokens["tokenizer_sha256"], "eos_id": tokens["eos_id"],
+    return {"format_version": FORMAT_VERSION, "source": tokens["source"], "side": tokens["side"],
+            "dtype": tokens["dtype"], "seq_len": seq_len, "block_tokens": block, "tokenizer_sha256": tokens["tokenizer_sha256"], "eos_id": tokens["eos_id"],
             "docs": tokens["docs"], "shards": shards, "total_blocks": blocks, "total_tokens": blocks * block,
             "tail_tokens_dropped": stream_tokens - blocks * block}
 
@@ -140,7 +161,7 @@ def verify_shard(shard_dir: str | Path, entry: dict, mode: str = "full") -> None
 
 def verify(shard_dir: str | Path, mode: str = "full") -> dict:
     """Check every shard of a folder against its index.json; raise ShardCorrupt on the first bad one."""
-    index = fsio.read_json(index_of(shard_dir))
+    index = check_version(fsio.read_json(index_of(shard_dir)), index_of(shard_dir))
     for entry in index["shards"]:
         verify_shard(shard_dir, entry, mode)
     return index

@@ -6,8 +6,9 @@ is cut into consecutive blocks; the tail shorter than one block is dropped (and 
 are spread over `round(bytes / target_mb)` shards of equal count, the first `N % S` shards
 holding one more.
 
-index.json (written last) lists, per shard, file, blocks, bytes and sha256, plus dtype,
-seq_len, tokenizer hash and totals: it is what the loader verifies shards against.
+index.json (written last) lists, per shard, file, blocks, bytes and sha256, plus the format
+version, dtype, seq_len, tokenizer hash and totals: it is what the loader verifies shards
+against. A token index of another format version stops the stage, naming the rebuild.
 The held-out documents (tokens/<source>/val/) become shards of the same format in
 shards/<source>/val/ with their own index.json; they may hold no block at all.
 Resume: a shard already on disk with the exact bytes it must hold is not rewritten. A shard

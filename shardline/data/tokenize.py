@@ -11,12 +11,15 @@ Contract:
 - Each clean part becomes `part-NNNNN.bin` (the ids of its training documents, EOS after each
   and `tokenizer.bos_token` before each when set; uint16 when the vocab fits, else uint32) and, when it holds any, `val/part-NNNNN.bin` (its
   held-out documents), each a part of the stage frame (`shardline.data.frame`): its done-marker
-  `.json` {key, files, stats: tokens, docs, sha256} is written last, so a token part is done
-  iff its marker holds the current key. key = hash(the clean part's key and selection for that
-  side, tokenizer sha256). Parts are encoded on threads (the encoders release the GIL). The
-  token file format and index are shardline.core.shardformat's. `index.json` per side
-  (`<source>/` and `<source>/val/`) lists them: it is removed before any part of its source is
-  rewritten and written last, so an index never vouches for a mix of two runs' parts.
+  `.json` {key, files, stats: tokens, docs, sha256, format_version} is written last, so a token
+  part is done iff its marker holds the current key. key = hash(the clean part's key and
+  selection for that side, tokenizer sha256, and the format version when it is not 1): a part of
+  another format is redone, never taken as done; version 1 adds nothing, so parts made before
+  markers carried a version keep their keys (and read as version 1). Parts are encoded on
+  threads (the encoders release the GIL). The token file format and index are
+  shardline.core.shardformat's. `index.json` per side (`<source>/` and `<source>/val/`) lists
+  them: it is removed before any part of its source is rewritten and written last, so an index
+  never vouches for a mix of two runs' parts.
 - The encoder is the fastest backend proven id-identical on a probe of this data; the choice
   and its reason go in `data/tokens/<source>/index.json` but never change a single id.
 
@@ -45,6 +48,8 @@ from shardline.core.progress import Sink
 Log = Callable[[str], None]
 PROBE_DOCS = 256
 PROBE_CHARS = 4096  # per probe doc: the proof covers every source's text, not whole files (HF is the slow side)
+# what the format version adds to a part's key: nothing at 1, so parts made before markers carried one keep theirs
+VERSION_KEY = [] if shardformat.FORMAT_VERSION == 1 else [{"format_version": shardformat.FORMAT_VERSION}]
 
 
 @dataclass(frozen=True)
@@ -199,7 +204,8 @@ def encode_part(part: frame.Part) -> tuple[list[Path], dict]:
             f.write(arr.tobytes())
             docs += len(batch)
             tokens += len(arr)
-    return [Path(w.out)], {"tokens": tokens, "docs": docs, "sha256": fsio.sha256_file(w.out)}
+    return [Path(w.out)], {"tokens": tokens, "docs": docs, "sha256": fsio.sha256_file(w.out),
+                           "format_version": shardformat.FORMAT_VERSION}
 
 
 def _probe(parts: dict[str, list[Path]]) -> list[str]:
@@ -221,9 +227,10 @@ def plan(params: Params, layout: Layout, parts: dict[str, list[Path]], recipe: R
             docs = {"val": len(sel["heldout"]), "train": rows - len(set(sel["heldout"]) | set(sel["dropped"]))}
             for side in SIDES if sel["heldout"] else ("train",):
                 tok = token_part(layout.tokens_of(name, side), p)
-                # bos only when set: the parts of a line without one keep their keys
+                # bos only when set, the format version only past 1: older lines' parts keep their keys
                 key = fsio.stable_hash([clean.side_key(p, side), tmeta["sha256"], tmeta["eos_id"], tmeta["dtype"]]
-                                       + ([tmeta["bos_id"]] if tmeta.get("bos_id") is not None else []))
+                                       + ([tmeta["bos_id"]] if tmeta.get("bos_id") is not None else [])
+                                       + VERSION_KEY)
                 size = p.stat().st_size * docs[side] // max(rows, 1)  # progress: the side's share of the part, by documents
                 out.append(frame.Part("tokenize", f"{name}/{'' if side == 'train' else 'val/'}{p.stem}", key,
                                       str(token_marker_of(tok)), size,
@@ -258,7 +265,8 @@ def run(params: Params, layout: Layout, log: Log = print, mapper: Mapper = threa
         for side in SIDES:
             mine = [(Path(j.work.out), m) for j, m in zip(jobs, markers)
                     if j.work.source == name and j.work.side == side]
-            entries = [{"file": out.name, "bytes": m["files"][out.name], **m["stats"]} for out, m in mine]
+            entries = [{"file": out.name, "bytes": m["files"][out.name],
+                        **{k: v for k, v in m["stats"].items() if k != "format_version"}} for out, m in mine]
             index = shardformat.token_index(name, side, tmeta, encoder.backend, encoder.reason, entries)
             where = layout.tokens_of(name, side)
             keep |= {out for out, _ in mine} | {token_marker_of(out) for out, _ in mine}

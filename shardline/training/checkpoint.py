@@ -9,6 +9,10 @@ Contract:
 - `verify` is the only judge of validity: manifest present and parseable, every file present
   with its size and sha256. `latest_valid` returns the newest valid checkpoint and says, for
   every newer one it skips, why.
+- The manifest carries `format_version` (`FORMAT_VERSION`, an int). One of another version is
+  neither valid nor invalid here: `verify` (so every reader: resume, retention, load, export)
+  raises BadInput naming it, the release that wrote it and what to do, so a newer release's
+  checkpoint is never skipped, misread or removed. No field (written before it existed): 1.
 - `retain` keeps the newest `keep_last` valid checkpoints plus every step divisible by
   `keep_every` (and, when asked, the newest one before a given step); it removes a checkpoint's manifest first (fsynced), so one half-deleted is
   already invalid, and never removes the newest valid one.
@@ -36,11 +40,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 from shardline.core import chaos, fsio
-from shardline.core.errors import ShardlineError
+from shardline import __version__
+from shardline.core.errors import BadInput, ShardlineError
 from shardline.core.layout import ARCHIVE, DCP, MANIFEST, STEP_DIRS, TENSORS, TRAIN_STATE, step_dir, step_dirs, step_of
 from shardline.training import sharded
 
 Log = Callable[[str], None]
+FORMAT_VERSION = 1  # of the manifest and the files it lists (module docstring); bump on any change to either
 
 
 @dataclass(frozen=True)
@@ -54,8 +60,6 @@ class Entry:
 def versions() -> dict:
     import numpy
     import torch
-
-    from shardline import __version__
 
     return {"python": platform.python_version(), "torch": torch.__version__, "numpy": numpy.__version__,
             "shardline": __version__}
@@ -120,7 +124,8 @@ def save(root: Path, step: int, tensors: dict[str, Any], state: dict, lineage: d
         files[TRAIN_STATE] = _write(tmp / TRAIN_STATE,
                                     lambda out: out.write(json.dumps(state, indent=2, sort_keys=True).encode()))
         chaos.point("checkpoint.files", str(step))
-        manifest = {"step": step, "format": "full" if shards is None else "sharded", "files": files,
+        manifest = {"format_version": FORMAT_VERSION, "step": step, "format": "full" if shards is None else "sharded",
+                    "files": files,
                     "lineage": lineage, "eval": eval, "versions": versions(), "created": time.time(),
                     **({"ranks": [sorted(mine) for mine in shards]} if shards is not None else {})}
         # compact: the C encoder (indent= forces the pure-Python one, ~5x slower on a big lineage)
@@ -165,6 +170,7 @@ def _verify(path: Path) -> tuple[bool, str]:
         return False, "no manifest.json (torn or interrupted write)"
     except (OSError, ValueError) as e:
         return False, f"manifest.json unreadable ({e})"
+    check_version(manifest, path)
     for name, meta in manifest.get("files", {}).items():
         p = path / name
         if not p.exists():
@@ -178,6 +184,18 @@ def _verify(path: Path) -> tuple[bool, str]:
         if why:
             return False, why
     return True, "ok"
+
+
+def check_version(manifest: dict, path: Path) -> dict:
+    """`manifest` (of checkpoint `path`) when this release reads its format, else BadInput naming
+    the release that wrote it. No field: version 1 (written before the field existed)."""
+    found = manifest.get("format_version", 1)
+    if found != FORMAT_VERSION:
+        wrote = (manifest.get("versions") or {}).get("shardline", "unknown")
+        raise BadInput(f"{path / MANIFEST}: format_version {found!r}, but this shardline ({__version__}) reads "
+                       f"format {FORMAT_VERSION}; it was written by shardline {wrote}: use that release for it, or "
+                       f"move {path.name} out of {path.parent} to resume from an older checkpoint")
+    return manifest
 
 
 def entries(root: Path, cached: bool = False) -> list[Entry]:
@@ -207,7 +225,7 @@ def load(path: Path, skip: tuple[str, ...] = ()) -> tuple[dict[str, Any], dict, 
     path = Path(path)
     import torch
 
-    manifest = json.loads((path / MANIFEST).read_text())
+    manifest = check_version(json.loads((path / MANIFEST).read_text()), path)
     tensors = {name: torch.load(path / name, map_location="cpu", weights_only=True)
                for name in manifest["files"] if name.endswith(TENSORS) and name not in skip}  # not dcp/
     return tensors, json.loads((path / TRAIN_STATE).read_text()), manifest
