@@ -3,7 +3,8 @@
 Contract: a CHECKPOINT argument is a step-NNNNNNNNN directory, its name under data/checkpoints, or
 `latest` (the newest valid one); an invalid one is refused with why, one that does not exist with
 the names that do, each with the command that lists them. Each command reads only; the engine's
-results/ and training/ modules do the work.
+results/ and training/ modules do the work, imported (torch with them) only once the checkpoint
+is found, so a mistyped one is refused at once.
 """
 
 from __future__ import annotations
@@ -67,32 +68,37 @@ def cmd_lineage(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from shardline.results import judge
-
     layout = Layout.at(args.root)
     params = config.load(Path(layout.root, args.params))
-    result = judge.judge(_checkpoint(layout, args.checkpoint), params, layout)
+    path = _checkpoint(layout, args.checkpoint)  # refused in a blink: before torch is imported
+
+    from shardline.results import judge
+
+    result = judge.judge(path, params, layout)
     print(json.dumps(result, indent=2) if args.json else judge.describe(result))
     return 0
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from shardline.results import export
-
     layout = Layout.at(args.root)
     path = _checkpoint(layout, args.checkpoint)
+
+    from shardline.results import export
+
     out = export.export(path, Path(args.out_dir), layout, force=args.force)
     log(f"export: {path.name} -> {out} (transformers: AutoModelForCausalLM / AutoTokenizer.from_pretrained)")
     return 0
 
 
 def cmd_sample(args: argparse.Namespace) -> int:
+    layout = Layout.at(args.root)
+    path = _checkpoint(layout, args.checkpoint)
+
     from shardline.results import sample
 
-    layout = Layout.at(args.root)
     settings = sample.Settings(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
                                seed=args.seed)
-    r = sample.sample(_checkpoint(layout, args.checkpoint), layout, args.prompt, settings)
+    r = sample.sample(path, layout, args.prompt, settings)
     if args.json:
         print(json.dumps(r, indent=2))
         return 0
