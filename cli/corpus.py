@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from cli import log
-from shardline.core import config
+from shardline.core import config, shardformat
 from shardline.core.layout import Layout
 
 
@@ -28,6 +28,9 @@ def cmd_push_shards(args: argparse.Namespace) -> int:
     layout = Layout.at(args.root)
     params = config.load(Path(layout.root, args.params))
     names = [n for s in params.sources for n in (s.name, f"{s.name}/val")]  # the held-out shards too
+    for name in names:  # all there before anything is sent: never half a line published
+        shardformat.read_index(layout.shards / name, "; build the shards first ('dvc repro shard'), then push them",
+                               show=layout.rel)
     sent = remote.upload_shards(layout.shards, args.uri, names, log=log)
     log(f"push-shards: {sent} file(s) sent; set loader.shards_uri: {args.uri} to stream them")
     return 0

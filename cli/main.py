@@ -28,6 +28,7 @@ shardline.core.errors.os_error_line).
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import sys
@@ -40,6 +41,7 @@ from cli.line import cmd_pipeline, cmd_pool, cmd_serve, cmd_stage
 from shardline import registry
 from shardline.core import config, fsio
 from shardline.core.errors import ShardlineError, is_transient, os_error_line
+from shardline.core.layout import Layout
 
 
 def cmd_params(args: argparse.Namespace) -> int:
@@ -118,6 +120,16 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def _os_line(e: OSError, layout: Layout) -> str:
+    """os_error_line for an OSError no command explained; a file of data/ that is not there is
+    one a stage writes and has not (yet): say so, rather than to check the path."""
+    path = fsio.final_path(e.filename) if e.filename else None
+    if e.errno == errno.ENOENT and path is not None and path.resolve().is_relative_to(layout.data.resolve()):
+        return (f"{layout.rel(path)}: missing; run the stage that writes it first ('dvc repro', or "
+                "'shardline stage NAME')")
+    return os_error_line(e, path)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
@@ -129,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
         return 0
     except OSError as e:  # on a path no command wrapped in errors.on_path: the path the error names
-        log(f"error: {os_error_line(e, fsio.final_path(e.filename) if e.filename else None)}")
+        log(f"error: {_os_line(e, Layout.at(args.root))}")
         return 75 if is_transient(e) else 2
     except KeyboardInterrupt:
         log("interrupted; re-run the same command to resume (finished parts are kept)")
