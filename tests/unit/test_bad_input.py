@@ -28,6 +28,12 @@ or a counted quarantine, and nothing valid is lost or overwritten.
 | resume with changed data           | test_train::test_lineage_refuses..., ::test_changed_shards...   |
 | checkpoint crafted to run code     | test_checkpoint::test_malicious_pickle_is_not_executed         |
 | archive entry with ../             | not applicable: archives are not a supported source format     |
+| OSError on a path a user chose     | here: test_each_errno_is_one_line..., test_an_unwritable_* (export OUT_DIR, push-shards, loader.cache_dir, full cache disk); test_cli_errors (CLI) |
+| loader.shards_uri scheme / extra   | here: test_a_shards_uri_*                                      |
+| streaming node without data/tokenizer | here: test_a_streaming_node_without_data_tokenizer_is_told_to_copy_it |
+| explain after a killed clean stage | here: test_explain_after_a_clean_stage_killed_before_its_selections |
+| a checkpoint that does not exist   | test_cli_errors::test_every_subcommand_on_a_checkpoint_that_does_not_exist... |
+| every subcommand on broken inputs  | test_cli_errors (no params.yaml, not a mapping, empty project, unwritable output) |
 """
 
 from __future__ import annotations
@@ -35,7 +41,12 @@ from __future__ import annotations
 import errno
 import os
 import random
+import subprocess
+import sys
 
+from pathlib import Path
+
+import pyarrow.parquet as pq
 import pytest
 import torch
 
@@ -43,8 +54,9 @@ from shardline.core import fsio, shardformat
 from shardline.data import download, tokenize, shard
 from shardline.data.clean import stage as clean
 from shardline.training import checkpoint
-from shardline.core.errors import BadInput
-from tests.conftest import make_project, stdlib_files
+from shardline.core import config, errors
+from shardline.core.errors import BadInput, PathError
+from tests.conftest import REPO, make_project, small_params, stdlib_files
 from tests.unit.test_shard import fake_tokens
 
 
@@ -201,3 +213,141 @@ def test_enospc_at_the_kth_fsync_of_a_checkpoint_keeps_the_last_valid(tmp_path, 
     monkeypatch.undo()
     assert [p.name for p in tmp_path.iterdir()] == ["step-000000001"]  # no half-written step-2, no temp dir
     assert checkpoint.latest_valid(tmp_path, lambda _: None).name == "step-000000001"
+
+
+# -- every OSError on a path a user chose is one line naming it and what to do (issue 28) ---------
+
+UNWRITABLE = "/sys/kernel/shardline-test"  # mkdir there is refused for real: EPERM as root, EACCES otherwise
+
+
+@pytest.mark.parametrize("code, line", [
+    (errno.EACCES, "OUT_DIR /o: permission denied; pick a path you may use, or fix its permissions"),
+    (errno.EPERM, "OUT_DIR /o: operation not permitted; pick another path (this one refuses it whatever its "
+                  "permissions)"),
+    (errno.EROFS, "OUT_DIR /o: read-only file system; pick a path on a writable file system"),
+    (errno.EDQUOT, "OUT_DIR /o: disk quota exceeded; free space under your quota (or have it raised), or pick a "
+                   "path on another file system, and re-run the same command"),
+    (errno.ENOSPC, "no space left on the device while writing OUT_DIR /o; free space and re-run the same command "
+                   "(finished parts and the last valid checkpoint are kept; nothing half-written is)"),
+    (errno.EIO, "OUT_DIR /o: Input/output error (/o/.x.tmp-1); re-run the same command (the fault may pass)"),
+], ids=["EACCES", "EPERM", "EROFS", "EDQUOT", "ENOSPC", "EIO"])
+def test_each_errno_is_one_line_naming_the_path_and_what_to_do(code, line):
+    # EROFS, EDQUOT and (as root) EACCES cannot be made to happen here: the errno's line, as a user reads it
+    e = OSError(code, os.strerror(code), "/o/.x.tmp-1")
+    assert errors.os_error_line(e, "/o", "OUT_DIR") == line
+    with pytest.raises(PathError) as got:
+        with errors.on_path("/o", "OUT_DIR"):
+            raise e
+    assert str(got.value) == line and got.value.transient == (code == errno.EIO)  # EIO is retried
+
+
+def test_an_unwritable_export_dir_is_one_line_naming_out_dir(tmp_path):
+    from shardline.results import export
+
+    params, layout = _trained(tmp_path)
+    ckpt = checkpoint.latest_valid(layout.checkpoints, lambda _: None)
+    with pytest.raises(PathError, match=rf"^OUT_DIR {UNWRITABLE}: (operation not permitted|permission denied); "):
+        export.export(ckpt, Path(UNWRITABLE), layout)
+    assert not Path(UNWRITABLE).exists()
+
+
+def test_an_unwritable_push_shards_target_is_one_line_naming_it(tmp_path):
+    from shardline.stream import remote
+
+    params, layout = _sharded(tmp_path)
+    with pytest.raises(PathError, match=rf"^push-shards {UNWRITABLE}: (operation not permitted|permission denied)"):
+        remote.upload_shards(layout.shards, UNWRITABLE, ["s"], log=lambda _: None)
+    # a local folder that is not there yet is made, not refused
+    assert remote.upload_shards(layout.shards, str(tmp_path / "store" / "shards"), ["s"], log=lambda _: None) > 1
+
+
+def test_an_unwritable_cache_dir_is_one_line_naming_the_field(tmp_path):
+    from shardline.stream.loader import Loader
+
+    params, layout = _sharded(tmp_path, loader={"shards_uri": f"file://{tmp_path / 'p' / 'data' / 'shards'}",
+                                                "cache_dir": UNWRITABLE})
+    with pytest.raises(PathError, match=rf"^loader.cache_dir {UNWRITABLE}: (operation not permitted|permission denied)"):
+        next(iter(Loader.from_params(params, layout)))
+
+
+def test_a_full_disk_under_the_cache_is_one_line_naming_the_cache_not_the_network(tmp_path, monkeypatch):
+    from shardline.stream.loader import Loader
+
+    params, layout = _sharded(tmp_path, loader={"shards_uri": f"file://{tmp_path / 'p' / 'data' / 'shards'}",
+                                                "cache_dir": str(tmp_path / "cache")})
+    monkeypatch.setattr(fsio.os, "fsync", _enospc)  # the cache's disk fills as the first shard arrives
+    with pytest.raises(PathError, match=rf"^no space left on the device while writing loader.cache_dir "
+                                        rf"{tmp_path / 'cache'}; free space"):
+        next(iter(Loader.from_params(params, layout)))
+
+
+def test_a_shards_uri_of_an_unknown_scheme_is_refused_by_its_field(tmp_path):
+    raw = small_params([{"name": "s", "uri": "x", "format": "txt"}], loader={"shards_uri": "foo://bucket/x"})
+    with pytest.raises(errors.ConfigError, match=r"loader.shards_uri: 'foo://bucket/x': foo:// is not a scheme "
+                                                  r"fsspec knows"):
+        config.parse(raw)
+
+
+def test_a_shards_uri_whose_extra_is_missing_names_the_extra():
+    # s3fs is installed here; a fresh interpreter where importing it fails stands for one without [s3]
+    code = ("import sys; sys.modules['s3fs'] = None\n"
+            "from shardline.core import config\n"
+            "from tests.conftest import small_params\n"
+            "p = small_params([{'name': 's', 'uri': 'x', 'format': 'txt'}], loader={'shards_uri': 's3://b/shards'})\n"
+            "try:\n    config.parse(p)\nexcept config.ConfigError as e:\n    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert "loader.shards_uri: 's3://b/shards': s3:// needs a package that is not installed here; " \
+           "pip install -e '.[s3]'" in out.stdout, out.stdout + out.stderr
+
+
+def test_a_streaming_node_without_data_tokenizer_is_told_to_copy_it(tmp_path):
+    from shardline.training.network import Network
+
+    params, layout = make_project(tmp_path / "node", [{"name": "s", "uri": "x", "format": "txt"}],
+                                  loader={"shards_uri": "file:///elsewhere/shards"})
+    with pytest.raises(BadInput, match=r"^data/tokenizer/meta.json: missing; this node streams its shards "
+                                       r"\(loader.shards_uri\) but still needs data/tokenizer/ .*copy that folder"):
+        Network.for_run(params, layout, 64)
+
+
+def test_explain_after_a_clean_stage_killed_before_its_selections(tmp_path, code_src):
+    from shardline.data.clean import explain
+
+    params, layout = _clean_project(tmp_path / "p", code_src)
+    clean.run(params, layout, log=lambda _: None)
+    part = sorted((layout.clean / "code").glob("part-*.parquet"))[0]
+    doc = pq.read_table(part, columns=["id"]).column("id")[0].as_py()
+    assert explain.explain(params, layout, doc)["verdict"] == "kept"
+    for sel in (layout.clean / "code").glob("*.split.json"):
+        sel.unlink()  # as a clean stage killed after its parts, before phase 2 wrote their selections
+    with pytest.raises(BadInput, match=r"split.json: missing \(the clean stage did not finish\); re-run 'dvc repro "
+                                       r"clean'"):
+        explain.explain(params, layout, doc)
+
+
+def _sharded(tmp_path, **sections):
+    params, layout = make_project(tmp_path / "p", [{"name": "s", "uri": "x", "format": "txt"}],
+                                  shard={"seq_len": 15, "target_mb": 0.002}, **sections)
+    fake_tokens(layout, "s", [5000])
+    shard.run(params, layout, log=lambda _: None)
+    return params, layout
+
+
+def _trained(tmp_path):
+    """A real checkpoint of a tiny model over real shards (the line's own stages, in-process)."""
+    from shardline.context import RunContext
+    from shardline.training import train
+
+    params, layout = _clean_project(tmp_path / "p", _code(tmp_path))
+    for stage in (clean, tokenize, shard):
+        stage.run(params, layout, log=lambda _: None)
+    train.run(params, layout, RunContext(log=lambda _: None))
+    return params, layout
+
+
+def _code(tmp_path):
+    src = tmp_path / "code"
+    src.mkdir()
+    for f in stdlib_files(12):
+        (src / f"{f.parent.name}_{f.name}").write_bytes(f.read_bytes())
+    return src

@@ -1,0 +1,116 @@
+"""Every subcommand of the real `shardline` parser, run on broken inputs, answers with lines, never
+a traceback (issue 28).
+
+The subcommands and their arguments come from cli.main.parser() itself, so a new subcommand is
+swept without being listed here (a positional this file cannot fill fails, naming it). The broken
+inputs: no params.yaml; a params.yaml that is not a mapping; an empty project (valid params, no
+data/); and, in a project that trained, a checkpoint that does not exist, and an output path
+that cannot be written (/sys/kernel refuses mkdir, root or not). serve, deploy, worker and
+pipeline are left out: they start a Prefect server, a work pool or a worker before reading input.
+"""
+
+from __future__ import annotations
+
+import argparse
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from cli.main import parser
+from tests.conftest import BIN, run, small_params, stdlib_files, write_params
+
+SL = str(BIN / "shardline")
+STARTS_SOMETHING = {"serve", "deploy", "worker", "pipeline"}
+UNWRITABLE = "/sys/kernel/shardline-out"  # mkdir there: EPERM as root, EACCES otherwise; never created
+
+
+def _subcommands() -> dict[str, argparse.ArgumentParser]:
+    sub = next(a for a in parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return {name: p for name, p in sub.choices.items() if name not in STARTS_SOMETHING}
+
+
+def _argvs(values: dict[str, str], taking: set[str] | None = None) -> list[list[str]]:
+    """Each swept subcommand (those with a positional named in `taking`, when given) with its
+    positionals filled from `values` (a `choices` positional, the stage's NAME, once per choice)."""
+    out = []
+    for name, p in _subcommands().items():
+        argvs = [[name]]
+        positionals = [a for a in p._actions if not a.option_strings and not isinstance(a, argparse._HelpAction)]
+        if taking is not None and not taking & {a.dest for a in positionals}:
+            continue
+        for a in positionals:
+            if a.choices:
+                argvs = [[*argv, c] for argv in argvs for c in a.choices]
+            else:
+                assert a.dest in values, f"shardline {name}: no broken value for its {a.dest} here; add one"
+                argvs = [[*argv, values[a.dest]] for argv in argvs]
+        out += argvs
+    return out
+
+
+def _sweep(root: Path, argvs: list[list[str]]) -> dict[str, object]:
+    """Run each argv in `root` (4 at a time: most are a second of imports); argv -> result."""
+    with ThreadPoolExecutor(4) as pool:
+        results = pool.map(lambda argv: run([SL, *argv], root, check=False, timeout=120), argvs)
+        return {" ".join(argv): r for argv, r in zip(argvs, results)}
+
+
+def _no_tracebacks(results: dict) -> None:
+    bad = {argv: r.stderr[-1500:] for argv, r in results.items() if "Traceback" in r.stderr + r.stdout}
+    assert not bad, "tracebacks:\n" + "\n".join(f"--- shardline {a}\n{e}" for a, e in bad.items())
+    failed = {argv: r for argv, r in results.items() if r.returncode}
+    for argv, r in failed.items():  # a refusal is exit 2 and an `error:` line, not a crash's exit 1
+        assert r.returncode == 2 and "error: " in r.stderr, f"shardline {argv}: exit {r.returncode}\n{r.stderr}"
+
+
+ANY = {"checkpoint": "latest", "doc_id": "x.py:1", "out_dir": "out", "uri": "pushed"}
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Path:
+    """A project that ran the line up to a checkpoint (download .. train), small."""
+    root = tmp_path_factory.mktemp("trained")
+    src = root / "in"
+    src.mkdir()
+    for f in stdlib_files(12):
+        (src / f"{f.parent.name}_{f.name}").write_bytes(f.read_bytes())
+    write_params(root, small_params([{"name": "s", "uri": str(src), "format": "txt"}]))
+    for stage in ("download", "clean", "tokenize", "shard", "train"):
+        run([SL, "stage", stage], root)
+    return root
+
+
+def test_every_subcommand_without_a_params_file(tmp_path):
+    results = _sweep(tmp_path, _argvs(ANY))
+    _no_tracebacks(results)
+    assert "params.yaml: not found; run from the project root or pass --params" in results["params"].stderr
+
+
+def test_every_subcommand_on_a_params_file_that_is_not_a_mapping(tmp_path):
+    (tmp_path / "params.yaml").write_text("- a list\n- not sections\n")
+    results = _sweep(tmp_path, _argvs(ANY))
+    _no_tracebacks(results)
+    assert "params.yaml: must be a mapping of sections, got list" in results["stage train"].stderr
+
+
+def test_every_subcommand_on_an_empty_project(tmp_path):
+    write_params(tmp_path, small_params([{"name": "s", "uri": str(tmp_path / "nowhere"), "format": "txt"}]))
+    results = _sweep(tmp_path, _argvs(ANY))
+    _no_tracebacks(results)
+    assert "latest: no valid checkpoint under data/checkpoints" in results["eval latest"].stderr
+
+
+def test_every_subcommand_on_a_checkpoint_that_does_not_exist_and_an_unwritable_output(trained):
+    broken = {"checkpoint": "step-999", "out_dir": UNWRITABLE, "uri": UNWRITABLE}
+    results = _sweep(trained, _argvs({**ANY, **broken}, taking=set(broken)))
+    assert len(results) >= 5, results.keys()  # lineage, eval, export, sample, push-shards, ...
+    _no_tracebacks(results)
+    for cmd in ("eval", "lineage", "export", "sample"):
+        err = results[f"{cmd} step-999" + (f" {UNWRITABLE}" if cmd == "export" else "")].stderr
+        assert "error: step-999: no such checkpoint (under data/checkpoints: step-000000002, step-000000004); " \
+               "'shardline checkpoints' lists them" in err, err
+    r = run([SL, "export", "latest", UNWRITABLE], trained, check=False)
+    assert r.returncode == 2 and f"error: OUT_DIR {UNWRITABLE}: " in r.stderr and "Traceback" not in r.stderr
+    assert results[f"push-shards {UNWRITABLE}"].stderr.startswith(f"error: push-shards {UNWRITABLE}: ")
+    assert not Path(UNWRITABLE).exists()
