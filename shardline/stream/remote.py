@@ -7,9 +7,11 @@ Contract:
   fetches, verifies and caches the shards themselves).
 - Credentials and endpoint come from the environment only (`shardline.core.stores`). No Prefect,
   no DVC.
-- Errors name the URL and say what to do (FetchError; transient ones may be retried).
+- Errors name the URL and say what to do (FetchError; transient ones may be retried); a
+  push-shards target that refuses the write (permission, read-only, full) is a PathError naming it.
 - `read_indexes` is how every reader (the loader, eval) opens shard indexes, from the store or
-  from disk; their format is shardline.core.shardformat's.
+  from disk; their format is shardline.core.shardformat's, and so is the check of its version
+  (an index of another format version is BadInput naming its path or URL, never a misread).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from shardline.core import shardformat
-from shardline.core.errors import DownloadError, is_transient
+from shardline.core.errors import DownloadError, PathError, ShardlineError, is_transient, os_error_line
 from shardline.core.layout import INDEX, index_of
 from shardline.core.stores import filesystem
 
@@ -34,6 +36,15 @@ def fetch_failed(url: str, e: BaseException) -> FetchError:
     hint = ("not in the store: upload data/shards there or fix loader.shards_uri" if isinstance(e, FileNotFoundError)
             else "check the network and the AWS_* credentials/endpoint in the environment")
     return FetchError(f"{url}: {type(e).__name__}: {e}; {hint}", transient=is_transient(e))
+
+
+def _put_failed(uri: str, target: str, e: BaseException) -> ShardlineError:
+    """The error for a failed write of `target` under push-shards' `uri`: a path that refuses it
+    (permission, read-only, full, not a folder) in os_error_line's words naming the URI; the
+    network and credentials (FetchError) otherwise."""
+    if isinstance(e, OSError) and not is_transient(e):
+        return PathError(os_error_line(e, uri, "push-shards"))
+    return fetch_failed(target, e)
 
 
 @dataclass(frozen=True)
@@ -56,10 +67,12 @@ def read_indexes(shards_dir: str | Path, names: Sequence[str], remote: Remote | 
     fs, root = filesystem(remote.uri)
     out = []
     for name in names:
+        url = f"{remote.uri.rstrip('/')}/{name}/{INDEX}"
         try:
-            out.append(shardformat.parse_index(fs.cat_file(f"{root}/{name}/{INDEX}")))
+            data = fs.cat_file(f"{root}/{name}/{INDEX}")
         except Exception as e:
-            raise fetch_failed(f"{remote.uri.rstrip('/')}/{name}/{INDEX}", e) from e
+            raise fetch_failed(url, e) from e
+        out.append(shardformat.parse_index(data, url))  # outside the try: a format error is no fetch error
     return out
 
 
@@ -73,6 +86,11 @@ def upload_shards(shards_dir: str | Path, uri: str, names: Sequence[str], log=pr
     for name in names:
         local = Path(shards_dir, name)
         index = shardformat.verify(local)  # never publish a shard that does not match its own index
+        if getattr(fs, "local_file", False):  # a local folder (file://, a path) is made; a store has no folders
+            try:
+                fs.makedirs(f"{root}/{name}", exist_ok=True)
+            except OSError as e:
+                raise _put_failed(uri, f"{root}/{name}", e) from e
         for entry in index["shards"]:
             target = f"{root}/{name}/{entry['file']}"
             try:
@@ -80,11 +98,11 @@ def upload_shards(shards_dir: str | Path, uri: str, names: Sequence[str], log=pr
                     continue
                 fs.put_file(str(local / entry["file"]), target)
             except Exception as e:
-                raise fetch_failed(target, e) from e
+                raise _put_failed(uri, target, e) from e
             sent += 1
         try:
             fs.put_file(str(index_of(local)), f"{root}/{name}/{INDEX}")
         except Exception as e:
-            raise fetch_failed(f"{root}/{name}/{INDEX}", e) from e
+            raise _put_failed(uri, f"{root}/{name}/{INDEX}", e) from e
         log(f"push-shards: {name}: {len(index['shards'])} shard(s) at {uri.rstrip('/')}/{name}")
     return sent + len(names)
