@@ -37,7 +37,7 @@ import numpy as np
 from shardline import __version__
 from shardline.core import fsio
 from shardline.core.errors import BadInput, ShardCorrupt
-from shardline.core.layout import INDEX, index_of
+from shardline.core.layout import index_of
 
 DTYPES = {"uint16": np.dtype("<u2"), "uint32": np.dtype("<u4")}
 REMEDY = "re-run 'dvc repro shard' or restore it with 'dvc checkout data/shards'"
@@ -73,7 +73,7 @@ def read_index(folder: str | Path, missing: str, show: Callable[[Path], object] 
     return check_version(index, show(path))
 
 
-def parse_index(data: bytes, where: object = INDEX) -> dict:
+def parse_index(data: bytes, where: object) -> dict:
     """An index.json's bytes as fetched from object storage (`where`: its URL), version checked."""
     return check_version(json.loads(data), where)
 

@@ -31,6 +31,7 @@ from shardline.data.clean import split
 from shardline.stream import loader as stream_loader
 from shardline.stream.mixing import Schedule
 from shardline.stream.permute import Permutation, key_for
+from shardline.stream.remote import Remote
 from shardline.training import checkpoint
 from tests.conftest import make_project
 from tests.unit.test_shard import fake_tokens
@@ -255,6 +256,9 @@ def test_a_shard_index_of_another_version_is_one_line_naming_the_rebuild(tmp_pat
         with pytest.raises(BadInput) as e:
             read()
         assert str(e.value) == want
+    with pytest.raises(BadInput) as e:  # from object storage: the URL named, not a fetch error
+        stream_loader.open_sources(layout.shards, ["s"], Remote(f"file://{layout.shards}", str(tmp_path / "cache")))
+    assert str(e.value) == want.replace(str(path), f"file://{path}")
 
 
 def test_a_token_index_of_another_version_stops_the_shard_stage(tmp_path):
