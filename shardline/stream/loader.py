@@ -6,10 +6,10 @@ Contract:
   Permutation(N_s, key(seed, s, epoch))(k % N_s), located by the shard block counts of
   index.json. Nothing is built at start-up, nothing grows with the data, nothing is replayed.
 - A loader step consumes one global batch of `global_batch` consecutive positions. Rank r of
-  `world` takes the r-th contiguous slice; with DataLoader workers, worker w of a rank yields
-  the steps w, w + num_workers, ... which DataLoader hands out in order. So the global
-  sequence depends only on seed, mix and global batch: resuming with another world size or
-  worker count continues it exactly (elastic).
+  `world` takes the r-th contiguous slice; with DataLoader workers, worker w of a rank reads
+  the runs of steps w, w + num_workers, ... which DataLoader hands out in order
+  (shardline.stream.workers). So the global sequence depends only on seed, mix and global
+  batch: resuming with another world size or worker count continues it exactly (elastic).
 - State is one counter (blocks consumed globally) plus what must not change (seed, mix,
   seq_len, global batch, data version); `load_state_dict` refuses a state whose invariants
   differ, naming the field and the override, unless `allow_change` is set.
@@ -24,6 +24,7 @@ Design: docs/architecture.md (Data contracts: Loader order and state).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 from dataclasses import dataclass, field
@@ -39,6 +40,7 @@ from shardline.core.errors import BadInput, ShardlineError
 from shardline.stream.mixing import Schedule
 from shardline.stream.permute import Permutation, key_for
 from shardline.stream.remote import Remote, read_indexes
+from shardline.stream.workers import Runs, group_for, steps
 from shardline.stream.shardcache import Fetcher
 
 
@@ -132,8 +134,9 @@ class Spec:
 class Reader:
     """Reads blocks from shards, verifying each shard before its first use in this process."""
 
-    def __init__(self, spec: Spec, workers: int = 1):
-        self.spec, self.workers = spec, workers  # it serves every workers-th step (DataLoader workers)
+    def __init__(self, spec: Spec, workers: int = 1, serves: Callable[[int], bool] | None = None):
+        self.spec, self.workers = spec, workers  # one of `workers` DataLoader workers (its cache share)
+        self.serves = serves  # which steps (by first position) it reads, if not all: its prefetch skips the others
         self.sources = open_sources(spec.shards_dir, spec.sources, spec.remote)
         self.fetcher: Fetcher | None = None  # made at first use: a reader that never reads fetches nothing
         self.order = Order(self.sources, dict(spec.mix), spec.seed)
@@ -160,18 +163,20 @@ class Reader:
             mm = self.maps[(s, shard)] = shardformat.blocks(source.dir / entry["file"], self.dtype, self.width)
         return mm
 
-    def read(self, ids: np.ndarray) -> np.ndarray:
+    def read(self, ids: np.ndarray, dtype=np.int64, out: np.ndarray | None = None) -> np.ndarray:
+        """The blocks `ids` names, [len(ids), seq_len + 1] of `dtype` (the shards' own: no widening),
+        into `out` if given."""
         keys = ids[:, 0] * (1 << 32) + ids[:, 1]
         order = np.lexsort((ids[:, 2], keys))  # by shard, then ascending offset: kind to the page cache
         sorted_keys = keys[order]
         cuts = [0, *(np.flatnonzero(np.diff(sorted_keys)) + 1).tolist(), len(ids)]
-        buf = np.empty((len(ids), self.width), dtype=np.int64)
+        buf = np.empty((len(ids), self.width), dtype=self.dtype)
         for a, b in zip(cuts[:-1], cuts[1:]):
             key = int(sorted_keys[a])
             mm = self._map(key >> 32, key & 0xFFFFFFFF)  # verified before any block is read
             buf[a:b] = mm[ids[order[a:b], 2]]
-        out = np.empty_like(buf)
-        out[order] = buf
+        out = np.empty((len(ids), self.width), dtype=dtype) if out is None else out
+        out[order] = buf  # widened here, in the one copy that restores the batch's order
         return out
 
     def global_ids(self, step_start: int, ahead: bool = False) -> np.ndarray:
@@ -186,37 +191,37 @@ class Reader:
         off = step_start - self.chunk[0]
         return self.chunk[1][off:off + g]
 
+    def plan(self, step_start: int, steps: int) -> None:
+        """The order of `steps` steps from `step_start` in one call: a worker's run, not the other
+        workers' steps between its runs (which a chunk ahead would compute too). Not when streaming:
+        the prefetch looks through the coming steps, one order call each outside the chunk ahead."""
+        if self.spec.remote is None:
+            self.chunk = (step_start, self.order.blocks(step_start, self.spec.global_batch * steps))
+
+    def hash_at(self, step_start: int) -> str:
+        return batch_hash(self.global_ids(step_start))
+
     def rank_ids(self, step_start: int, ahead: bool = False) -> np.ndarray:
         per = self.spec.global_batch // self.spec.world
         return self.global_ids(step_start, ahead)[self.spec.rank * per:(self.spec.rank + 1) * per]
 
     def _keys_at(self, step_start: int) -> list[int]:
         """The shards this reader reads at a step, in the order read() visits them."""
+        if self.serves is not None and not self.serves(step_start):
+            return []
         ids = self.rank_ids(step_start, ahead=True)
         return np.unique(ids[:, 0] * (1 << 32) + ids[:, 1]).tolist()
 
-    def batch(self, step_start: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def tokens(self, step_start: int, dtype=np.int64, out: np.ndarray | None = None) -> np.ndarray:
+        """This rank's blocks of the step at `step_start`, [global_batch // world, seq_len + 1]."""
         ids = self.rank_ids(step_start)
         if self.spec.remote is not None:
-            self.fetch().advance(step_start, self._keys_at, self.workers * self.spec.global_batch)
-        arr = torch.from_numpy(self.read(ids))
+            self.fetch().advance(step_start, self._keys_at, self.spec.global_batch)
+        return self.read(ids, dtype, out)
+
+    def batch(self, step_start: int) -> tuple[torch.Tensor, torch.Tensor]:
+        arr = torch.from_numpy(self.tokens(step_start))
         return arr[:, :-1], arr[:, 1:]
-
-
-class _Steps(torch.utils.data.IterableDataset):
-    """DataLoader worker path: worker w yields steps first + w, first + w + num_workers, ..."""
-
-    def __init__(self, spec: Spec, first_block: int):
-        self.spec, self.first_block = spec, first_block
-
-    def __iter__(self):
-        info = torch.utils.data.get_worker_info()
-        w, nw = (info.id, info.num_workers) if info else (0, 1)
-        reader = Reader(self.spec, workers=nw)
-        step = w
-        while True:
-            yield reader.batch(self.first_block + step * self.spec.global_batch)
-            step += nw
 
 
 class Loader:
@@ -263,13 +268,13 @@ class Loader:
         g = self.spec.global_batch
         if self.num_workers == 0:
             # lazy: each batch is read at the position reached when the consumer asks for it
-            batches = (self.reader.batch(self.blocks_consumed) for _ in itertools.count())
-        else:
-            batches = iter(torch.utils.data.DataLoader(_Steps(self.spec, self.blocks_consumed), batch_size=None,
-                                                       num_workers=self.num_workers))
-        for x, y in batches:
-            # the global batch's identity: cheap (the order is computed ahead) and logged per step
-            self.last_batch = batch_hash(self.reader.global_ids(self.blocks_consumed))
+            batches = ((*self.reader.batch(self.blocks_consumed), self.reader.hash_at(self.blocks_consumed))
+                       for _ in itertools.count())
+        else:  # the workers send each step's hash too: this process computes no order
+            rows, width, dtype = self.spec.global_batch // self.spec.world, self.reader.width, self.reader.dtype
+            batches = steps(Runs(functools.partial(Reader, self.spec), self.blocks_consumed, self.spec.global_batch,
+                                 group_for(rows, width, dtype), self.num_workers, rows, width, dtype), self.num_workers)
+        for x, y, self.last_batch in batches:  # the global batch's identity, logged per step
             if self.log:
                 self.log(f"loader: step {self.blocks_consumed // g} batch {self.last_batch}")
             self.blocks_consumed += g

@@ -116,6 +116,21 @@ def test_dataloader_workers_give_the_same_sequence(tmp_path, workers, world):
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.parametrize("group", [1, 3])
+def test_worker_runs_reuse_their_shared_slots_without_overwriting_a_step(tmp_path, monkeypatch, group):
+    """Runs of `group` steps: 25 steps on 2 workers wrap each worker's ring of 3 slots several times."""
+    import shardline.stream.loader as loader_module
+
+    monkeypatch.setattr(loader_module, "group_for", lambda *_: group)
+    sizes = {"a": [13, 11], "b": [5]}
+    root = make_shards(tmp_path, sizes)
+    mix = {"a": 0.75, "b": 0.25}
+    ref, _ = global_steps(root, sizes, mix, 25, seed=3, g=4)
+    got, _ = global_steps(root, sizes, mix, 25, seed=3, g=4, workers=2)
+    for a, b in zip(got, ref, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
 @FAST
 @given(weights=st.lists(st.integers(1, 20), min_size=1, max_size=5), start=st.integers(0, 10**12),
        n=st.integers(1, 3000))
