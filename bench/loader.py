@@ -17,7 +17,9 @@ method once, in turn, so machine noise hits all alike), and reports medians with
         64 uniformly random blocks per batch (numpy Generator, fixed seed) read by fancy
         indexing (grouped by shard file), made into the same int64 torch (x, y) [64, 256];
     (b1) the same on one memmap of all shards concatenated (a single fancy index: the ceiling);
-    (c) Loader, num_workers=2 (DataLoader worker processes), for information.
+    (c) Loader, num_workers=2 (DataLoader worker processes); its same-run ratio to (a) per
+        repeat is a verdict: PASS when the lowest repeat is >= 0.8 (GPU users turn workers on
+        first), else FAIL and exit 1.
   resume: fresh Loader + load_state_dict + first batch, at position 0 vs 0.9*N (N = all
     blocks x 5 epochs, i.e. deep in a later epoch of every source); verify="size" and "full"
     (both positions do the same verification work; the shards each first batch touched are
@@ -36,7 +38,7 @@ How to read it: the three headline ratios are same-run ratios of medians, which 
 compare across machines (targets: (a)/(b) >= 0.8, resume deep/0 <= 1.2, memory 1e9/1e6 flat).
 Absolute tokens/s on a small shared machine are noisy; quote ratios, not single times.
 
-Sanity (exit 1 on failure): every batch has x[:, 1:] == y[:, :-1]; the loader's tokens equal the
+Sanity (exit 1 on failure, as on the workers' FAIL): every batch has x[:, 1:] == y[:, :-1]; the loader's tokens equal the
 blocks `Order` names read independently from the shard files (at 0 and after a deep resume);
 the worker path yields the same batches as the in-process one; each source's first epoch is a
 permutation of its blocks; the mix holds within 1 block per source.
@@ -357,6 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     rates: dict[str, list[float]] = {m: [] for m in methods}
     steps_run: dict[str, list[int]] = {m: [] for m in methods}
     ratio_ab: list[float] = []
+    ratio_ca: list[float] = []  # workers vs in-process, same repeat
     for _ in range(args.repeats):
         for name, fn in methods.items():
             gc.collect()
@@ -366,9 +369,12 @@ def main(argv: list[str] | None = None) -> int:
             steps_run[name].append(done)
             rates[name].append(tokens / dt)
         ratio_ab.append(rates["(a) Loader, 0 workers"][-1] / rates["(b) raw memmap per shard"][-1])
+        ratio_ca.append(rates["(c) Loader, 2 workers"][-1] / rates["(a) Loader, 0 workers"][-1])
     # the consumed stream is still exact after all the timed steps
     pos_a = loader.blocks_consumed
     check_against_order((next(it_a) for _ in range(4)), order, sources, pos_a, "loader after timing")
+    check_against_order((next(it_c) for _ in range(4)), order, sources, loader_w.blocks_consumed,
+                        "workers after timing")  # their shared slots were reused many times by now
     it_c.close()
 
     # ---- resume cost, interleaved
@@ -424,6 +430,7 @@ def main(argv: list[str] | None = None) -> int:
     for m, r in rates.items():
         print(f"{m:28} {fmt_rate(r)}  {statistics.median(r) / mb:5.2f}x")
     print(f"  same-run ratio (a)/(b) per repeat: {', '.join(f'{x:.2f}' for x in ratio_ab)}")
+    print(f"  same-run ratio (c)/(a) per repeat: {', '.join(f'{x:.2f}' for x in ratio_ca)}")
     print("  steps per run (median): " + ", ".join(f"{m[:4]} {int(statistics.median(v))}" for m, v in steps_run.items()))
 
     print(f"\nwhere a step goes (us per step of {BATCH} blocks, median of {args.repeats}, min - max):")
@@ -463,6 +470,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  memory peak 1e9/1e6 blocks:                {mem[10**9]['peak'] / mem[10**6]['peak']:.2f}x   "
           f"({mem[10**6]['peak']:,} B vs {mem[10**9]['peak']:,} B)  {'flat' if flat else 'NOT FLAT'}")
 
+    workers_ok = min(ratio_ca) >= 0.8
+    print(f"  workers (c)/(a), 2 vs 0 workers:           {statistics.median(ratio_ca):.2f}x   "
+          f"({min(ratio_ca):.2f} - {max(ratio_ca):.2f} over {len(ratio_ca)} repeats; target >= 0.8 at the lowest)  "
+          f"{'PASS' if workers_ok else 'FAIL'}")
+
     if ab < 0.8 or args.profile:
         prof = cProfile.Profile()
         prof.enable()
@@ -475,8 +487,12 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(ln for ln in s.getvalue().splitlines()[4:] if ln.strip()))
 
     tmp.cleanup()
+    if not workers_ok:
+        print(f"\nFAIL: 2 DataLoader workers at {min(ratio_ca):.2f}x of in-process reads in their lowest repeat "
+              "(target >= 0.8)")
     if FAILURES:
         print(f"\n{len(FAILURES)} sanity failure(s)")
+    if FAILURES or not workers_ok:
         return 1
     print("\nsanity: OK (x/y shift, tokens = Order's blocks at 0, deep and after timing, workers = in-process, "
           "epochs are permutations, mix within 1)")
