@@ -24,7 +24,7 @@ JSONL, PARQUET = ".jsonl", ".parquet"
 FILES = "files"
 BUILTIN_TOPICS = "topics.jsonl"  # builtin://pydoc-topics's one file
 PARTIAL = ".part"           # the bytes fetched so far
-PARTIAL_NOTE = ".part.json"  # which version of an object they are of
+PARTIAL_NOTE = ".part.json"  # which version of the file they are of (an object's identity, an ETag)
 
 # a clean part (data/clean/<source>/part-NNNNN.parquet) and the files beside it
 CLEAN_PARTS = "part-*.parquet"

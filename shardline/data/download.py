@@ -34,7 +34,7 @@ from shardline.core import chaos, fsio
 from shardline.data import compressed, http, objects
 from shardline.core.config import Params, Source
 from shardline.core.errors import BadInput, ChecksumMismatch
-from shardline.core.layout import BUILTIN_TOPICS, PARTIAL, PARTIAL_NOTE, Layout
+from shardline.core.layout import BUILTIN_TOPICS, PARTIAL, PARTIAL_NOTE, Layout, partial_note_of
 from shardline.core.parallel import Mapper, per_source, thread_map
 from shardline.core.progress import Progress, Sink
 
@@ -235,6 +235,8 @@ def download_source(source: Source, params: Params, layout: Layout, log: Log = p
                 **({"revision": revisions[0]} if len(revisions) == 1 else {}),
                 "files": entries, "bytes": sum(e["bytes"] for e in entries)}
     fsio.write_json(layout.manifest(source.name), manifest)
+    for e in entries:  # the manifest records what the notes held (an HTTP file's ETag)
+        partial_note_of(files_dir / e["path"]).unlink(missing_ok=True)
     log(f"download: {source.name}: {len(entries)} file(s), {manifest['bytes'] / 1e6:.1f} MB")
     return manifest
 

@@ -3,7 +3,11 @@
 Contract: `fetch(url, dest)` either leaves a complete, fsynced `dest` (sha256-checked when a hash
 is given) or raises; `dest` never holds a partial body. Bytes in flight live in `<dest>.part`,
 which outlives failed tries and killed processes, so the next try (or run) continues it with a
-`Range` request instead of starting over. Errors follow shardline.core.errors: DownloadError with
+`Range` request instead of starting over. The server's ETag for the body goes into
+`<dest>.part.json` before any byte of it, and stays beside `dest` after promotion until the
+download stage's manifest records it: a resume asks `If-Range` with it (a changed file comes back
+whole, never spliced), and a run killed between the file and the manifest still knows which
+version of the file it holds. Errors follow shardline.core.errors: DownloadError with
 transient=True when a later retry may help (network, timeouts, 5xx, 429), transient=False when it
 cannot (other 4xx, bad URL), ChecksumMismatch when the body is not the one params.yaml names.
 
@@ -29,7 +33,7 @@ import urllib3
 
 from shardline.core import chaos, fsio
 from shardline.core.errors import ChecksumMismatch, DownloadError
-from shardline.core.layout import partial_of
+from shardline.core.layout import partial_note_of, partial_of
 
 _CHUNK = 1 << 16
 _CONTENT_RANGE = re.compile(r"bytes\s+(\d+)-(\d+)/(\d+|\*)")
@@ -86,14 +90,26 @@ def _truncate(path: Path) -> None:
     open(path, "wb").close()
 
 
-def _try_once(session: requests.Session, url: str, part: Path, timeout: float,
+def noted_etag(dest: Path, url: str) -> str | None:
+    """The ETag the note beside `dest` holds for `url` (None without one)."""
+    try:
+        note = fsio.read_json(partial_note_of(dest))
+        return note["etag"] if note.get("url") == url else None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def _try_once(session: requests.Session, url: str, dest: Path, timeout: float,
               n: _Counters, say: Callable[[str], None]) -> None:
-    """One GET continuing `part`; returns only when the part holds the whole body."""
-    offset = _size(part)
+    """One GET continuing `dest`'s part; returns only when the part holds the whole body."""
+    part = partial_of(dest)
+    offset, known = _size(part), noted_etag(dest, url)
     # Range offsets count raw bytes, so the body must arrive exactly as stored on the server.
     headers = {"Accept-Encoding": "identity"}
     if offset:
         headers["Range"] = f"bytes={offset}-"
+        if known:
+            headers["If-Range"] = known  # another version of the file comes back whole (200)
     with session.get(url, headers=headers, stream=True, timeout=timeout) as r:
         code = r.status_code
         if code == 416 and offset:
@@ -122,7 +138,10 @@ def _try_once(session: requests.Session, url: str, part: Path, timeout: float,
             total = end
         else:
             raise DownloadError(f"{url}: HTTP {code} {r.reason}; {_REMEDY}")
-        n.etag = r.headers.get("ETag") or n.etag
+        etag = r.headers.get("ETag")
+        if etag != known and (etag or mode == "wb"):  # the note names the body the part holds, before any byte
+            fsio.write_json(partial_note_of(dest), {"url": url, "etag": etag})
+        n.etag = etag or n.etag
         with open(part, mode) as raw:
             f = chaos.partway(raw, "download.body")  # a kill while the .part grows
             for chunk in r.iter_content(_CHUNK):
@@ -189,7 +208,7 @@ def fetch(url: str, dest: Path, *, sha256: str | None = None, policy: RetryPolic
     if dest.exists():
         have = fsio.sha256_file(dest)
         if want is None or have == want:
-            return FetchResult(dest, dest.stat().st_size, have, 0, 0, 0)
+            return FetchResult(dest, dest.stat().st_size, have, 0, 0, 0, noted_etag(dest, url))
         say(f"{dest}: sha256 {have} is not {want}; fetching again")
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = partial_of(dest)
@@ -199,7 +218,7 @@ def fetch(url: str, dest: Path, *, sha256: str | None = None, policy: RetryPolic
         while True:
             tries += 1
             try:
-                _try_once(session, url, part, policy.timeout_s, n, say)
+                _try_once(session, url, dest, policy.timeout_s, n, say)
                 break
             except (_Retry, *_NET_ERRORS) as exc:
                 patience.failed(tries, exc)
@@ -209,6 +228,7 @@ def fetch(url: str, dest: Path, *, sha256: str | None = None, policy: RetryPolic
     have = fsio.sha256_file(part)
     if want is not None and have != want:
         part.unlink()  # a wrong body must not be resumed by the next run
+        partial_note_of(dest).unlink(missing_ok=True)
         raise ChecksumMismatch(
             f"{dest}: sha256 mismatch for {url}: expected {want}, got {have}; "
             f"fix this source's sha256 in params.yaml (sources[].sha256) or the server's file")
