@@ -10,9 +10,13 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
+from shardline.core import stores
 from shardline.core.section_base import _Section
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+_OWN_SCHEMES = ("builtin://", "http://", "https://", "hf://")  # read by the download stage itself, not fsspec
+
 
 class Source(_Section):
     name: str
@@ -51,6 +55,8 @@ class Source(_Section):
             if uri.startswith("hf://") and not uri.startswith("hf://datasets/"):
                 problems.append(f"uri: {uri!r}: write hf://datasets/<org>/<name>@<revision>/<glob> (files as files, "
                                 "the revision pinned); datasets.load_dataset splits are no longer read")
+            elif "://" in uri and not uri.startswith(_OWN_SCHEMES) and (problem := stores.uri_problem(uri)):
+                problems.append(f"uri: {problem}")  # an unknown scheme or a missing extra, now, not mid-download
         if problems:
             raise ValueError("\n".join(problems))
         return self

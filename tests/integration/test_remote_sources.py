@@ -7,7 +7,7 @@ import json
 import pytest
 
 from shardline.core import fsio
-from shardline.core.errors import BadInput, DownloadError
+from shardline.core.errors import BadInput, ConfigError, DownloadError
 from shardline.data import download, objects
 from tests.conftest import make_project
 from harness.s3 import BUCKET, aws, client, free_port, s3_env  # noqa: F401 (fixtures)
@@ -63,12 +63,15 @@ def test_a_part_continues_only_when_it_belongs_to_the_same_object(aws, tmp_path)
 
 
 def test_store_errors_are_one_line_and_say_what_to_do(aws, tmp_path, monkeypatch, request):
-    for uri, err, says in [(f"s3://{BUCKET}/nothing/*.jsonl", BadInput, "matched no objects; fix the URL"),
-                           ("gs://bucket/x/*.jsonl", BadInput, "install gcsfs")]:
-        params, layout = make_project(tmp_path / "p", [{"name": "s", "uri": uri, "format": "jsonl"}])
-        with pytest.raises(err, match=says) as e:
-            download.run(params, layout, **QUIET)
-        assert "\n" not in str(e.value)
+    params, layout = make_project(tmp_path / "p", [{"name": "s", "uri": f"s3://{BUCKET}/nothing/*.jsonl",
+                                                    "format": "jsonl"}])
+    with pytest.raises(BadInput, match="matched no objects; fix the URL") as e:
+        download.run(params, layout, **QUIET)
+    assert "\n" not in str(e.value)
+    # a scheme whose package is missing is refused as params.yaml is read, by its field, before any download
+    with pytest.raises(ConfigError, match=r"sources\[0\]\.uri: 'gs://bucket/x/\*\.jsonl': gs:// needs a package "
+                                          r"that is not installed here; pip install gcsfs"):
+        make_project(tmp_path / "g", [{"name": "s", "uri": "gs://bucket/x/*.jsonl", "format": "jsonl"}])
     monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")  # nothing listens there
     monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
     import s3fs

@@ -30,6 +30,7 @@ or a counted quarantine, and nothing valid is lost or overwritten.
 | archive entry with ../             | not applicable: archives are not a supported source format     |
 | OSError on a path a user chose     | here: test_each_errno_is_one_line..., test_an_unwritable_* (export OUT_DIR, push-shards, loader.cache_dir, full cache disk); test_cli_errors (CLI) |
 | loader.shards_uri scheme / extra   | here: test_a_shards_uri_*                                      |
+| sources[].uri scheme               | here: test_a_source_uri_of_an_unknown_scheme_is_refused_by_its_field |
 | streaming node without data/tokenizer | here: test_a_streaming_node_without_data_tokenizer_is_told_to_copy_it |
 | explain after a killed clean stage | here: test_explain_after_a_clean_stage_killed_before_its_selections |
 | a checkpoint that does not exist   | test_cli_errors::test_every_subcommand_on_a_checkpoint_that_does_not_exist... |
@@ -284,6 +285,13 @@ def test_a_full_disk_under_the_cache_is_one_line_naming_the_cache_not_the_networ
 def test_a_shards_uri_of_an_unknown_scheme_is_refused_by_its_field(tmp_path):
     raw = small_params([{"name": "s", "uri": "x", "format": "txt"}], loader={"shards_uri": "foo://bucket/x"})
     with pytest.raises(errors.ConfigError, match=r"loader.shards_uri: 'foo://bucket/x': foo:// is not a scheme "
+                                                  r"fsspec knows"):
+        config.parse(raw)
+
+
+def test_a_source_uri_of_an_unknown_scheme_is_refused_by_its_field():
+    raw = small_params([{"name": "s", "uri": ["/data/a.txt", "foo://bucket/x"], "format": "txt"}])
+    with pytest.raises(errors.ConfigError, match=r"sources\[0\]\.uri: 'foo://bucket/x': foo:// is not a scheme "
                                                   r"fsspec knows"):
         config.parse(raw)
 
