@@ -34,7 +34,7 @@ BENCHES = [("tokenize", []), ("loader", []), ("train", []), ("pipeline", []), ("
            # the chaos suite on two seeds: each a different plan of 40 kills (name@seed: one section each)
            ("chaos@1", ["--kills", "40", "--seed", "1"]), ("chaos@2", ["--kills", "40", "--seed", "2"])]
 HEADLINE = re.compile(r"^\s*ratio |\(target|\((full|no-op)\)|identical: |^summary: |parts phase: |^\s+[1-9]\. .*\(info\)$"
-                      r"|^chaos: |^named points never fired")
+                      r"|^chaos: |^named points never fired|^\s*workers \(c\)/\(a\)")
 
 
 def _kept(report: Path) -> dict[str, str]:
