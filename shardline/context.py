@@ -10,6 +10,7 @@ folder, nothing watching": `RunContext()` is what a test or a script passes.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -38,5 +39,4 @@ class RunContext:
 
     def quiet(self) -> "RunContext":
         """The context of a rank other than 0: nothing logged, no progress."""
-        return RunContext(lambda _: None, self.mapper, None, self.run_id, self.shards_md5, None, self.new_run,
-                          self.recoverable, self.recorded)
+        return dataclasses.replace(self, log=lambda _: None, sink=None, on_step=None)
