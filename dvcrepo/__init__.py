@@ -16,6 +16,12 @@ from typing import Iterator
 
 from shardline.core import chaos
 
+# What DVC itself writes into the git work tree as it runs and records: its lock file (every
+# `dvc repro` and `dvc exp run` rewrites it), the pointer files of `dvc add`, its own folder
+# (config, `dvc remote add`), and the .gitignore beside each output. None of it is code, so the
+# lineage's `dirty` must not count it (RunContext.not_code; git pathspec globs from the root).
+NOT_CODE = ("dvc.lock", "**/*.dvc", ".dvc/**", "**/.gitignore")
+
 
 @contextlib.contextmanager
 def open_repo(root: str | Path) -> Iterator["object"]:

@@ -36,6 +36,9 @@ class RunContext:
     """Whether a checkpoint directory is kept elsewhere (DVC's cache), so it may be removed."""
     recorded: bool = False
     """The orchestrator records data/checkpoints as the run ends (DVC's commit)."""
+    not_code: tuple[str, ...] = ()
+    """What the orchestrator writes in the git work tree as it runs (DVC's dvc.lock, ...), as git
+    pathspec globs from the project root: not code, so the lineage's `dirty` ignores it."""
 
     def quiet(self) -> "RunContext":
         """The context of a rank other than 0: nothing logged, no progress."""

@@ -13,6 +13,8 @@ environment and DVC:
 - recoverable: DVC's cache holds a checkpoint (dvcrepo.in_cache), so making room loses nothing.
 - recorded: the caller's, else whether `dvc repro` runs this command (DVC_STAGE): DVC commits the
   outputs next.
+- not_code: what DVC writes in the git work tree (dvcrepo.NOT_CODE), so the lineage's code is not
+  dirty for a dvc.lock that `dvc repro` rewrote.
 
 The train-only fields stay at their defaults for the other stages. Prefect-free: `shardline
 stage` imports this on every run, and Prefect only when the stage's parts go to a task runner.
@@ -43,7 +45,7 @@ def run_context(name: str, layout: Layout, *, log: Callable[[str], None], progre
     on_step = (lambda s, n: progress(name, s / max(n, 1), f"step {s}/{n}")) if progress else None
     return RunContext(log=log, mapper=mapper, sink=sink, on_step=on_step,
                       run_id=run_id or os.environ.get("PREFECT__FLOW_RUN_ID"),
-                      shards_md5=shards_md5 or dvcrepo.shards_md5(layout),
+                      shards_md5=shards_md5 or dvcrepo.shards_md5(layout), not_code=dvcrepo.NOT_CODE,
                       new_run=bool(os.environ.get("DVC_EXP_NAME")), recoverable=dvcrepo.in_cache(layout.root),
                       recorded=bool(os.environ.get("DVC_STAGE")) if recorded is None else recorded)
 

@@ -26,10 +26,16 @@ from pathlib import Path
 from shardline.core import fsio
 from shardline.training import guard
 from shardline.core.config import Params
-from shardline.core.layout import Layout
+from shardline.core.layout import PARAMS, Layout
 
 
-def git_state(root: Path) -> dict:
+def git_state(root: Path, not_code: tuple[str, ...] = ()) -> dict:
+    """The commit checked out at `root` and whether a tracked file that is code differs from it
+    (staged or not; anywhere in the repo). Not code, whoever runs the line: params.yaml (the
+    lineage records its sections by value) and data/ (the line's outputs, their ignore lists).
+    What an orchestrator writes besides as it runs (DVC's lock file, which a fresh clone's first
+    run rewrites before training starts) only the orchestrator knows: `not_code`, git pathspec
+    globs from `root` (RunContext.not_code). Without them, that first run already says dirty."""
     def git(*args: str) -> str | None:
         try:
             r = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=10)
@@ -37,8 +43,13 @@ def git_state(root: Path) -> dict:
             return None
         return r.stdout.strip() if r.returncode == 0 else None
 
+    layout = Layout.at(root)
+    skip = (PARAMS, f"{layout.rel(layout.data)}/**", *not_code)
     commit = git("rev-parse", "HEAD")
-    status = git("status", "--porcelain", "--untracked-files=no")
+    # ":(top)": the whole repo, as before; the exclusions are relative to root (a project may sit
+    # in a subfolder of its repo)
+    status = git("status", "--porcelain", "--untracked-files=no", "--", ":(top)",
+                 *(f":(exclude,glob){p}" for p in skip))
     return {"commit": commit, "dirty": bool(status) if status is not None else None}
 
 
@@ -55,7 +66,7 @@ def sources(params: Params, layout: Layout) -> list[dict]:
 def collect(params: Params, layout: Layout, shards_version: str, *, parent: str | None = None,
             run_id: str | None = None, shards_md5: str | None = None, data_change: list[str] | None = None,
             continued_from: dict | None = None, rollbacks: list[dict] | None = None, model: dict | None = None,
-            init: dict | None = None) -> dict:
+            init: dict | None = None, not_code: tuple[str, ...] = ()) -> dict:
     meta = fsio.read_json(layout.tokenizer_meta) if layout.tokenizer_meta.exists() else {}
     sections = {k: params.section(k) for k in ("model", "train", "loader", "shard", "tokenizer")}
     return {
@@ -71,7 +82,7 @@ def collect(params: Params, layout: Layout, shards_version: str, *, parent: str 
         "mix": params.mix,
         "sources": sources(params, layout),
         "params": {**sections, "model": model or sections["model"]},  # the model as built (init_from's shape)
-        "code": git_state(layout.root),
+        "code": git_state(layout.root, not_code),  # not_code: what the orchestrator writes
         "run": {"prefect_flow_run_id": run_id},
         "parent": parent,
         "data_change": data_change or [],

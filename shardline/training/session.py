@@ -141,7 +141,8 @@ def start(params: Params, layout: Layout, ctx: RunContext, device: torch.device,
     pending = [e for e in ledger if e["n"] > origin.known]  # rollbacks this timeline has not recorded yet
     lin = lineage.collect(params, layout, loader.version, parent=origin.parent, run_id=ctx.run_id,
                           shards_md5=ctx.shards_md5, data_change=origin.changed, continued_from=origin.continued_from,
-                          rollbacks=ledger, model=network.section, init=init if latest is None else origin.init)
+                          rollbacks=ledger, model=network.section, init=init if latest is None else origin.init,
+                          not_code=ctx.not_code)
     if dist.rank == 0:
         metrics.parent.mkdir(parents=True, exist_ok=True)
         truncate_records(metrics, state.step)

@@ -52,10 +52,22 @@ def trained(tmp_path_factory) -> Path:
     write_params(root, small_params([{"name": n, "uri": str(inputs / n), "format": "txt"} for n in ("code", "more")],
                                     mix={"code": 0.75, "more": 0.25}, train={"steps": 8, "checkpoint_every": 4},
                                     eval={"every": 4, "blocks": 16}))
+    # as a fresh clone: committed, with a dvc.lock of another machine's run (here, of none yet), which
+    # the first `dvc repro` rewrites before training starts
+    (root / "dvc.lock").write_text("schema: '2.0'\nstages: {}\n")
+    run(["git", "add", "-A"], root)
+    run(["git", "commit", "-qm", "cloned"], root)
     run([DVC, "repro"], root)
     run(["git", "add", "-A"], root)
     run(["git", "commit", "-qm", "trained"], root)
     return root
+
+
+def test_a_fresh_clones_first_repro_records_its_code_as_clean(trained):
+    """dvc.lock is DVC's bookkeeping, not code: the lineage names the clone's commit, not dirty."""
+    lin = json.loads(run([str(BIN / "shardline"), "lineage", "latest", "--json"], trained).stdout)
+    cloned = run(["git", "rev-parse", "HEAD~1"], trained).stdout.strip()
+    assert lin["code"] == {"commit": cloned, "dirty": False}
 
 
 def test_experiments_train_fresh_models_and_compare(trained, tmp_path):
@@ -68,6 +80,7 @@ def test_experiments_train_fresh_models_and_compare(trained, tmp_path):
     a_files = checkpoint_files(root)
     lin = json.loads(run([str(BIN / "shardline"), "lineage", "latest", "--json"], root).stdout)
     assert lin["mix"] == {"code": 0.6, "more": 0.4} and lin["parent"] == "step-000000004"
+    assert lin["code"]["dirty"] is False  # -S rewrote params.yaml, which the lineage records by value
     run([DVC, "exp", "run", "-n", "mix-b", "-S", "mix.code=0.2", "-S", "mix.more=0.8"], root)
     shown = exps(root)
     assert shown["mix-a"]["params"]["mix"] == {"code": 0.6, "more": 0.4}
