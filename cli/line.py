@@ -61,8 +61,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         server = contextlib.nullcontext()  # a server is already up on that port: use it
         log(f"serve: using the Prefect server already on 127.0.0.1:{args.port}")
     except OSError:
-        server = local_server(home, args.port)
-        log(f"serve: starting a Prefect server on 127.0.0.1:{args.port} (state in {home})")
+        server = local_server(home, args.port, ui=True)  # the UI, where a person reads the evidence card
+        log(f"serve: starting a Prefect server on 127.0.0.1:{args.port} (state in {home}); "
+            f"UI: http://127.0.0.1:{args.port}")
     with server:
         from flows.deploy import serve_line
 

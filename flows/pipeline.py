@@ -17,10 +17,14 @@ stage (DVC skips the finished ones) and inside it (parts, checkpoints on disk).
 
 from __future__ import annotations
 
+import base64
+import mimetypes
 import os
+import re
 import subprocess
 import time
 from pathlib import Path
+from uuid import UUID
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
@@ -80,9 +84,33 @@ def _run_line(root: str, params_file: str, force: tuple[str, ...] = ()) -> dict:
         chaos.point("pipeline.between", group=True)  # under `shardline serve`, the runner dies too
     card = Layout.at(root).evidence
     if card.exists():
-        create_markdown_artifact(card.read_text() + _run_notes(report), key="evidence-card",
-                                 description="Shardline evidence card")
+        publish_card(card, _run_notes(report))
     return report
+
+
+def publish_card(card: Path, notes: str = "") -> UUID:
+    """The evidence card as the `evidence-card` markdown artifact, `notes` after it, its images
+    inside it (`embed_images`)."""
+    return create_markdown_artifact(embed_images(card.read_text(), card.parent) + notes, key="evidence-card",
+                                    description="Shardline evidence card")
+
+
+IMAGE_LINK = re.compile(r"(!\[[^\]]*\]\()([^)\s]+)(\))")  # ![alt](target)
+
+
+def embed_images(markdown: str, folder: Path) -> str:
+    """Each image `markdown` links by a relative path (the card's train.png) as a data: URI of its
+    bytes. Why: the Prefect UI renders the markdown in the browser, which cannot reach a file beside
+    the card, so the link shows a broken image; both of its UIs allow data:image/ URIs in an
+    image's src (tests/integration/test_prefect_ui.py opens them). The card on disk keeps its
+    link: a small, diffable file."""
+    def embed(m: re.Match) -> str:
+        path = folder / m.group(2)
+        kind = mimetypes.guess_type(path.name)[0] or ""
+        if ":" in m.group(2) or not kind.startswith("image/") or not path.is_file():
+            return m.group(0)  # a URL (the UI reaches it itself), or nothing to embed
+        return f"{m.group(1)}data:{kind};base64,{base64.b64encode(path.read_bytes()).decode()}{m.group(3)}"
+    return IMAGE_LINK.sub(embed, markdown)
 
 
 def _run_notes(report: dict) -> str:

@@ -3,7 +3,8 @@
 Contract: `local_server(home)` starts `prefect server start` bound to loopback with analytics
 off, waits until /api/health answers, yields the environment a client needs
 (PREFECT_API_URL, PREFECT_HOME, ...), and stops the server on exit. Tests and benchmarks use
-it; so does `shardline server` (foreground, for people).
+it without the UI; `shardline serve` (for people) and the UI's own test with it, on the same
+port as the API (http://127.0.0.1:<port>/).
 """
 
 from __future__ import annotations
@@ -33,11 +34,13 @@ def server_env(home: str | Path, port: int) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def local_server(home: str | Path, port: int | None = None, timeout: float = 120) -> Iterator[dict[str, str]]:
+def local_server(home: str | Path, port: int | None = None, timeout: float = 120,
+                 ui: bool = False) -> Iterator[dict[str, str]]:
     home = Path(home)
     home.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
-    env = {**server_env(home, port), "PREFECT_UI_ENABLED": "false"}
+    # the UI only when asked: only a person (`shardline serve`) or the UI's own test opens it
+    env = {**server_env(home, port), "PREFECT_UI_ENABLED": str(ui).lower()}
     prefect = Path(sys.executable).with_name("prefect")
     with open(home / "server.log", "ab") as log:
         proc = subprocess.Popen([str(prefect), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
