@@ -23,10 +23,14 @@ import sys
 from pathlib import Path
 
 ENGINE = "PyQt6.QtWebEngineWidgets"
-# no display here or in CI; no GPU; and Chromium refuses its sandbox as root (CI runs as root):
-# the pages opened are our own, on 127.0.0.1
-ENV = {"QT_QPA_PLATFORM": "offscreen", "QTWEBENGINE_DISABLE_SANDBOX": "1",
-       "QTWEBENGINE_CHROMIUM_FLAGS": "--disable-gpu --no-first-run --disable-extensions"}
+# No display here or in CI; no GPU; Chromium refuses its sandbox as root (CI runs as root), and the
+# pages opened are our own, on 127.0.0.1. Nothing leaves the machine: every request but to loopback
+# goes to a proxy on a closed loopback port, so no host name is even looked up (Prefect's v2 UI asks
+# for its analytics host, amplitude.com, with analytics off), and Chromium's own background traffic
+# is off. (Qt WebEngine takes Chromium's flags from this variable, split at spaces.)
+FLAGS = ("--disable-gpu --no-first-run --disable-extensions --disable-background-networking --disable-sync "
+         "--disable-component-update --disable-quic --proxy-server=http://127.0.0.1:9")
+ENV = {"QT_QPA_PLATFORM": "offscreen", "QTWEBENGINE_DISABLE_SANDBOX": "1", "QTWEBENGINE_CHROMIUM_FLAGS": FLAGS}
 
 
 def missing() -> str | None:
