@@ -2,7 +2,8 @@
 
 Contract: a CHECKPOINT argument is a step-NNNNNNNNN directory, its name under data/checkpoints, or
 `latest` (the newest valid one); an invalid one is refused with why, one that does not exist with
-the names that do, each with the command that lists them. Each command reads only; the engine's
+the names that do, each with the command that lists them. Each command reads only, but for
+`eval --tasks`, which keeps its results in data/metrics (shardline.results.judge_tasks); the engine's
 results/ and training/ modules do the work, imported (torch with them) only once the checkpoint
 is found, so a mistyped one is refused at once.
 """
@@ -69,6 +70,8 @@ def cmd_lineage(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     layout = Layout.at(args.root)
+    if args.tasks:
+        return _eval_tasks(args, layout)
     params = config.load(Path(layout.root, args.params))
     path = _checkpoint(layout, args.checkpoint)  # refused in a blink: before torch is imported
 
@@ -76,6 +79,29 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     result = judge.judge(path, params, layout)
     print(json.dumps(result, indent=2) if args.json else judge.describe(result))
+    return 0
+
+
+def _eval_tasks(args: argparse.Namespace, layout: Layout) -> int:
+    specs = [t.strip() for group in args.tasks for t in group.split(",") if t.strip()]
+    for flag, n in (("--limit", args.limit), ("--batch-size", args.batch_size)):
+        if n is not None and n < 1:
+            raise ShardlineError(f"{flag}: {n}; give a whole number >= 1")
+    if not specs:
+        raise ShardlineError("--tasks: no task named; give lm-eval task names or task YAML paths, comma-separated")
+    path = _checkpoint(layout, args.checkpoint)
+
+    from shardline.results.judge_tasks import judge_tasks
+    from shardline.training.downstream import describe
+
+    r = judge_tasks(path, layout, specs, limit=args.limit, batch_size=args.batch_size)
+    if args.json:
+        print(json.dumps(r, indent=2))
+    else:
+        print(f"{r['checkpoint']} (step {r['step']}) on {len(r['tasks'])} task(s)"
+              + (f", {args.limit} examples each at most" if args.limit else ""))
+        print(describe(r["tasks"]))
+    log(f"eval: kept in {r['kept']}; eval.json shows them" if r["kept"] else f"eval: not kept in eval.json: {r['why']}")
     return 0
 
 

@@ -14,6 +14,7 @@
   shardline explain DOC_ID  why the clean stage dropped a document (rule, value, limit), or where it kept it
   shardline lineage CKPT    what a checkpoint was trained on (data version, mix, rules, code) and its eval
   shardline eval CKPT       its loss and bits per byte on the current held-out shards
+  shardline eval CKPT --tasks T   its scores on lm-eval tasks (names or task YAMLs), into eval.json
   shardline export CKPT OUT a Hugging Face transformers model directory (Llama or GPT-2, safetensors, tokenizer,
                             lineage.json, model card)
   shardline sample CKPT     continue --prompt TEXT (greedy with --temperature 0, or seeded sampling)
@@ -83,9 +84,17 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--source", help="the source, when two have a file of that name")
     s.add_argument("--json", action="store_true", help="the verdict as JSON")
     s.set_defaults(fn=cmd_explain)
-    s = sub.add_parser("eval", help="loss and bits per byte of a checkpoint on the current held-out shards")
+    s = sub.add_parser("eval", help="loss and bits per byte of a checkpoint on the current held-out shards, or "
+                       "its scores on downstream tasks (--tasks)")
     s.add_argument("checkpoint", help=CHECKPOINT_HELP)
     s.add_argument("--json", action="store_true", help="the full result as JSON")
+    s.add_argument("--tasks", action="append", metavar="TASKS",
+                   help="instead: run lm-evaluation-harness on the checkpoint's Hugging Face export, in this process: "
+                   "lm-eval task names or task YAML paths, comma-separated (repeatable); the results go into "
+                   "data/metrics/eval.json. Needs pip install -e '.[tasks]'")
+    s.add_argument("--limit", type=int, metavar="N", help="--tasks: at most N examples per task (the first ones)")
+    s.add_argument("--batch-size", type=int, default=1, metavar="N", help="--tasks: lm-eval's batch size (default 1, "
+                   "as lm-eval's own)")
     s.set_defaults(fn=cmd_eval)
     s = sub.add_parser("export", help="write a checkpoint as a Hugging Face transformers model directory",
                        description="Write OUT_DIR: model.safetensors + config.json (LlamaForCausalLM, Qwen3ForCausalLM with "

@@ -36,8 +36,9 @@ def pytest_configure(config):
 # short ones fill in at the end instead of one long file finishing alone.
 LONGEST_FIRST = ("test_orchestration.py", "test_experiments.py", "test_train.py", "test_distributed.py",
                  "test_chaos.py", "test_sharded.py", "test_guard.py", "test_evaluate.py", "test_line.py",
-                 "test_runners.py", "test_workpool.py", "test_export.py", "test_s3.py", "test_recompute.py",
-                 "test_init_from.py", "test_brought_tokenizers.py", "test_cli_errors.py", "test_pinned_line.py")
+                 "test_runners.py", "test_workpool.py", "test_tasks.py", "test_export.py", "test_s3.py",
+                 "test_recompute.py", "test_init_from.py", "test_brought_tokenizers.py", "test_cli_errors.py",
+                 "test_pinned_line.py")
 
 
 def pytest_collection_modifyitems(session, config, items):

@@ -48,6 +48,9 @@ STEP_DIRS = "step-*"         # a checkpoint directory, step-NNNNNNNNN (step_dir)
 
 # data/metrics/'s files for DVC plots and metrics (derived from train.jsonl)
 TRAIN_CSV, EVAL_CSV, EVAL_JSON = "train.csv", "eval.csv", "eval.json"
+TASKS_JSON = "tasks.json"  # what `shardline eval --tasks` measured, per checkpoint (merged into eval.json)
+# an eval.tasks entry (or --tasks) ending so is a task YAML file, not an lm-eval task name
+TASK_YAML = (".yaml", ".yml")
 
 # a Hugging Face model directory (an export, train.init_from)
 HF_CONFIG = "config.json"
@@ -174,6 +177,17 @@ class Layout:
     @property
     def train_summary(self) -> Path:
         return self.metrics / "train.json"
+
+    @property
+    def scratch(self) -> Path:
+        """The line's temporary directories (downstream tasks' exports): in the project, not /tmp, as an
+        export is the model's size again."""
+        return self.root / ".shardline" / "tmp"
+
+    @property
+    def tasks_record(self) -> Path:
+        """`shardline eval --tasks` results per checkpoint, merged into eval.json while they are this run's."""
+        return self.metrics / TASKS_JSON
 
     # report
     @property

@@ -145,11 +145,34 @@ class Eval(_Section):
     drift_tolerance: float = Field(0.02, ge=0)
     """The evidence card flags 'metric drift' when a source's val loss rises by more than this
     fraction between two consecutive evals."""
+    tasks: tuple[str, ...] = ()
+    """Downstream tasks run by lm-evaluation-harness on the model's Hugging Face export at
+    checkpoints during training (`pip install -e '.[tasks]'`): lm-eval task names
+    (`hellaswag`, offline: their data must be in the Hugging Face cache) or paths to task YAML
+    files (relative to the project root). Their results join the held-out eval of that step, so
+    they need eval.every > 0. Empty: none (`shardline eval CKPT --tasks` still works)."""
+    tasks_every: int = Field(1, ge=1)
+    """Run eval.tasks at every this-many-th checkpoint (1: at each; the checkpoint at
+    train.checkpoint_every x tasks_every steps, ...), and always at the last step."""
+    tasks_limit: int | None = Field(None, ge=1)
+    """At most this many examples per task, the first ones (lm-eval's --limit, for speed; its
+    results are then not comparable with a full run's). None: every example."""
+    tasks_batch_size: int = Field(1, ge=1)
+    """lm-eval's batch size. 1, lm-eval's own default, scores each example alone: its numbers are
+    those of lm-eval's command run with its defaults on the exported directory."""
 
     @model_validator(mode="after")
     def _check(self) -> "Eval":
         if self.min_docs > self.max_docs:
             raise ValueError(f"min_docs: {self.min_docs} must be <= max_docs ({self.max_docs})")
+        for i, task in enumerate(self.tasks):
+            if not task.strip():
+                raise ValueError(f"tasks[{i}]: empty; give an lm-eval task name or a task YAML path")
+            if task in self.tasks[:i]:
+                raise ValueError(f"tasks[{i}]: {task!r} is listed twice")
+        if self.tasks and not self.every:
+            raise ValueError("tasks: task results join the held-out eval at checkpoints, which eval.every: 0 turns "
+                             "off; set eval.every > 0, or tasks: []")
         if self.every and self.fraction == 0 and self.min_docs == 0:
             raise ValueError("every: evaluation needs held-out documents, but fraction and min_docs are 0; "
                              "set eval.fraction or eval.min_docs, or eval.every: 0")

@@ -6,7 +6,8 @@ Contract:
   Qwen3ForCausalLM for llama with qk_norm: shardline.model.hf), generation_config.json, tokenizer.json (the
   checkpoint's own, byte for byte), tokenizer_config.json, special_tokens_map.json,
   lineage.json (the manifest's lineage: what `shardline lineage --json` prints) and README.md
-  (the model card, `shardline.results.card`). `AutoModelForCausalLM.from_pretrained(OUT)` and
+  (the model card, `shardline.results.card`); all but the last two as shardline.model.hf_dir writes
+  them. `AutoModelForCausalLM.from_pretrained(OUT)` and
   `AutoTokenizer.from_pretrained(OUT)` load it offline.
 - The mapping is exact, not approximate (shardline.model.hf): the same graphs, the same names or
   a fixed transpose. In fp32 on CPU the export's logits in transformers are bit-identical to ours,
@@ -44,14 +45,11 @@ import os
 import shutil
 from pathlib import Path
 
-from safetensors.torch import save as safetensors_bytes
 from shardline.core import fsio
 from shardline.results import card
-from shardline.data import tokenizer as toks
 from shardline.core.errors import BadInput, on_path
-from shardline.core.layout import (HF_CARD, HF_CONFIG, HF_GENERATION_CONFIG, HF_LINEAGE, HF_SPECIAL_TOKENS,
-                                   HF_TOKENIZER, HF_TOKENIZER_CONFIG, HF_WEIGHTS, Layout)
-from shardline.model import hf
+from shardline.core.layout import HF_CARD, HF_CONFIG, HF_LINEAGE, Layout
+from shardline.model import hf_dir
 from shardline.results.trained import bos_token, eos_token, load_model, tokenizer_file
 
 
@@ -77,11 +75,6 @@ def export(path: Path, out: Path, layout: Layout, force: bool = False) -> Path:
         if asides and not out.exists():  # killed between the two renames of a --force: the previous export is back
             os.rename(asides.pop(), out)
         _check_out(out, force)
-    tok = toks.load(tok_path)
-    eos, bos = eos_token(manifest), bos_token(manifest)
-    eos_id = toks.token_id(tok, eos)
-    bos_id = toks.token_id(tok, bos) if bos else None
-    tensors, config = hf.to_hf(model, eos_id, bos_id)
     name = Path(path).resolve().name
     with on_path(out, "OUT_DIR"):  # a full disk, a quota, a read-only file system: one line naming OUT_DIR
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -90,24 +83,13 @@ def export(path: Path, out: Path, layout: Layout, force: bool = False) -> Path:
         tmp, aside = fsio.temp_name(out), fsio.temp_name(out.with_name(out.name + ".old"))
         tmp.mkdir()
         try:
-            # bytes, then fsio's fsynced write like every other file (save_file would not fsync); "format": "pt"
-            # is what transformers' loader checks for
-            fsio.write_bytes(tmp / HF_WEIGHTS, safetensors_bytes(tensors, metadata={
-                "format": "pt", "shardline_checkpoint": name, "step": str(manifest["step"])}))
-            fsio.write_json(tmp / HF_CONFIG, config)
-            # pad = eos: GPT-2's convention, so generate() pads finished rows of a batch without asking
-            fsio.write_json(tmp / HF_GENERATION_CONFIG, {"bos_token_id": config["bos_token_id"],
-                                                         "eos_token_id": eos_id, "pad_token_id": eos_id,
-                                                         "do_sample": False})
-            if fsio.copy_file(tok_path, tmp / HF_TOKENIZER) != manifest["lineage"]["data_version"]["tokenizer_sha256"]:
+            config, copied = hf_dir.write(tmp, model, tok_path, eos_token(manifest), bos_token(manifest),
+                                          {"shardline_checkpoint": name, "step": str(manifest["step"])})
+            if copied != manifest["lineage"]["data_version"]["tokenizer_sha256"]:
                 raise BadInput(f"{layout.rel(tok_path)} changed while being exported; re-run the export")
-            specials = {"bos_token": bos or eos, "eos_token": eos}
-            fsio.write_json(tmp / HF_TOKENIZER_CONFIG, {"tokenizer_class": "PreTrainedTokenizerFast", **specials,
-                                                        "model_max_length": model.cfg.seq_len,
-                                                        "clean_up_tokenization_spaces": False})
-            fsio.write_json(tmp / HF_SPECIAL_TOKENS, specials)
             fsio.write_json(tmp / HF_LINEAGE, manifest["lineage"])
-            fsio.write_bytes(tmp / HF_CARD, card.render(name, manifest, state, model, eos_id, config).encode())
+            fsio.write_bytes(tmp / HF_CARD, card.render(name, manifest, state, model, config["eos_token_id"],
+                                                        config).encode())
             fsio.fsync_dir(tmp)
             if out.exists():
                 os.rename(out, aside)

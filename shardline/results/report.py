@@ -4,8 +4,9 @@ Contract: a pure function of the line's artifacts (shard indexes, clean stats, t
 metrics, checkpoints and their manifests): same inputs, same card. It states the data version
 and lineage; the held-out split (documents, bytes, tokens and blocks per source); shards (count
 per source, balance, the resume point); held-out evaluation (val loss and bits per byte per
-source over steps, in a table and the plot) and, when the run continued from a checkpoint of
-another data version or mix, a before/after table per source on the same held-out set;
+source over steps, in a table and the plot), the latest downstream task results (eval.json's
+"tasks": training's and `shardline eval --tasks`'s) and, when the run continued from a checkpoint
+of another data version or mix, a before/after table per source on the same held-out set;
 throughput (median tokens/s, p95 step time, data-wait share, MFU); checkpoints (saved, valid,
 resumed from); failure modes seen (resumes, torn checkpoints skipped, quarantined records, steps
 the training guards skipped and their rollbacks, slow steps and their cause, metric drift: a source's val loss rising more than
@@ -22,9 +23,9 @@ from typing import Callable
 
 from shardline.core import fsio
 from shardline.data.clean import split
-from shardline.training import checkpoint, guard
+from shardline.training import checkpoint, guard, task_results
 from shardline.core.config import Params
-from shardline.core.layout import MANIFEST, TRAIN_STATE, Layout
+from shardline.core.layout import EVAL_JSON, MANIFEST, TRAIN_STATE, Layout
 from shardline.core.shardformat import read_index
 from shardline.stream.mixing import Schedule
 from shardline.training.monitor import eval_rows, eval_sources, read_records, summarize
@@ -219,6 +220,10 @@ def build(params: Params, layout: Layout) -> str:
 
     rows = read_records(layout.train_log)
     lines += [""] + _evaluation(rows, manifest)
+    metric = layout.metrics / EVAL_JSON  # training's task results and `shardline eval --tasks`'s, merged
+    tasks = fsio.read_json(metric).get("tasks") if metric.exists() else None
+    if tasks:
+        lines += ["## Downstream tasks (lm-evaluation-harness)", ""] + task_results.table(tasks) + [""]
     lines += ["## Throughput", ""]
     if rows:  # the figures of data/metrics/train.json (monitor.summarize), so the two never disagree
         sm = summarize(rows, params.loader.global_batch * params.shard.seq_len)

@@ -11,8 +11,9 @@ Contract:
   without NVML), slow (None, "input-bound" or "compute-bound"), plus what the caller passes in
   `extra` (the batch hashes; grad_norm, before clipping; `guard`: "skip" or "spike" when the
   training guards flagged the step; `skipped_batches` a rollback set aside before it; `rollbacks`,
-  on the first step after one; `eval`, the held-out evaluation done at this step, timed apart from
-  step_s). Non-finite floats are written as null, nested ones too, so every line is strict JSON.
+  on the first step after one; `eval`, the held-out evaluation done at this step, with its downstream
+  `tasks` where they ran, timed apart from step_s). Non-finite floats are written as null, nested
+  ones too, so every line is strict JSON.
 - MFU = flops_per_token * tokens_per_s / peak_flops. tokens_per_step and peak_flops must
   describe the same hardware (one rank, or the whole job). Without peak_flops it is an
   *estimate*: dense bf16 datasheet peak by CUDA device name (fallback: A100's), or on CPU
@@ -44,7 +45,8 @@ if TYPE_CHECKING:  # imported where a device is asked about: the report reads re
     import torch
 
 from shardline.core import fsio
-from shardline.core.layout import EVAL_CSV, EVAL_JSON, TRAIN_CSV
+from shardline.core.layout import EVAL_CSV, EVAL_JSON, TASKS_JSON, TRAIN_CSV
+from shardline.training import task_results
 
 MIN_KNOWN = 5  # fewer step times than this give a median too noisy to call anything slow
 
@@ -271,7 +273,8 @@ def eval_sources(evals: list[dict]) -> list[str]:
 
 def write_derived(rows: list[dict], out: Path) -> None:
     """DVC plots read CSV, not JSON lines: train.csv (step, loss, lr, tokens/s) and eval.csv (step,
-    val loss and bits per byte, in total and per source); eval.json is the latest evaluation."""
+    val loss and bits per byte, in total and per source); eval.json is the latest evaluation, with
+    "tasks" when downstream tasks ran (shardline.training.task_results.latest)."""
     def cell(v) -> str:  # a non-finite loss (a skipped step) is null in JSON, an empty cell here
         return "" if v is None else str(v)
 
@@ -287,7 +290,9 @@ def write_derived(rows: list[dict], out: Path) -> None:
         per = [e["sources"].get(n, {}).get(k, "") for n in names for k in ("loss", "bpb")]
         lines.append(",".join(str(v) for v in [r["step"], e["total"]["loss"], e["total"]["bpb"], *per]))
     fsio.write_bytes(out / EVAL_CSV, ("\n".join(lines) + "\n").encode())
-    fsio.write_json(out / EVAL_JSON, eval_metrics(evals[-1]["step"], evals[-1]["eval"]) if evals else {"step": None})
+    metric = eval_metrics(evals[-1]["step"], evals[-1]["eval"]) if evals else {"step": None}
+    tasks = task_results.latest(rows, task_results.read(out / TASKS_JSON))  # training's, `shardline eval --tasks`'s
+    fsio.write_json(out / EVAL_JSON, {**metric, "tasks": tasks} if tasks else metric)
 
 
 def eval_metrics(step: int, ev: dict) -> dict:

@@ -25,6 +25,8 @@ Contract:
 - Held-out eval (shardline.training.evaluate) every eval.every steps, at every checkpoint and the last
   step, after the update and before the step's record: it goes into that record, eval.json and
   the checkpoint's manifest. It touches no RNG stream: eval on or off, training is identical.
+  Downstream tasks (eval.tasks, shardline.training.downstream) join it at the checkpoints
+  eval.tasks_every names, under the same rule.
 - Every saved checkpoint is hard-linked under .shardline/kept/<identity>/, so a checkout that
   replaces data/checkpoints never takes the only copy. The links go when the run ends under an
   orchestrator that records data/checkpoints right after (`recorded`: DVC commits it), when
@@ -63,6 +65,7 @@ from shardline.core.errors import BadInput
 from shardline.core.layout import Layout
 from shardline.training import guard
 from shardline.training.dist import Dist, grad_norm, relaunch_under_torchrun
+from shardline.training.downstream import Downstream
 from shardline.training.evaluate import compact, due
 from shardline.training.guard import RolledBack, Trouble
 from shardline.training.monitor import Monitor, read_records, summarize, write_derived
@@ -126,6 +129,7 @@ def _train(params: Params, layout: Layout, ctx: RunContext, device: torch.device
     state, guards, checkpointer, monitor = session.state, session.guards, session.checkpointer, session.monitor
     target, ledger, pending, lin = session.target, session.ledger, session.pending, session.lin
     tokens_per_step = session.tokens_per_step
+    downstream = Downstream.for_training(params, layout, session)  # eval.tasks, checked before a step trains
     batches = iter(loader)
     saved = []
     if state.step >= target:
@@ -186,6 +190,7 @@ def _train(params: Params, layout: Layout, ctx: RunContext, device: torch.device
         dt = time.perf_counter() - t0
         # after the update, before the record: its time is not the step's (eval_s says what it cost)
         ev = compact(session.evaluate()) if held is not None and due(step, target, params) else None
+        ev = downstream.at(step, target, ev)  # eval.tasks at their checkpoints, outside the training RNG
         extra = {"batches": hashes, "grad_norm": float(norm),  # consumed ids, auditable; norm before clipping
                  **({"guard": verdict} if verdict != "ok" else {}), **({"skipped_batches": skipped} if skipped else {}),
                  **({"rollbacks": pending} if pending else {}), **({"eval": ev} if ev else {})}

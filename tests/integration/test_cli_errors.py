@@ -114,3 +114,16 @@ def test_every_subcommand_on_a_checkpoint_that_does_not_exist_and_an_unwritable_
     assert r.returncode == 2 and f"error: OUT_DIR {UNWRITABLE}: " in r.stderr and "Traceback" not in r.stderr
     assert results[f"push-shards {UNWRITABLE}"].stderr.startswith(f"error: push-shards {UNWRITABLE}: ")
     assert not Path(UNWRITABLE).exists()
+
+
+def test_eval_tasks_that_name_no_task_are_one_line(trained):
+    pytest.importorskip("lm_eval")  # the tasks extra, in dev
+    (trained / "notatask.yaml").write_text("just: a mapping\n")
+    for tasks, line in (("hellaswg", "error: --tasks: 'hellaswg' is not an lm-eval task (did you mean hellaswag"),
+                        ("notatask.yaml,nope.yaml", f"error: --tasks[1]: nope.yaml: no such task YAML "
+                                                    f"({trained}/nope.yaml); "),  # files are looked for first
+                        ("notatask.yaml", f"error: --tasks: {trained}/notatask.yaml: lm-eval cannot load this task (")):
+        r = run([SL, "eval", "latest", "--tasks", tasks], trained, check=False)
+        errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+        assert r.returncode == 2 and "Traceback" not in r.stderr and len(errors) == 1 and line in errors[0], r.stderr
+    assert not (trained / "data/metrics/tasks.json").exists()

@@ -35,6 +35,9 @@ or a counted quarantine, and nothing valid is lost or overwritten.
 | explain after a killed clean stage | here: test_explain_after_a_clean_stage_killed_before_its_selections |
 | a checkpoint that does not exist   | test_cli_errors::test_every_subcommand_on_a_checkpoint_that_does_not_exist... |
 | every subcommand on broken inputs  | test_cli_errors (no params.yaml, not a mapping, empty project, unwritable output) |
+| eval.tasks / --tasks: bad name, file | test_cli_errors::test_eval_tasks_that_name_no_task..., test_tasks::test_a_bad_eval_tasks... |
+| eval.tasks settings (twice, eval off) | here: test_eval_tasks_settings_are_refused_by_their_field |
+| downstream tasks without lm-eval   | here: test_downstream_tasks_without_lm_eval_name_the_extra     |
 """
 
 from __future__ import annotations
@@ -359,3 +362,25 @@ def _code(tmp_path):
     for f in stdlib_files(12):
         (src / f"{f.parent.name}_{f.name}").write_bytes(f.read_bytes())
     return src
+
+
+def test_eval_tasks_settings_are_refused_by_their_field():
+    for section, line in (({"tasks": ["arc_easy", "arc_easy"]}, r"eval\.tasks\[1\]: 'arc_easy' is listed twice"),
+                          ({"tasks": ["arc_easy"], "every": 0}, r"eval\.tasks: task results join the held-out eval at "
+                                                                r"checkpoints, which eval\.every: 0 turns off"),
+                          ({"tasks_every": 0}, r"eval\.tasks_every: must be >= 1, got 0")):
+        with pytest.raises(errors.ConfigError, match=line):
+            config.parse(small_params([{"name": "s", "uri": "x", "format": "txt"}], eval=section))
+
+
+def test_downstream_tasks_without_lm_eval_name_the_extra():
+    # lm-eval is installed here (dev extra); a fresh interpreter where importing it fails stands for one
+    # without [tasks]
+    code = ("import sys; sys.modules['lm_eval'] = None\n"
+            "from pathlib import Path\n"
+            "from shardline.core.errors import BadInput\n"
+            "from shardline.training.downstream import Tasks\n"
+            "try:\n    Tasks.open(['arc_easy'], Path('.'), 'eval.tasks[{i}]')\nexcept BadInput as e:\n    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert out.stdout == "eval.tasks: downstream tasks need lm-evaluation-harness (lm_eval is not installed); " \
+                         "pip install -e '.[tasks]'\n", out.stdout + out.stderr
