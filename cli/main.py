@@ -19,6 +19,7 @@
                             lineage.json, model card)
   shardline sample CKPT     continue --prompt TEXT (greedy with --temperature 0, or seeded sampling)
   shardline push-shards URI publish data/shards at an fsspec URL (s3://...) for loader.shards_uri
+  shardline mix-search      proxy runs over data mixes (DVC experiments), a fitted law, a recommended mix
 
 Errors from the engine are printed as one clear message (no traceback) with exit code 2;
 transient failures exit 75 (EX_TEMPFAIL) so wrappers can tell them apart. So is any OSError
@@ -39,6 +40,7 @@ from cli import log
 from cli.checkpoints import CHECKPOINT_HELP, cmd_checkpoints, cmd_eval, cmd_export, cmd_lineage, cmd_sample
 from cli.corpus import cmd_explain, cmd_push_shards
 from cli.line import cmd_pipeline, cmd_pool, cmd_serve, cmd_stage
+from cli import mixsearch
 from shardline import registry
 from shardline.core import config, fsio
 from shardline.core.errors import ShardlineError, is_transient, os_error_line
@@ -126,6 +128,7 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("push-shards", help="publish data/shards at an fsspec URL for loader.shards_uri")
     s.add_argument("uri", help="e.g. s3://bucket/project/shards (credentials from the AWS_* environment)")
     s.set_defaults(fn=cmd_push_shards)
+    mixsearch.add_parser(sub)
     return p
 
 

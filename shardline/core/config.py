@@ -23,6 +23,8 @@ from shardline.core.errors import ConfigError
 from shardline.core.layout import HF_TOKENIZER, PARAMS
 from shardline.core.sections_data import Download, Eval, Shard, Source, Tokenizer, _Section  # noqa: F401
 from shardline.core.sections_run import Loader, Model, Parts, Pipeline, Retrain, Train  # noqa: F401
+from shardline.core import sections_search
+from shardline.core.sections_search import MixSearch
 
 # The clean section is its rules' settings, assembled by the clean stage's rule registry, which
 # stands above this module (it is the clean stage's own code). It is named here, not imported, as
@@ -66,6 +68,8 @@ class Params(_Section):
     """The GPT: layers, heads, width, dropout (vocab comes from the tokenizer)."""
     train: Train = Train()
     """The training loop, checkpoints and their retention."""
+    mix_search: MixSearch = MixSearch()
+    """`shardline mix-search`: proxy runs over mixes, a fitted law per source, a recommended mix."""
 
     @field_validator("sources")
     @classmethod
@@ -92,6 +96,7 @@ class Params(_Section):
             problems.append("tokenizer.path: train.init_from brings its model's own tokenizer.json, which becomes the "
                             "line's; remove tokenizer.path (or train.init_from)")
         problems += self.tokenizer.problems(self.tokenizer_given)
+        problems += sections_search.problems(self)
         if problems:
             raise ValueError("\n".join(problems))
         return self

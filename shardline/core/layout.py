@@ -203,6 +203,20 @@ class Layout:
         return self.reports / "train.png"
 
     @property
+    def mix_search_report(self) -> Path:
+        """`shardline mix-search`'s evidence: the proxies, the fit, the recommended mix."""
+        return self.reports / "mix_search.md"
+
+    @property
+    def mix_search_plot(self) -> Path:
+        return self.reports / "mix_search.png"
+
+    @property
+    def mix_search_result(self) -> Path:
+        """The same as JSON: what a resumed search must reproduce, and what tools read."""
+        return self.reports / "mix_search.json"
+
+    @property
     def prefect_home(self) -> Path:
         """`shardline serve`'s Prefect server state."""
         return self.root / ".prefect"

@@ -1,0 +1,119 @@
+"""`shardline mix-search`: proxy runs over data mixes as DVC experiments, a law fitted to their
+per-source held-out loss, a recommended mix and its evidence (data/reports/mix_search.md).
+
+The design (which mixes, what is fitted, what is recommended) is the engine's
+(shardline.results.mixsearch, mixfit, mixreport): pure functions of params.yaml, the baseline
+commit and the proxies' measurements. This command only runs the proxies: each is `dvc exp run
+--queue -n <name>` of the train stage, run by the queue's workers (`dvc queue start`), so each
+has its lineage and shows in `dvc exp show`.
+
+Resume: a proxy is found by its name. One that `dvc exp show` lists with its eval is finished
+and never redone; one still queued or running (its worker outlives a killed search) is waited
+for; a failed one is taken off the queue and queued again; a missing one is queued. So a search
+killed at any point and run again ends with the result an unkilled one gives.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from cli import log
+from dvcrepo import experiments
+from shardline.core import config
+from shardline.core.errors import BadInput
+from shardline.core.layout import EVAL_JSON, Layout
+from shardline.results import mixreport, mixsearch
+from shardline.results.mixsearch import Proxy
+
+TARGETS = ["train"]  # a proxy needs its held-out eval (eval.json), not the evidence card the report stage writes
+POLL_S = 1.0  # the queue is asked in-process (~20 ms of CPU): a second's latency costs nothing
+
+
+def _figures(exp: dict, metric: str, names: list[str]) -> dict[str, float] | None:
+    """A finished experiment's per-source figure, None when it has no eval (it did not train)."""
+    ev = next((v for k, v in exp["metrics"].items() if k.endswith(EVAL_JSON)), None)
+    if not ev or not all(n in ev.get("sources", {}) for n in names):
+        return None
+    return {n: float(ev["sources"][n][metric]) for n in names}
+
+
+def run_proxies(root: Path, params, proxies: list[Proxy], total: int | None = None) -> dict[str, dict[str, float]]:
+    """name -> per-source figure for every proxy, running those not finished yet."""
+    names, metric = mixsearch.source_names(params), mixsearch.metric(params)
+    total = total or len(proxies)
+
+    def collect(pending: list[Proxy]) -> dict[str, dict[str, float]]:
+        shown = experiments.finished(root)
+        return {p.name: f for p in pending if p.name in shown and (f := _figures(shown[p.name], metric, names))}
+
+    have = collect(proxies)
+    todo = [p for p in proxies if p.name not in have]
+    if have:
+        log(f"mix-search: {len(have)} proxy run(s) already finished, kept: {', '.join(sorted(have))}")
+    if not todo:
+        return have
+    st = experiments.states(root)
+    experiments.remove(root, [p.name for p in todo if st.get(p.name) == experiments.FAILED])
+    fresh = [p for p in todo if st.get(p.name) not in (experiments.QUEUED, experiments.RUNNING)]
+    experiments.queue(root, [(p.name, mixsearch.settings(params, p)) for p in fresh], TARGETS)
+    log(f"mix-search: {len(fresh)} proxy run(s) queued, {len(todo) - len(fresh)} already in the queue")
+    experiments.start(root, params.mix_search.workers)
+    while todo:
+        time.sleep(POLL_S)
+        st = experiments.states(root)
+        failed = [p.name for p in todo if st.get(p.name) == experiments.FAILED]
+        if failed:
+            raise BadInput(f"proxy run {failed[0]} failed; see 'dvc queue logs {failed[0]}', then run "
+                           "'shardline mix-search' again (it queues a failed run again, keeps the finished ones)")
+        ended = [p for p in todo if st.get(p.name) == experiments.SUCCESS]
+        if not ended:
+            if not any(st.get(p.name) in (experiments.QUEUED, experiments.RUNNING) for p in todo):
+                raise BadInput(f"proxy run {todo[0].name}: no longer in the queue (removed?); run "
+                               "'shardline mix-search' again to queue it")
+            continue
+        got = collect(ended)
+        for p in ended:
+            if p.name not in got:
+                raise BadInput(f"proxy run {p.name}: finished without {EVAL_JSON} in 'dvc exp show'; check "
+                               f"'dvc queue logs {p.name}'")
+            have[p.name] = got[p.name]
+            log(f"mix-search: proxy {len(have)}/{total} finished: {p.name} "
+                f"({', '.join(f'{n} {w:.3f}' for n, w in p.mix.items())}) target "
+                f"{mixsearch.target_of(params, got[p.name]):.4f}")
+        todo = [p for p in todo if p.name not in have]
+    return have
+
+
+def cmd_mix_search(args: argparse.Namespace) -> int:
+    layout = Layout.at(args.root)
+    params = config.load(Path(layout.root, args.params))
+    proxies = mixsearch.plan(params, experiments.baseline(layout.root))
+    log(f"mix-search: {len(proxies)} proxy runs {proxies[0].name[:-3]}-00..{len(proxies) - 1:02d} around "
+        f"{', '.join(f'{n} {w:.3f}' for n, w in mixsearch.current_mix(params).items())}")
+    measured = run_proxies(layout.root, params, proxies)
+    r = mixreport.result(params, proxies, measured)
+    if args.validate or params.mix_search.validate_best:
+        best = mixsearch.validation_proxy(proxies, r["recommended"]["mix"])
+        log(f"mix-search: validating the recommended mix as {best.name}")
+        got = run_proxies(layout.root, params, [best])
+        r = mixreport.result(params, proxies, measured, (best, got[best.name]))
+    mixreport.write(r, layout)
+    rec = r["recommended"]
+    print(f"recommended mix: {', '.join(f'{n} {w:.4f}' for n, w in rec['mix'].items())} (predicted target "
+          f"{rec['predicted_target']:.4f}, {rec['predicted_gain']:+.4f} better than the current mix; leave-one-out "
+          f"error {r['fit']['loo_target_rmse']:.4f})")
+    if r["validation"]:
+        v = r["validation"]
+        print(f"validation: measured {v['measured_target']:.4f}, predicted {v['predicted_target']:.4f}")
+    print(f"report: {layout.rel(layout.mix_search_report)}")
+    return 0
+
+
+def add_parser(sub) -> None:
+    s = sub.add_parser("mix-search", help="proxy runs over data mixes (DVC experiments), a fitted law per source, "
+                       "a recommended mix and its report (params: mix_search)")
+    s.add_argument("--validate", action="store_true", help="also run the recommended mix as a proxy and report "
+                   "its measured target against the predicted one")
+    s.set_defaults(fn=cmd_mix_search)

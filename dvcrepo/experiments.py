@@ -1,0 +1,94 @@
+"""DVC experiments as `shardline mix-search` uses them: queue one by name with `-S` settings,
+start the queue's workers, ask the queue where each task stands, read finished experiments back.
+
+Queueing and starting go through the `dvc` command itself (`dvc exp run --queue`, `dvc queue
+start`), exactly as a user would type them, so each proxy is an ordinary experiment with its
+lineage (docs/experiments.md). Polling asks the queue in-process (`states`): a `dvc queue status`
+process per poll would cost a second of CPU each time, taken from the proxies' training.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from shardline.core.errors import BadInput
+
+# a queue task's status, as `dvc queue status` prints it
+QUEUED, RUNNING, SUCCESS, FAILED = "Queued", "Running", "Success", "Failed"
+
+
+def _dvc() -> str:
+    """The dvc of this environment (beside this Python), else the one on PATH."""
+    here = Path(sys.executable).parent / "dvc"
+    return str(here) if here.exists() else (shutil.which("dvc") or "dvc")
+
+
+def _run(root: Path, *args: str) -> str:
+    r = subprocess.run([_dvc(), *args], cwd=root, capture_output=True, text=True)
+    if r.returncode != 0:
+        err = (r.stderr.strip() or r.stdout.strip()).splitlines()
+        raise BadInput(f"dvc {args[0]} {args[1]}: {err[-1] if err else f'exit {r.returncode}'}; run it by hand "
+                       "to see why (a committed project after 'dvc repro' is needed: 'git commit -am trained')")
+    return r.stdout
+
+
+def baseline(root: Path) -> str:
+    """The commit experiments are queued on (HEAD): a search's proxies are experiments of it."""
+    r = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise BadInput(f"{root}: not a git repository with a commit; experiments need one ('git init', "
+                       "'dvc init', 'dvc repro', 'git add -A && git commit -m trained')")
+    return r.stdout.strip()
+
+
+def queue(root: Path, proxies: list[tuple[str, list[str]]], targets: list[str]) -> None:
+    """For each (name, settings): what `dvc exp run --queue -n NAME -S ... TARGETS` does, all in
+    one process (a `dvc` process each would spend ~2 s of CPU apiece starting up)."""
+    from dvc.exceptions import DvcException
+
+    from dvcrepo import open_repo
+
+    with open_repo(root) as repo:
+        for name, settings in proxies:
+            try:
+                repo.experiments.run(targets=targets, params=settings, queue=True, name=name)
+            except DvcException as e:
+                raise BadInput(f"dvc exp run --queue -n {name}: {e}; run it by hand to see why") from None
+
+
+def start(root: Path, jobs: int) -> None:
+    """`dvc queue start -j N`: DVC starts workers only where fewer are running."""
+    _run(root, "queue", "start", "-j", str(jobs))
+
+
+def remove(root: Path, names: list[str]) -> None:
+    """Take failed tasks out of the queue, so that a new task of the same name is the only one."""
+    if names:
+        _run(root, "queue", "remove", *names)
+
+
+def states(root: Path) -> dict[str, str]:
+    """name -> the status of its newest queue task (QUEUED, RUNNING, SUCCESS, FAILED)."""
+    from dvcrepo import open_repo
+
+    with open_repo(root) as repo:
+        tasks = sorted(repo.experiments.celery_queue.status(), key=lambda t: t["timestamp"])
+    return {t["name"]: t["status"] for t in tasks if t.get("name")}
+
+
+def finished(root: Path) -> dict[str, dict]:
+    """name -> {"rev", "params", "metrics"} for each experiment of HEAD that `dvc exp show` holds
+    with its results (a queued or failed one is not listed)."""
+    out = {}
+    for base in json.loads(_run(root, "exp", "show", "--json")):
+        for e in base.get("experiments") or []:
+            for rev in e["revs"]:
+                d = rev.get("data") or {}
+                if rev.get("name") and not rev.get("error") and (d.get("executor") or {}).get("state") in (None, "success"):
+                    out[rev["name"]] = {"rev": rev["rev"], "params": d.get("params", {}).get("params.yaml", {}).get("data"),
+                                        "metrics": {k: v.get("data") for k, v in (d.get("metrics") or {}).items()}}
+    return out
