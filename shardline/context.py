@@ -26,6 +26,8 @@ class RunContext:
     """Progress of a data stage, `sink(stage, fraction, detail)`; None: a terminal bar."""
     run_id: str | None = None
     """The orchestrator's id of this run (a Prefect flow run), recorded in the lineage."""
+    run_name: str | None = None
+    """The orchestrator's name of this run (a DVC experiment's), the trackers' run name."""
     shards_md5: str | None = None
     """The data version: the md5 DVC records for data/shards, recorded in the lineage."""
     on_step: Callable[[int, int], None] | None = None

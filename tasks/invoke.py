@@ -9,7 +9,8 @@ environment and DVC:
 - run_id: the caller's, else a Prefect flow run's (PREFECT__FLOW_RUN_ID, set in a deployment's
   flow-run process); torchrun's ranks get it as --run-id from the process that launched them.
 - shards_md5: the caller's, else the md5 dvc.lock records for data/shards.
-- new_run: `dvc exp run` marks its stage commands with DVC_EXP_NAME.
+- new_run, run_name: `dvc exp run` marks its stage commands with DVC_EXP_NAME, the experiment's name
+  (the trackers' run name).
 - recoverable: DVC's cache holds a checkpoint (dvcrepo.in_cache), so making room loses nothing.
 - recorded: the caller's, else whether `dvc repro` runs this command (DVC_STAGE): DVC commits the
   outputs next.
@@ -46,7 +47,8 @@ def run_context(name: str, layout: Layout, *, log: Callable[[str], None], progre
     return RunContext(log=log, mapper=mapper, sink=sink, on_step=on_step,
                       run_id=run_id or os.environ.get("PREFECT__FLOW_RUN_ID"),
                       shards_md5=shards_md5 or dvcrepo.shards_md5(layout), not_code=dvcrepo.NOT_CODE,
-                      new_run=bool(os.environ.get("DVC_EXP_NAME")), recoverable=dvcrepo.in_cache(layout.root),
+                      new_run=bool(os.environ.get("DVC_EXP_NAME")), run_name=os.environ.get("DVC_EXP_NAME") or None,
+                      recoverable=dvcrepo.in_cache(layout.root),
                       recorded=bool(os.environ.get("DVC_STAGE")) if recorded is None else recorded)
 
 

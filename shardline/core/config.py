@@ -2,8 +2,8 @@
 
 Contract: `load(path)` returns a `Params` or raises `ConfigError` listing *every* problem at once,
 each as `<dotted.path>: <what is wrong>` (unknown keys get a did-you-mean). The engine only ever
-sees these frozen objects, never raw dicts. One model per params section (in sections_data.py
-and sections_run.py, re-exported here; the clean section, assembled from its rules' settings, in
+sees these frozen objects, never raw dicts. One model per params section (in sections_data.py,
+sections_run.py and sections_watch.py, re-exported here; the clean section, assembled from its rules' settings, in
 shardline.data.clean.settings); the docstring under each field is its documentation.
 """
 
@@ -23,6 +23,7 @@ from shardline.core.errors import ConfigError
 from shardline.core.layout import HF_TOKENIZER, PARAMS
 from shardline.core.sections_data import Download, Eval, Shard, Source, Tokenizer, _Section  # noqa: F401
 from shardline.core.sections_run import Loader, Model, Parts, Pipeline, Retrain, Train  # noqa: F401
+from shardline.core.sections_watch import Log, Profile  # noqa: F401
 from shardline.core import sections_search
 from shardline.core.sections_search import MixSearch
 
@@ -68,6 +69,8 @@ class Params(_Section):
     """The GPT: layers, heads, width, dropout (vocab comes from the tokenizer)."""
     train: Train = Train()
     """The training loop, checkpoints and their retention."""
+    log: Log = Log()
+    """The trackers a run also reports to (TensorBoard, W&B, MLflow); none by default."""
     mix_search: MixSearch = MixSearch()
     """`shardline mix-search`: proxy runs over mixes, a fitted law per source, a recommended mix."""
 

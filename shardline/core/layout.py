@@ -53,6 +53,8 @@ TASKS_JSON = "tasks.json"  # what `shardline eval --tasks` measured, per checkpo
 TASK_YAML = (".yaml", ".yml")
 
 # a Hugging Face model directory (an export, train.init_from)
+TENSORBOARD = "tensorboard"  # <log.dir>/tensorboard/<run name>/: TensorBoard's event files
+MLFLOW_DB = "mlflow.db"      # <log.dir>/mlflow.db: MLflow's local store
 HF_CONFIG = "config.json"
 HF_WEIGHTS = "model.safetensors"
 HF_WEIGHTS_INDEX = "model.safetensors.index.json"  # the weights in shards instead
@@ -166,6 +168,14 @@ class Layout:
         return self.root / ".shardline" / "kept"
 
     @property
+    def trackers(self) -> Path:
+        """Per run identity, what each tracker holds (outside data/: a checkout cannot rewind it)."""
+        return self.root / ".shardline" / "trackers"
+
+    def tracker_state(self, tag: str) -> Path:
+        return self.trackers / f"{tag}.json"
+
+    @property
     def metrics(self) -> Path:
         return self.data / "metrics"
 
@@ -201,6 +211,11 @@ class Layout:
     @property
     def plot(self) -> Path:
         return self.reports / "train.png"
+
+    @property
+    def profiles(self) -> Path:
+        """train.profile's traces: trace-<first>-<last>.json (+ a CUDA memory snapshot)."""
+        return self.reports / "profile"
 
     @property
     def mix_search_report(self) -> Path:
@@ -332,3 +347,13 @@ def step_dirs(root: str | Path) -> list[Path]:
     """The checkpoint directories under `root`, oldest first (their names sort by step)."""
     root = Path(root)
     return sorted(p for p in root.glob(STEP_DIRS) if step_of(p) is not None) if root.exists() else []
+
+
+def profile_trace(folder: str | Path, first: int, last: int) -> Path:
+    """train.profile's Chrome trace of steps first..last."""
+    return Path(folder) / f"trace-{first:09d}-{last:09d}.json"
+
+
+def memory_snapshot(folder: str | Path, first: int, last: int) -> Path:
+    """train.profile's CUDA memory snapshot of steps first..last."""
+    return Path(folder) / f"memory-{first:09d}-{last:09d}.pickle"

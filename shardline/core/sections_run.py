@@ -11,6 +11,7 @@ from pydantic import Field, model_validator
 
 from shardline.core import stores
 from shardline.core.section_base import _Section
+from shardline.core.sections_watch import Profile
 
 
 class Pipeline(_Section):
@@ -278,6 +279,9 @@ class Train(_Section):
     under fsdp with more than one process, else full. Resume reads either."""
     dist_timeout_s: float = Field(60.0, gt=0)
     """Process-group timeout: a dead rank fails the job after this, not after 30 minutes."""
+    profile: Profile | None = None
+    """`{start_step, steps}`: a torch.profiler trace of those steps (Chrome trace format) under
+    data/reports/profile/, linked from the evidence card. Unset: nothing profiled."""
 
 
 class Retrain(_Section):

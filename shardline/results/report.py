@@ -28,7 +28,7 @@ from shardline.core.config import Params
 from shardline.core.layout import EVAL_JSON, MANIFEST, TRAIN_STATE, Layout
 from shardline.core.shardformat import read_index
 from shardline.stream.mixing import Schedule
-from shardline.training.monitor import eval_rows, eval_sources, read_records, summarize
+from shardline.training.monitor import eval_rows, eval_sources, profile_command, read_records, summarize
 
 Log = Callable[[str], None]
 SHARDS_FIRST = "; run the shard stage first (dvc repro shard)"
@@ -224,6 +224,9 @@ def build(params: Params, layout: Layout) -> str:
     tasks = fsio.read_json(metric).get("tasks") if metric.exists() else None
     if tasks:
         lines += ["## Downstream tasks (lm-evaluation-harness)", ""] + task_results.table(tasks) + [""]
+    if layout.mix_search_report.exists():  # written by `shardline mix-search`, not a stage: linked when there
+        lines += ["## Mix search", "", f"- proxy runs, the fitted law and the recommended mix: "
+                  f"[{layout.mix_search_report.name}]({layout.mix_search_report.name})", ""]
     lines += ["## Throughput", ""]
     if rows:  # the figures of data/metrics/train.json (monitor.summarize), so the two never disagree
         sm = summarize(rows, params.loader.global_batch * params.shard.seq_len)
@@ -260,6 +263,12 @@ def build(params: Params, layout: Layout) -> str:
     causes = {c: sum(r["slow"] == c for r in slow) for c in ("input-bound", "compute-bound")}
     lines.append(f"- slow steps: {len(slow)} ({causes['input-bound']} input-bound, "
                  f"{causes['compute-bound']} compute-bound)")
+    if slow:
+        worst = max(slow, key=lambda r: r["step_s"])
+        lines.append(f"  - the slowest, step {worst['step']} ({worst['step_s']:.3f} s, {worst['slow']}): profile it where "
+                     f"training next reaches it with `{profile_command(worst['step'])}` (train.profile)")
+    traces = sorted(p for p in layout.profiles.iterdir() if not p.name.startswith(".")) if layout.profiles.exists() else []
+    lines += [f"- profiled: [{p.name}]({p.relative_to(layout.reports)})" for p in traces]
     drift = _drift(rows, params.eval.drift_tolerance)
     lines += drift or [f"- metric drift: none (no source's val loss rose more than {params.eval.drift_tolerance:.0%} "
                        "between two evals)"]

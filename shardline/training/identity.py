@@ -39,7 +39,8 @@ RUNNING = ("steps", "compile", "deterministic", "device", "threads", "nproc_per_
            "keep_last", "keep_every", "allow_data_change", "fresh_on_data_change", "slow_step_factor", "strategy", "checkpoint_format",
            "dist_timeout_s", "spike_factor", "spike_patience", "spike_window", "max_skipped", "max_rollbacks",
            # recompute changes memory, not one bit of what is computed; init_from's identity is its weights' sha256
-           "activation_checkpointing", "init_from")
+           "activation_checkpointing", "init_from",
+           "profile")  # watching a step changes no bit of it
 Log = Callable[[str], None]
 
 

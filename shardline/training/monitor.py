@@ -103,6 +103,11 @@ def _gpu_util_reader(device: torch.device) -> Callable[[], float] | None:
         return None
 
 
+def profile_command(step: int, steps: int = 3) -> str:
+    """The command that profiles `step` and the steps after it (train.profile) when training reaches them."""
+    return f"dvc exp run -S train.profile.start_step={step} -S train.profile.steps={steps}"
+
+
 def _clean(v):
     if isinstance(v, dict):
         return {k: _clean(x) for k, x in v.items()}
@@ -155,7 +160,8 @@ class Monitor:
                 self._slow.append({"step": step, "cause": rec["slow"], "step_s": step_s, "median_s": med["step_s"]})
                 self._say(f"step {step}: slow step {step_s:.3f}s = {step_s / med['step_s']:.1f}x the median "
                           f"{med['step_s']:.3f}s, {rec['slow']} (data wait {data_wait_s:.3f}s vs median "
-                          f"{med['data_wait_s']:.3f}s; compute {compute_s:.3f}s vs median {med['compute_s']:.3f}s)")
+                          f"{med['data_wait_s']:.3f}s; compute {compute_s:.3f}s vs median {med['compute_s']:.3f}s); "
+                          f"to profile the next steps: `{profile_command(step + 1)}`")
         for k in self._recent:
             self._recent[k].append(rec[k])
         self._seen.append(rec)

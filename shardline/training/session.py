@@ -29,12 +29,14 @@ from shardline.training.checkpointer import Checkpointer
 from shardline.training.dist import Dist
 from shardline.training.evaluate import HeldOut, compact, evaluate
 from shardline.training.guard import Guard
-from shardline.training.monitor import Monitor, guess_peak_flops, truncate_records
+from shardline.training.monitor import Monitor, guess_peak_flops, read_records, truncate_records
 from shardline.training.network import Network, prepare
 from shardline.training.optimizer import configure_optimizer
+from shardline.training.profiling import StepProfiler
 from shardline.training.resume import Origin, find_start, resume
 from shardline.training.rng import RNG
 from shardline.training.state import ModelState, OptimizerState, TrainState
+from shardline.training.tracking import Trackers
 
 
 def autocast_for(cfg: Train, device: torch.device):
@@ -64,6 +66,8 @@ class Session:
     state: TrainState
     checkpointer: Checkpointer
     monitor: Monitor
+    trackers: Trackers  # TensorBoard, W&B, MLflow (log.backends), rank 0 only
+    profiler: StepProfiler  # train.profile
     origin: Origin
     ledger: list[dict]  # the guard's rollbacks on record
     pending: list[dict]  # rollbacks this timeline has not recorded yet
@@ -143,9 +147,14 @@ def start(params: Params, layout: Layout, ctx: RunContext, device: torch.device,
                           shards_md5=ctx.shards_md5, data_change=origin.changed, continued_from=origin.continued_from,
                           rollbacks=ledger, model=network.section, init=init if latest is None else origin.init,
                           not_code=ctx.not_code)
+    name = params.log.run_name or ctx.run_name or f"{layout.root.name}-{identity.tag(ident)[:8]}"
+    trackers = Trackers(params.log if dist.rank == 0 else params.log.model_copy(update={"backends": ()}), layout.root,
+                        layout.tracker_state(identity.tag(ident)), name, lin, log)
     if dist.rank == 0:
         metrics.parent.mkdir(parents=True, exist_ok=True)
+        layout.profiles.mkdir(parents=True, exist_ok=True)  # an output of the stage, empty without train.profile
         truncate_records(metrics, state.step)
+        trackers.open(read_records(metrics) if params.log.backends else [], state.step)
     tokens_per_step = loader.spec.global_batch * loader.seq_len * cfg.grad_accum
     monitor = Monitor(metrics if dist.rank == 0 else None, tokens_per_step=tokens_per_step,
                       flops_per_token=model.flops_per_token(), total_steps=target, start_step=state.step,
@@ -153,4 +162,6 @@ def start(params: Params, layout: Layout, ctx: RunContext, device: torch.device,
                       slow_factor=cfg.slow_step_factor, log=log, device=device,
                       progress=None if dist.rank == 0 else False)
     return Session(params, ctx, device, dist, loader, model, net, opt, scaler, autocast, held, guards, state,
-                   checkpointer, monitor, origin, ledger, pending, kept, lin, target, tokens_per_step)
+                   checkpointer, monitor, trackers,
+                   StepProfiler(cfg.profile if dist.rank == 0 else None, layout.profiles, device, log, state.step), origin,
+                   ledger, pending, kept, lin, target, tokens_per_step)

@@ -137,6 +137,7 @@ def _train(params: Params, layout: Layout, ctx: RunContext, device: torch.device
             f"{cfg.steps}: nothing to train (raise train.steps to continue)")
     while state.step < target:
         step, t0 = state.step, time.perf_counter()
+        session.profiler.before(step + 1)
         skipped = [b for e in guard.skips_before(step, ledger) for b in e["batches"]]
         if skipped:  # replaying past a rollback: its batches are never trained on
             loader.skip(len(skipped))
@@ -174,6 +175,8 @@ def _train(params: Params, layout: Layout, ctx: RunContext, device: torch.device
         except Trouble as t:
             checkpointer.wait()  # a checkpoint of the trouble being written is on disk (and then removed) first
             monitor.close()
+            session.trackers.close()  # what they hold past the step rolled back to is dropped as they reopen
+            session.profiler.after(step, end=True)
             guard.roll_back(t, ckpts, kept, ledger, cfg, since=state.version_start, rank=dist.rank,
                             barrier=dist.barrier, log=log)
         if verdict != "skip":
@@ -195,8 +198,9 @@ def _train(params: Params, layout: Layout, ctx: RunContext, device: torch.device
                  **({"guard": verdict} if verdict != "ok" else {}), **({"skipped_batches": skipped} if skipped else {}),
                  **({"rollbacks": pending} if pending else {}), **({"eval": ev} if ev else {})}
         pending = []
-        monitor.step(step, loss=loss_value, lr=opt.param_groups[0]["lr"], data_wait_s=wait,
-                     compute_s=dt - wait, step_s=dt, extra=extra)
+        session.trackers.step(monitor.step(step, loss=loss_value, lr=opt.param_groups[0]["lr"], data_wait_s=wait,
+                                           compute_s=dt - wait, step_s=dt, extra=extra))
+        session.profiler.after(step)
         chaos.done("train", f"step {step} rank {dist.rank}")
         chaos.point("train.step", f"{step}:rank{dist.rank}")  # e.g. train.step@3:rank1 kills one rank
         if ctx.on_step:
@@ -204,6 +208,7 @@ def _train(params: Params, layout: Layout, ctx: RunContext, device: torch.device
         if step % cfg.checkpoint_every == 0 or step == target:
             path = checkpointer.save(step, lin, ev, then=functools.partial(
                 session.after_save, before=guards.run[0]["step"] if guards.run else None))
+            session.trackers.flush()
             if path is not None:
                 saved.append(path.name)
                 lin = {**lin, "parent": path.name, "data_change": []}
@@ -213,12 +218,14 @@ def _train(params: Params, layout: Layout, ctx: RunContext, device: torch.device
             "fewer than a rollback needs): the last checkpoint holds them; raising train.steps may roll back "
             "before it")
     checkpointer.wait()  # the last checkpoint is on disk before the stage reports success
+    session.profiler.after(state.step, end=True)
     if dist.rank == 0:  # a run killed inside its last retention, resumed with nothing to train, finishes it here
         session.retain(guards.run[0]["step"] if guards.run else None)
     if ctx.recorded and dist.rank == 0 and kept.exists():
         shutil.rmtree(kept)  # the orchestrator records data/checkpoints now: the links are not needed
     dist.barrier()
     monitor.close()
+    session.trackers.close()
     return _summary(layout, dist, state, session.origin, saved, monitor, tokens_per_step)
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from harness import trackers as read_trackers
 from tests.conftest import BIN, init_repo, run, small_params, stdlib_files, write_params
 
 pytestmark = pytest.mark.slow
@@ -74,7 +75,11 @@ def test_experiments_train_fresh_models_and_compare(trained, tmp_path):
     root = tmp_path / "ws"
     shutil.copytree(trained, root, symlinks=True)
     baseline = checkpoint_files(root)
+    p = yaml.safe_load((root / "params.yaml").read_text())
+    write_params(root, {**p, "log": {"backends": ["tensorboard"], "dir": str(tmp_path / "logs")}})
     r = run([DVC, "exp", "run", "-n", "mix-a", "-S", "mix.code=0.6", "-S", "mix.more=0.4"], root)
+    # the tracker's run is the experiment's name (log is no stage's dependency: watching is not training)
+    assert sorted(read_trackers.tensorboard(tmp_path / "logs/tensorboard/mix-a")["train/loss"]) == list(range(1, 9))
     assert "a new run (new experiment)" in r.stdout + r.stderr and "fresh start" in r.stdout + r.stderr
     assert "removed step-000000004, step-000000008: restorable" in r.stdout + r.stderr  # HEAD records them
     a_files = checkpoint_files(root)

@@ -66,6 +66,9 @@ def test_slow_steps_flagged_with_cause_and_logged_once():
     assert len(slow_logs) == 2
     assert "step 11" in slow_logs[0] and "input-bound" in slow_logs[0] and "1.000s" in slow_logs[0]
     assert "step 13" in slow_logs[1] and "compute-bound" in slow_logs[1]
+    # each offers the command that profiles the steps after it (train.profile)
+    assert slow_logs[0].endswith("to profile the next steps: "
+                                 "`dvc exp run -S train.profile.start_step=12 -S train.profile.steps=3`")
     assert mon.summary()["slow_steps"] == [
         {"step": 11, "cause": "input-bound", "step_s": 1.0, "median_s": pytest.approx(0.1)},
         {"step": 13, "cause": "compute-bound", "step_s": 1.0, "median_s": pytest.approx(0.1)},
