@@ -28,6 +28,7 @@ from shardline.results import mixreport, mixsearch
 from shardline.results.mixsearch import Proxy
 
 TARGETS = ["train"]  # a proxy needs its held-out eval (eval.json), not the evidence card the report stage writes
+STALL_POLLS = 10  # polls with nothing running before the workers are started again (a worker starts in ~2 s)
 POLL_S = 1.0  # the queue is asked in-process (~20 ms of CPU): a second's latency costs nothing
 
 
@@ -60,9 +61,16 @@ def run_proxies(root: Path, params, proxies: list[Proxy], total: int | None = No
     experiments.queue(root, [(p.name, mixsearch.settings(params, p)) for p in fresh], TARGETS)
     log(f"mix-search: {len(fresh)} proxy run(s) queued, {len(todo) - len(fresh)} already in the queue")
     experiments.start(root, params.mix_search.workers)
+    idle = 0
     while todo:
         time.sleep(POLL_S)
         st = experiments.states(root)
+        # a worker leaves when the queue is empty; one leaving as `dvc queue start` looked counted as
+        # running and none came: tasks queued, none running for a while, so start workers again
+        idle = 0 if any(st.get(p.name) == experiments.RUNNING for p in todo) else idle + 1
+        if idle >= STALL_POLLS:
+            experiments.start(root, params.mix_search.workers)
+            idle = 0
         failed = [p.name for p in todo if st.get(p.name) == experiments.FAILED]
         if failed:
             raise BadInput(f"proxy run {failed[0]} failed; see 'dvc queue logs {failed[0]}', then run "

@@ -1,0 +1,137 @@
+"""`shardline mix-search` on a committed, trained project (real git, real dvc, the queue's own
+workers): 8 proxy runs, each a DVC experiment `dvc exp show` lists; a recommended mix and its
+report; one source planted as shuffled noise loses weight; a search SIGKILLed after 3 proxies
+finished and run again redoes none of them and ends with the unkilled search's result."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import string
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from shardline.core import config
+from shardline.results import mixsearch
+from tests.conftest import BIN, env_for, init_repo, run, small_params, stdlib_files, write_params
+
+pytestmark = pytest.mark.slow
+DVC, SHARDLINE = str(BIN / "dvc"), str(BIN / "shardline")
+SEARCH = {"runs": 8, "seed": 3, "target": "sources", "target_sources": ["code", "more"],
+          "bounds": {"noise": {"min": 0.02, "max": 0.6}}, "model": {},
+          "train": {"steps": 30, "checkpoint_every": 30, "warmup_steps": 3}, "candidates": 5000}
+MIX = {"code": 0.5, "more": 0.25, "noise": 0.25}
+
+
+def noise_files(folder: Path, n: int = 4, size: int = 30_000) -> None:
+    """Shuffled characters: nothing in them can be learned beyond their letter frequencies."""
+    rng, chars = random.Random(29), string.ascii_letters + string.digits + string.punctuation + "    "
+    folder.mkdir(parents=True)
+    for i in range(n):
+        lines = ("".join(rng.choice(chars) for _ in range(60)) for _ in range(size // 61))
+        (folder / f"noise_{i}.txt").write_text("\n".join(lines) + "\n")
+
+
+def proxy_revs(root: Path) -> list[tuple[str, str]]:
+    """(name, experiment commit) of every experiment `dvc exp show` lists: a redone one would show twice
+    or with another commit."""
+    out = []
+    for base in json.loads(run([DVC, "exp", "show", "--json"], root).stdout):
+        out += [(r["name"], r["rev"]) for e in base.get("experiments") or [] for r in e["revs"]]
+    return sorted(out)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("mixsearch") / "proj"
+    inputs = root.parent / "inputs"
+    for name, files in (("code", stdlib_files(12)), ("more", stdlib_files(4, skip=12))):
+        (inputs / name).mkdir(parents=True)
+        for f in files:
+            shutil.copy(f, inputs / name / f"{f.parent.name}_{f.name}")
+    noise_files(inputs / "noise")
+    init_repo(root)
+    write_params(root, {**small_params([{"name": n, "uri": str(inputs / n), "format": "txt"} for n in MIX], mix=MIX,
+                                       train={"steps": 4, "checkpoint_every": 4}, eval={"every": 4, "blocks": 16}),
+                        "mix_search": SEARCH})
+    run(["git", "add", "-A"], root)
+    run(["git", "commit", "-qm", "cloned"], root)
+    run([DVC, "repro"], root)
+    run(["git", "add", "-A"], root)
+    run(["git", "commit", "-qm", "trained"], root)
+    return root
+
+
+@pytest.fixture(scope="module")
+def unkilled(trained, tmp_path_factory) -> tuple[Path, str]:
+    root = tmp_path_factory.mktemp("unkilled") / "proj"
+    shutil.copytree(trained, root, symlinks=True)
+    r = run([SHARDLINE, "mix-search", "--validate"], root, timeout=600)
+    return root, r.stdout + r.stderr
+
+
+def test_a_search_ends_with_a_recommended_mix_its_report_and_every_proxy_in_dvc_exp_show(unkilled):
+    root, out = unkilled
+    params = config.load(root / "params.yaml")
+    plan = mixsearch.plan(params, run(["git", "rev-parse", "HEAD"], root).stdout.strip())
+    result = json.loads((root / "data/reports/mix_search.json").read_text())
+    assert [p["name"] for p in result["proxies"]] == [p.name for p in plan]
+    assert [p["mix"] for p in result["proxies"]] == [p.mix for p in plan]
+    for i in range(1, 9):
+        assert f"mix-search: proxy {i}/8 finished: " in out
+    assert "recommended mix: code " in out and "report: data/reports/mix_search.md" in out
+    shown = {}
+    for base in json.loads(run([DVC, "exp", "show", "--json"], root).stdout):
+        for e in base.get("experiments") or []:
+            for r in e["revs"]:
+                d = r["data"]
+                shown[r["name"]] = (d["params"]["params.yaml"]["data"],
+                                    d["metrics"]["data/metrics/eval.json"]["data"]["sources"])
+    best = mixsearch.validation_proxy(plan, result["recommended"]["mix"])
+    assert sorted(shown) == sorted([p.name for p in plan] + [best.name])  # every proxy, and the validation run
+    for p, row in zip(plan, result["proxies"]):
+        ps, sources = shown[p.name]
+        assert ps["mix"] == p.mix and ps["train"]["steps"] == 30
+        assert row["measured"] == {n: sources[n]["loss"] for n in MIX}
+    v = result["validation"]
+    assert v["name"] == best.name and v["measured"] == {n: shown[best.name][1][n]["loss"] for n in MIX}
+    md = (root / "data/reports/mix_search.md").read_text()
+    assert all(f"| {p.name} | " in md for p in plan) and "leave-one-out RMSE of the target" in md
+    assert (root / "data/reports/mix_search.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the planted case: the noise source costs the others' loss, and the search moves weight off it
+    assert result["recommended"]["mix"]["noise"] < MIX["noise"] / 2, result["recommended"]
+    assert result["recommended"]["predicted_gain"] > 0
+    run([SHARDLINE, "stage", "report"], root)  # the evidence card links the search's report
+    assert "[mix_search.md](mix_search.md)" in (root / "data/reports/evidence.md").read_text()
+
+
+def test_a_search_killed_after_three_proxies_resumes_redoing_none_and_ends_as_the_unkilled_one(trained, unkilled,
+                                                                                                 tmp_path):
+    root = tmp_path / "proj"
+    shutil.copytree(trained, root, symlinks=True)
+    proc = subprocess.Popen([SHARDLINE, "mix-search"], cwd=root, env=env_for(), stderr=subprocess.PIPE, text=True)
+    seen = []
+    for line in proc.stderr:  # the event the search emits as each proxy finishes, not a sleep
+        seen.append(line)
+        if "mix-search: proxy 3/8 finished" in line:
+            os.kill(proc.pid, signal.SIGKILL)
+            break
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "".join(seen)
+    before = proxy_revs(root)  # 3 or more: the queue's worker outlives the search and goes on
+    assert len(before) >= 3 and len({n for n, _ in before}) == len(before)
+    r = run([SHARDLINE, "mix-search"], root, timeout=600)
+    after = proxy_revs(root)
+    assert set(before) <= set(after) and len(after) == 8 == len({n for n, _ in after})  # none redone, none twice
+    kept = int(re.search(r"mix-search: (\d+) proxy run\(s\) already finished, kept", r.stderr).group(1))
+    assert kept >= len(before) and r.stderr.count("finished: mix3-") == 8 - kept
+    resumed = json.loads((root / "data/reports/mix_search.json").read_text())
+    whole = json.loads((unkilled[0] / "data/reports/mix_search.json").read_text())
+    assert resumed == {**whole, "validation": None}  # the same runs measured the same: same fit, same mix
+    run([DVC, "queue", "stop"], root, check=False)
