@@ -10,13 +10,17 @@ repeat finds another's proxies). A proxy's own training time is the sum of its s
 (the issue's): the search's wall <= 1.05 x that sum, judged at the worst repeat (bench.verdict).
 Also printed: the wall per proxy, which holds what each DVC experiment costs around its
 training (a worker picking the task, a temp workspace, checking the data out, the upstream
-stages' checks, committing the outputs).
+stages' checks, starting Python and torch, evals and checkpoints, committing the outputs), and
+the search process's own CPU time (the queue's workers are daemons, not its children). With
+proxies this small (0.2 s of steps each) the experiment's fixed cost dominates and the target is
+missed by far; it is approached only when a proxy trains for minutes.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import resource
 import shutil
 import subprocess
 import sys
@@ -83,17 +87,20 @@ def main() -> None:
                                "train": {"steps": a.steps, "checkpoint_every": a.steps, "warmup_steps": 3}}
             (root / "params.yaml").write_text(yaml.safe_dump(p, sort_keys=False))
             sh(["git", "commit", "-qam", f"search {i}"], root)
-            t = time.perf_counter()
+            t, cpu = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
             sh([str(BIN / "shardline"), "mix-search"], root)
             wall = time.perf_counter() - t
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the workers are daemons: not counted here
+            own = after.ru_utime + after.ru_stime - cpu.ru_utime - cpu.ru_stime
             result = json.loads((root / "data/reports/mix_search.json").read_text())
             revs = {r["name"]: r["rev"] for b in json.loads(sh([str(BIN / "dvc"), "exp", "show", "--json"], root))
                     for e in b.get("experiments") or [] for r in e["revs"]}
             trained = sum(train_seconds(root, revs[q["name"]]) for q in result["proxies"])
             ratios.append(wall / trained)
             print(f"repeat {i + 1}: search wall {wall:.1f} s for {a.runs} proxies ({wall / a.runs:.1f} s each); their "
-                  f"training steps {trained:.1f} s in all ({trained / a.runs:.2f} s each): {wall / trained:.2f}x",
-                  flush=True)
+                  f"training steps {trained:.1f} s in all ({trained / a.runs:.2f} s each): {wall / trained:.2f}x; the "
+                  f"search's own CPU (planning, queueing, polling, reading results, fit, report) {own:.1f} s, "
+                  f"{own / wall:.1%} of its wall", flush=True)
         sh([str(BIN / "dvc"), "queue", "stop"], root)
     targets = Targets()
     targets.check("mix search wall / its proxies' training time", max(ratios), "<=", TARGET, "x", repeats=ratios)

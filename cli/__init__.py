@@ -6,6 +6,8 @@
   worker. Where a stage runs is flows.dispatch's decision, not the command's.
 - `checkpoints`: the commands on checkpoints: checkpoints, lineage, eval, export, sample.
 - `corpus`: the commands on the data: explain, push-shards.
+- `mixsearch`: mix-search: proxy runs over data mixes as DVC experiments, then the engine's fit,
+  recommended mix and report.
 """
 
 import sys

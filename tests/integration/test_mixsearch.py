@@ -21,7 +21,7 @@ from shardline.core import config
 from shardline.results import mixsearch
 from tests.conftest import BIN, env_for, init_repo, run, small_params, stdlib_files, write_params
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # a search of 9 proxies runs in the fixture: ~150 s alone
 DVC, SHARDLINE = str(BIN / "dvc"), str(BIN / "shardline")
 SEARCH = {"runs": 8, "seed": 3, "target": "sources", "target_sources": ["code", "more"],
           "bounds": {"noise": {"min": 0.02, "max": 0.6}}, "model": {},
