@@ -3,6 +3,7 @@
     python -m bench [--quick]
 
 Runs bench.tokenize, bench.loader, bench.train (which includes the checkpoint benchmark),
+bench.trackers (a default run with TensorBoard, W&B and MLflow on, against none),
 bench.pipeline (no-op and full `dvc repro` vs the Prefect pipeline flow, on the default line
 with 10 training steps), bench.scale (tokenize on 2 Dask workers vs 1; the loader streaming
 from a local S3 server vs local disk), bench.sharded (sharded vs full checkpoints under FSDP:
@@ -29,7 +30,8 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-BENCHES = [("tokenize", []), ("loader", []), ("train", []), ("pipeline", []), ("scale", []), ("sharded", []),
+BENCHES = [("tokenize", []), ("loader", []), ("train", []), ("trackers", []), ("pipeline", []), ("scale", []),
+           ("sharded", []),
            ("data", ["--no-sources"]), ("sources", []), ("curation", []), ("gpu", []),
            # the chaos suite on two seeds: each a different plan of 40 kills (name@seed: one section each)
            ("chaos@1", ["--kills", "40", "--seed", "1"]), ("chaos@2", ["--kills", "40", "--seed", "2"])]
