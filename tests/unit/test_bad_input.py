@@ -236,7 +236,8 @@ UNWRITABLE = "/sys/kernel/shardline-test"  # mkdir there is refused for real: EP
     (errno.EIO, "OUT_DIR /o: Input/output error (/o/.x.tmp-1); re-run the same command (the fault may pass)"),
 ], ids=["EACCES", "EPERM", "EROFS", "EDQUOT", "ENOSPC", "EIO"])
 def test_each_errno_is_one_line_naming_the_path_and_what_to_do(code, line):
-    # EROFS, EDQUOT and (as root) EACCES cannot be made to happen here: the errno's line, as a user reads it
+    # each errno's line, as a user reads it; EROFS and ENOSPC also happen for real, on small tmpfs mounts,
+    # in tests/integration/test_disk_faults.py (EDQUOT and, as root, EACCES cannot be made to happen here)
     e = OSError(code, os.strerror(code), "/o/.x.tmp-1")
     assert errors.os_error_line(e, "/o", "OUT_DIR") == line
     with pytest.raises(PathError) as got:
