@@ -82,9 +82,15 @@ def states(root: Path) -> dict[str, str]:
 
 def finished(root: Path) -> dict[str, dict]:
     """name -> {"rev", "params", "metrics"} for each experiment of HEAD that `dvc exp show` holds
-    with its results (a queued or failed one is not listed)."""
+    with its results (a queued or failed one is not listed). In-process, as `dvc exp show --json`
+    builds its output: a `dvc` process per finished proxy would cost more CPU than the search's
+    own work."""
+    from dvcrepo import open_repo
+
+    with open_repo(root) as repo:
+        shown = json.loads(json.dumps([e.dumpd() for e in repo.experiments.show(hide_queued=True)], default=str))
     out = {}
-    for base in json.loads(_run(root, "exp", "show", "--json")):
+    for base in shown:
         for e in base.get("experiments") or []:
             for rev in e["revs"]:
                 d = rev.get("data") or {}
