@@ -2,7 +2,7 @@
 checkpoints) with log.backends all three (TensorBoard, W&B offline, MLflow's local sqlite store)
 against none.
 
-    python -m bench.trackers [--repeats 3] [--steps N]
+    python -m bench.trackers [--repeats 2] [--steps N]
 
 Builds the shipped line's shards once (bench.train.build), then runs `train.run` fresh (no
 checkpoints, metrics, tracker files or tracker state) with and without the trackers, interleaved,
@@ -10,8 +10,8 @@ the order alternating between repeats so machine noise hits both alike. Training
 wall time of `train.run`: setup, every step, evals, checkpoints and the trackers' own start and
 close (each sends from its own thread; the run waits for them to finish at its end). Target:
 <= 1% more, at the worst same-repeat ratio (bench.verdict); the median step time of each side is
-shown beside it, so the cost in the loop and the cost at the ends can be told apart. bench.train
-runs this as its section 7.
+shown beside it, so the cost in the loop and the cost at the ends can be told apart. `python -m
+bench` runs it after bench.train, as its own section of bench/REPORT.md.
 """
 
 from __future__ import annotations
@@ -45,8 +45,8 @@ def params(steps: int | None, backends: list[str], logs: Path) -> config.Params:
     return config.parse(raw)
 
 
-def one(layout: Layout, p: config.Params, logs: Path) -> dict:
-    for d in (layout.data / "checkpoints", layout.data / "metrics", layout.trackers, logs):
+def one(layout: Layout, p: config.Params) -> dict:
+    for d in (layout.data / "checkpoints", layout.data / "metrics", layout.trackers):
         shutil.rmtree(d, ignore_errors=True)
     said: list[str] = []
     t0 = time.perf_counter()
@@ -60,11 +60,13 @@ def one(layout: Layout, p: config.Params, logs: Path) -> dict:
 
 
 def measure(layout: Layout, repeats: int, steps: int | None) -> dict:
-    logs = layout.root / "tracker-logs"
     runs: dict[str, list[dict]] = {"none": [], "all": []}
     for i in range(repeats):
         for side in (("none", "all") if i % 2 == 0 else ("all", "none")):
-            runs[side].append(one(layout, params(steps, ALL if side == "all" else [], logs), logs))
+            # a fresh folder each run (MLflow keeps its store's connection for the process: a deleted
+            # and recreated mlflow.db would be another file under the same name)
+            logs = layout.root / f"tracker-logs-{i}-{side}"
+            runs[side].append(one(layout, params(steps, ALL if side == "all" else [], logs)))
             print(f"  repeat {i + 1} {side:4}: {runs[side][-1]['wall']:.2f} s", flush=True)
     return runs
 
@@ -83,7 +85,7 @@ def report(runs: dict, targets: Targets) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=2, help="each side's default run is ~3 minutes here")
     ap.add_argument("--steps", type=int, help="train.steps (default: the shipped params.yaml's)")
     a = ap.parse_args(argv)
     from bench.train import build

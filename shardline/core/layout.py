@@ -55,6 +55,7 @@ TASK_YAML = (".yaml", ".yml")
 # a Hugging Face model directory (an export, train.init_from)
 TENSORBOARD = "tensorboard"  # <log.dir>/tensorboard/<run name>/: TensorBoard's event files
 MLFLOW_DB = "mlflow.db"      # <log.dir>/mlflow.db: MLflow's local store
+MLFLOW_ARTIFACTS = "mlflow-artifacts"  # <log.dir>/mlflow-artifacts/: where its experiment keeps artifacts
 HF_CONFIG = "config.json"
 HF_WEIGHTS = "model.safetensors"
 HF_WEIGHTS_INDEX = "model.safetensors.index.json"  # the weights in shards instead

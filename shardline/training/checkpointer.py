@@ -185,7 +185,9 @@ class AsyncSaver:
     def submit(self, root: Path, step: int, tensors: dict, state: dict, lineage: dict,
                then: Callable[[Path], None] | None = None, eval: dict | None = None) -> Path:
         self.wait()
-        snap, state, lineage, eval = frozen(tensors, state, lineage, eval)
+        # the lineage is never changed in place (the loop rebinds it for the next checkpoint), so the
+        # write reads it as it is: copying it here would only lengthen the block training waits for
+        snap, state, eval = frozen(tensors, state, eval)
 
         def work() -> None:
             path = checkpoint.save(root, step, snap, state, lineage, eval)

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from shardline.core.config import Log as LogSection
-from shardline.core.layout import MLFLOW_DB
+from shardline.core.layout import MLFLOW_ARTIFACTS, MLFLOW_DB
 
 BATCH = 1000  # MLflow's limit of metrics per log_batch
 
@@ -49,7 +49,9 @@ class MLflow:
         uri = self.cfg.mlflow_uri or f"sqlite:///{(self.root / MLFLOW_DB).resolve()}"
         c = self.client = MlflowClient(tracking_uri=uri)
         exp = c.get_experiment_by_name(self.cfg.project)
-        exp_id = exp.experiment_id if exp else c.create_experiment(self.cfg.project)
+        # its artifacts beside the store, not in ./mlruns of whatever folder training runs in
+        exp_id = exp.experiment_id if exp else c.create_experiment(
+            self.cfg.project, artifact_location=(self.root / MLFLOW_ARTIFACTS).resolve().as_uri())
         old, held = (prior or {}).get("run_id"), None
         if old:
             try:
