@@ -106,6 +106,8 @@ def test_experiments_train_fresh_models_and_compare(trained, tmp_path):
     # raising only train.steps continues the model of the workspace
     r = run([DVC, "exp", "run", "-S", "train.steps=12"], root)
     assert "resuming from step-000000008" in r.stdout + r.stderr
+    # tokenize depends on train.init_from alone: another train key does not re-run it
+    assert "Stage 'tokenize' didn't change, skipping" in r.stdout + r.stderr
     assert json.loads((root / "data/metrics/eval.json").read_text())["step"] == 12
 
 
