@@ -8,27 +8,29 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
-import sysconfig
 from pathlib import Path
 
 import pytest
-import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+from harness.projects import (BIN, REPO, STDLIB, commit_trained, env_for, init_repo, run,  # noqa: F401 (for the tests)
+                              small_params, stdlib_files, stdlib_sources, write_params)
+
 CORPORA = REPO.parent / "shared" / "corpora"
-STDLIB = Path(sysconfig.get_paths()["stdlib"])
-BIN = Path(sys.executable).parent
 
 
 def pytest_configure(config):
-    # Nothing may reach a hub; the HF cache lives in a throwaway folder.
+    # Nothing may reach a hub; the HF cache lives in a throwaway folder, removed at the end.
     import tempfile
 
-    os.environ.setdefault("HF_HOME", tempfile.mkdtemp(prefix="hf-home-"))
+    if "HF_HOME" not in os.environ:
+        os.environ["HF_HOME"] = config._shardline_hf_home = tempfile.mkdtemp(prefix="hf-home-")
     os.environ["HF_DATASETS_OFFLINE"] = "1"
     os.environ["HF_HUB_OFFLINE"] = "1"
+
+
+def pytest_unconfigure(config):
+    if home := getattr(config, "_shardline_hf_home", None):
+        shutil.rmtree(home, ignore_errors=True)
 
 
 # The longest files first (about 290 s down to 35 s each on a worker of `-n 2` here): the two
@@ -53,33 +55,6 @@ def corpus(name: str) -> Path:
     return p
 
 
-def stdlib_files(n: int, skip: int = 0) -> list[Path]:
-    """`n` real Python source files, in a stable order."""
-    files = sorted(p for p in (STDLIB / "email").rglob("*.py")) + sorted((STDLIB / "json").glob("*.py")) \
-        + sorted((STDLIB / "asyncio").glob("*.py"))
-    return files[skip:skip + n]
-
-
-def small_params(sources: list[dict], **sections) -> dict:
-    """Params sized for tests: tiny vocab and shards so a whole line takes seconds."""
-    p = yaml.safe_load((REPO / "params.yaml").read_text())  # every section dvc.yaml names
-    p["sources"] = sources
-    p["mix"] = {s["name"]: 1.0 for s in sources}
-    small = {"clean": {"part_mb": 0.05, "min_chars": 16}, "tokenizer": {"vocab_size": 512},
-             "shard": {"seq_len": 64, "target_mb": 0.05}, "pipeline": {"retries": 1, "retry_delay_s": 0.1},
-             "model": {"n_layer": 1, "n_head": 2, "d_model": 32}, "loader": {"global_batch": 4},
-             "train": {"steps": 4, "checkpoint_every": 2, "warmup_steps": 1, "threads": 1}}
-    for k, v in [*small.items(), *sections.items()]:
-        p[k] = {**p.get(k, {}), **v} if isinstance(v, dict) else v
-    return p
-
-
-def write_params(root: Path, params: dict) -> Path:
-    path = root / "params.yaml"
-    path.write_text(yaml.safe_dump(params, sort_keys=False))
-    return path
-
-
 @pytest.fixture
 def code_dir(tmp_path: Path) -> Path:
     """A folder of ~40 real .py files (≈0.5 MB)."""
@@ -88,31 +63,6 @@ def code_dir(tmp_path: Path) -> Path:
     for f in stdlib_files(40):
         shutil.copy(f, d / f"{f.parent.name}_{f.name}")
     return d
-
-
-def env_for(root: Path | None = None, **extra: str) -> dict:
-    env = {**os.environ, "DVC_NO_ANALYTICS": "1", "DO_NOT_TRACK": "1",
-           "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
-    env.update(extra)
-    return env
-
-
-def run(cmd: list[str], cwd: Path, check: bool = True, env: dict | None = None, timeout: float = 300):
-    r = subprocess.run(cmd, cwd=cwd, env=env or env_for(), capture_output=True, text=True, timeout=timeout)
-    if check and r.returncode != 0:
-        raise AssertionError(f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
-    return r
-
-
-def init_repo(root: Path) -> None:
-    """A real git + DVC repo holding this project's dvc.yaml."""
-    root.mkdir(parents=True, exist_ok=True)
-    shutil.copy(REPO / "dvc.yaml", root / "dvc.yaml")
-    run(["git", "init", "-q"], root)
-    run(["git", "config", "user.email", "t@example.com"], root)
-    run(["git", "config", "user.name", "test"], root)
-    run([str(BIN / "dvc"), "init", "-q"], root)
-    run([str(BIN / "dvc"), "config", "core.analytics", "false"], root)
 
 
 @pytest.fixture(scope="session")

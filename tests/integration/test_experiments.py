@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from dvcrepo import experiments
 from harness import trackers as read_trackers
-from tests.conftest import BIN, init_repo, run, small_params, stdlib_files, write_params
+from tests.conftest import BIN, commit_trained, init_repo, run, small_params, stdlib_sources, write_params
 
 pytestmark = pytest.mark.slow
 DVC = str(BIN / "dvc")
@@ -44,23 +45,14 @@ def exps(root: Path) -> dict[str, dict]:
 def trained(tmp_path_factory) -> Path:
     """The README's path at test size: a committed project after `dvc repro`."""
     root = tmp_path_factory.mktemp("exp") / "proj"
-    inputs = root.parent / "inputs"
-    for name, files in (("code", stdlib_files(12)), ("more", stdlib_files(4, skip=12))):
-        (inputs / name).mkdir(parents=True)
-        for f in files:
-            shutil.copy(f, inputs / name / f"{f.parent.name}_{f.name}")
+    sources = stdlib_sources(root.parent / "inputs")
     init_repo(root)
-    write_params(root, small_params([{"name": n, "uri": str(inputs / n), "format": "txt"} for n in ("code", "more")],
-                                    mix={"code": 0.75, "more": 0.25}, train={"steps": 8, "checkpoint_every": 4},
+    write_params(root, small_params(sources, mix={"code": 0.75, "more": 0.25}, train={"steps": 8, "checkpoint_every": 4},
                                     eval={"every": 4, "blocks": 16}))
     # as a fresh clone: committed, with a dvc.lock of another machine's run (here, of none yet), which
     # the first `dvc repro` rewrites before training starts
     (root / "dvc.lock").write_text("schema: '2.0'\nstages: {}\n")
-    run(["git", "add", "-A"], root)
-    run(["git", "commit", "-qm", "cloned"], root)
-    run([DVC, "repro"], root)
-    run(["git", "add", "-A"], root)
-    run(["git", "commit", "-qm", "trained"], root)
+    commit_trained(root)
     return root
 
 
@@ -122,9 +114,11 @@ def test_the_queue_runs_every_experiment(trained, tmp_path):
         run([DVC, "exp", "run", "--queue", "-n", f"q{i}", "-S", setting], root)
     run([DVC, "queue", "start"], root)
     deadline = time.time() + 240
-    while "Queued" in (s := run([DVC, "queue", "status"], root).stdout) or "Running" in s:
-        assert time.time() < deadline, s
+    # asked in-process: a `dvc queue status` process a second would take a core from the experiments
+    while any(v in (experiments.QUEUED, experiments.RUNNING) for v in experiments.states(root).values()):
+        assert time.time() < deadline, run([DVC, "queue", "status"], root).stdout
         time.sleep(1)
+    s = run([DVC, "queue", "status"], root).stdout
     run([DVC, "queue", "stop"], root, check=False)
     done = {ln.split()[1]: ln.split()[-1] for ln in s.splitlines() if ln[:1].isalnum() and len(ln.split()) >= 4}
     assert [done.get(f"q{i}") for i in range(len(QUEUED))] == ["Success"] * len(QUEUED), s

@@ -19,13 +19,14 @@ import pytest
 
 from shardline.core import config
 from shardline.results import mixsearch
-from tests.conftest import BIN, env_for, init_repo, run, small_params, stdlib_files, write_params
+from tests.conftest import BIN, commit_trained, env_for, init_repo, run, small_params, stdlib_sources, write_params
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # a search of 9 proxies runs in the fixture: ~150 s alone
 DVC, SHARDLINE = str(BIN / "dvc"), str(BIN / "shardline")
 SEARCH = {"runs": 8, "seed": 3, "target": "sources", "target_sources": ["code", "more"],
           "bounds": {"noise": {"min": 0.02, "max": 0.6}}, "model": {},
-          "train": {"steps": 30, "checkpoint_every": 30, "warmup_steps": 3}, "candidates": 5000}
+          "train": {"steps": 30, "checkpoint_every": 30, "warmup_steps": 3}, "candidates": 5000,
+          "workers": 2}  # two queue workers: proxies train with one thread each
 MIX = {"code": 0.5, "more": 0.25, "noise": 0.25}
 
 
@@ -51,20 +52,12 @@ def proxy_revs(root: Path) -> list[tuple[str, str]]:
 def trained(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("mixsearch") / "proj"
     inputs = root.parent / "inputs"
-    for name, files in (("code", stdlib_files(12)), ("more", stdlib_files(4, skip=12))):
-        (inputs / name).mkdir(parents=True)
-        for f in files:
-            shutil.copy(f, inputs / name / f"{f.parent.name}_{f.name}")
     noise_files(inputs / "noise")
+    sources = stdlib_sources(inputs) + [{"name": "noise", "uri": str(inputs / "noise"), "format": "txt"}]
     init_repo(root)
-    write_params(root, {**small_params([{"name": n, "uri": str(inputs / n), "format": "txt"} for n in MIX], mix=MIX,
-                                       train={"steps": 4, "checkpoint_every": 4}, eval={"every": 4, "blocks": 16}),
-                        "mix_search": SEARCH})
-    run(["git", "add", "-A"], root)
-    run(["git", "commit", "-qm", "cloned"], root)
-    run([DVC, "repro"], root)
-    run(["git", "add", "-A"], root)
-    run(["git", "commit", "-qm", "trained"], root)
+    write_params(root, {**small_params(sources, mix=MIX, train={"steps": 4, "checkpoint_every": 4},
+                                       eval={"every": 4, "blocks": 16}), "mix_search": SEARCH})
+    commit_trained(root)
     return root
 
 
