@@ -60,16 +60,17 @@ def run_proxies(root: Path, params, proxies: list[Proxy], total: int | None = No
     fresh = [p for p in todo if st.get(p.name) not in (experiments.QUEUED, experiments.RUNNING)]
     experiments.queue(root, [(p.name, mixsearch.settings(params, p)) for p in fresh], TARGETS)
     log(f"mix-search: {len(fresh)} proxy run(s) queued, {len(todo) - len(fresh)} already in the queue")
-    experiments.start(root, params.mix_search.workers)
+    starting = experiments.start(root, params.mix_search.workers)
     idle = 0
     while todo:
         time.sleep(POLL_S)
+        experiments.started(starting)
         st = experiments.states(root)
         # a worker leaves when the queue is empty; one leaving as `dvc queue start` looked counted as
         # running and none came: tasks queued, none running for a while, so start workers again
         idle = 0 if any(st.get(p.name) == experiments.RUNNING for p in todo) else idle + 1
-        if idle >= STALL_POLLS:
-            experiments.start(root, params.mix_search.workers)
+        if idle >= STALL_POLLS and starting.poll() is not None:
+            starting = experiments.start(root, params.mix_search.workers)
             idle = 0
         failed = [p.name for p in todo if st.get(p.name) == experiments.FAILED]
         if failed:

@@ -60,9 +60,21 @@ def queue(root: Path, proxies: list[tuple[str, list[str]]], targets: list[str]) 
                 raise BadInput(f"dvc exp run --queue -n {name}: {e}; run it by hand to see why") from None
 
 
-def start(root: Path, jobs: int) -> None:
-    """`dvc queue start -j N`: DVC starts workers only where fewer are running."""
-    _run(root, "queue", "start", "-j", str(jobs))
+def start(root: Path, jobs: int) -> subprocess.Popen:
+    """`dvc queue start -j N`, not waited for: DVC starts workers only where fewer are running,
+    and to count them it asks the running ones, which answer only between tasks (a worker left
+    idle by an earlier search takes the queued proxies at once): waiting would hold the search,
+    its progress lines included, until the queue is empty. `started` checks the result."""
+    return subprocess.Popen([_dvc(), "queue", "start", "-j", str(jobs)], cwd=root, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def started(proc: subprocess.Popen | None) -> None:
+    """Raise BadInput if a `start` ended in an error; nothing while it runs or once it succeeded."""
+    if proc is None or proc.poll() is None or proc.returncode == 0:
+        return
+    err = (proc.stderr.read() if proc.stderr else "").strip().splitlines()
+    raise BadInput(f"dvc queue start: {err[-1] if err else f'exit {proc.returncode}'}; run it by hand to see why")
 
 
 def remove(root: Path, names: list[str]) -> None:
