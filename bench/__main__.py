@@ -31,12 +31,12 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 BENCHES = [("tokenize", []), ("loader", []), ("train", []), ("trackers", []), ("pipeline", []), ("scale", []),
-           ("sharded", []),
+           ("sharded", []), ("mixsearch", []),
            ("data", ["--no-sources"]), ("sources", []), ("curation", []), ("gpu", []),
            # the chaos suite on two seeds: each a different plan of 40 kills (name@seed: one section each)
            ("chaos@1", ["--kills", "40", "--seed", "1"]), ("chaos@2", ["--kills", "40", "--seed", "2"])]
 HEADLINE = re.compile(r"^\s*ratio |\(target|\((full|no-op)\)|identical: |^summary: |parts phase: |^\s+[1-9]\. .*\(info\)$"
-                      r"|^chaos: |^named points never fired|^\s*workers \(c\)/\(a\)")
+                      r"|^chaos: |^named points never fired|^\s*workers \(c\)/\(a\)|^fixed cost per proxy")
 
 
 def _kept(report: Path) -> dict[str, str]:

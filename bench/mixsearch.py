@@ -1,29 +1,29 @@
 """What a mix search costs beyond its proxy runs: `shardline mix-search`'s wall time against the
-sum of its proxies' own training time.
+same proxies trained by hand, each a plain `shardline stage train` with the proxy's settings (a
+training run of its size, bench.train's subject; no DVC).
 
-    python -m bench.mixsearch [--repeats 1] [--runs 4] [--steps 30]
+    python -m bench.mixsearch [--repeats 2] [--runs 3] [--steps N] [--small]
 
-Builds a small committed project once (two stdlib sources, as tests/integration/test_mixsearch.py;
-`dvc repro`, `git commit`), then runs one search per repeat (a new mix_search.seed each, so no
-repeat finds another's proxies). A proxy's own training time is the sum of its step times
-(`step_s` of its train.jsonl, read from DVC's cache through the experiment's dvc.lock). Target
-(the issue's): the search's wall <= 1.05 x that sum, judged at the worst repeat (bench.verdict).
-Also printed: the wall per proxy, which holds what each DVC experiment costs around its
-training (a worker picking the task, a temp workspace, checking the data out, the upstream
-stages' checks, starting Python and torch, evals and checkpoints, committing the outputs), and
-the search process's own CPU time (the queue's workers are daemons, not its children). With
-proxies this small (0.2 s of steps each) the experiment's fixed cost dominates and the target is
-missed by far; it is approached only when a proxy trains for minutes.
+The project is the shipped line (params.yaml as it is: the builtin sources, the default model,
+the shipped mix_search proxies, `runs` set by --runs), built once to its shards and committed.
+Each repeat is a new mix_search.seed (new mixes, so no repeat finds another's proxies) and times
+both ways back to back, in alternating order (search first on odd repeats: a machine warming up
+or slowing down favours neither). What the search adds is everything around training: DVC's
+experiment machinery per proxy (the queue's worker, a temp workspace, checking the data out,
+the upstream stages' checks, committing the outputs and the experiment), the search's own
+planning, polling, fit and report. That is a fixed cost per proxy; the line printed last says
+its seconds, and from which proxy size it fits within the target.
+
+Target (the issue's): search wall <= 1.05 x the proxies' own, judged at the worst repeat
+(bench.verdict). --small: the tests' tiny line and proxies (seconds each), to see the fixed cost
+alone quickly; its ratio is not the target's subject.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import resource
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -31,79 +31,95 @@ from pathlib import Path
 import yaml
 
 from bench.verdict import Targets
+from harness.projects import BIN, REPO, commit_trained, init_repo, run, small_params, stdlib_sources, write_params
 
-REPO = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
 TARGET = 1.05
 
 
-def sh(cmd: list[str], cwd: Path) -> str:
-    r = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
-    if r.returncode != 0:
-        sys.exit(f"{' '.join(cmd)} failed:\n{r.stdout}\n{r.stderr}")
-    return r.stdout
-
-
-def build(root: Path, steps: int) -> None:
-    sys.path.insert(0, str(REPO))
-    from tests.conftest import init_repo, small_params, stdlib_files, write_params
-
-    inputs = root.parent / "inputs"
-    for name, files in (("code", stdlib_files(12)), ("more", stdlib_files(4, skip=12))):
-        (inputs / name).mkdir(parents=True)
-        for f in files:
-            shutil.copy(f, inputs / name / f"{f.parent.name}_{f.name}")
+def build(root: Path, small: bool, runs: int) -> None:
+    """A committed project whose shards are built (experiments then run its train stage alone)."""
     init_repo(root)
-    write_params(root, small_params([{"name": n, "uri": str(inputs / n), "format": "txt"} for n in ("code", "more")],
-                                    mix={"code": 0.75, "more": 0.25}, train={"steps": 4, "checkpoint_every": 4}))
-    sh(["git", "add", "-A"], root)
-    sh(["git", "commit", "-qm", "cloned"], root)
-    sh([str(BIN / "dvc"), "repro"], root)
-    sh(["git", "add", "-A"], root)
-    sh(["git", "commit", "-qm", "trained"], root)
+    p = yaml.safe_load((REPO / "params.yaml").read_text())
+    if small:
+        p = small_params(stdlib_sources(root.parent / "inputs"), mix={"code": 0.75, "more": 0.25})
+        p["mix_search"].update(model={}, train={"steps": 30, "checkpoint_every": 30, "warmup_steps": 3})
+    p["mix_search"]["runs"] = runs
+    write_params(root, p)
+    commit_trained(root)
 
 
-def train_seconds(root: Path, rev: str) -> float:
-    """Sum of step_s over the experiment's train.jsonl (from the DVC cache, by its dvc.lock md5)."""
-    lock = yaml.safe_load(sh(["git", "show", f"{rev}:dvc.lock"], root))
-    md5 = next(o["md5"] for o in lock["stages"]["train"]["outs"] if o["path"] == "data/metrics/train.jsonl")
-    rows = (root / ".dvc/cache/files/md5" / md5[:2] / md5[2:]).read_text().splitlines()
-    return sum(json.loads(r)["step_s"] for r in rows if r.strip() and "step_s" in json.loads(r))
+def settings_of(root: Path) -> list[list[str]]:
+    """Each proxy's `-S` settings, from the search's own plan at this seed."""
+    from shardline.core import config
+    from shardline.results import mixsearch
+
+    params = config.load(root / "params.yaml")
+    head = run(["git", "rev-parse", "HEAD"], root).stdout.strip()
+    return [mixsearch.settings(params, p) for p in mixsearch.plan(params, head)]
+
+
+def by_hand(root: Path, work: Path, proxies: list[list[str]]) -> float:
+    """Seconds to train each proxy by hand: its settings into params.yaml, `shardline stage train`."""
+    shutil.rmtree(work, ignore_errors=True)
+    shutil.copytree(root, work, symlinks=True)
+    base, total = yaml.safe_load((work / "params.yaml").read_text()), 0.0
+    for sets in proxies:
+        p = json.loads(json.dumps(base))
+        for s in sets:
+            key, value = s.split("=", 1)
+            section, field = key.split(".", 1)
+            p[section][field] = yaml.safe_load(value)
+        write_params(work, p)
+        shutil.rmtree(work / "data/checkpoints", ignore_errors=True)  # a fresh start, as each proxy's
+        t = time.perf_counter()
+        run([str(BIN / "shardline"), "stage", "train"], work, timeout=3600)
+        total += time.perf_counter() - t
+    return total
+
+
+def search(root: Path) -> float:
+    t = time.perf_counter()
+    run([str(BIN / "shardline"), "mix-search"], root, timeout=7200)
+    return time.perf_counter() - t
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--repeats", type=int, default=1)
-    ap.add_argument("--runs", type=int, default=4)
-    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=None, help="the proxies' train.steps (default: mix_search's own)")
+    ap.add_argument("--small", action="store_true", help="the tests' tiny line and proxies: the fixed cost alone")
     a = ap.parse_args()
-    ratios = []
+    ratios, over = [], []
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "proj"
-        build(root, a.steps)
+        t = time.perf_counter()
+        build(root, a.small, a.runs)
+        print(f"built the {'small' if a.small else 'shipped'} line in {time.perf_counter() - t:.0f} s", flush=True)
         for i in range(a.repeats):
             p = yaml.safe_load((root / "params.yaml").read_text())
-            p["mix_search"] = {"runs": a.runs, "seed": 100 + i, "model": {}, "candidates": 5000,
-                               "train": {"steps": a.steps, "checkpoint_every": a.steps, "warmup_steps": 3}}
-            (root / "params.yaml").write_text(yaml.safe_dump(p, sort_keys=False))
-            sh(["git", "commit", "-qam", f"search {i}"], root)
-            t, cpu = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
-            sh([str(BIN / "shardline"), "mix-search"], root)
-            wall = time.perf_counter() - t
-            after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the workers are daemons: not counted here
-            own = after.ru_utime + after.ru_stime - cpu.ru_utime - cpu.ru_stime
-            result = json.loads((root / "data/reports/mix_search.json").read_text())
-            revs = {r["name"]: r["rev"] for b in json.loads(sh([str(BIN / "dvc"), "exp", "show", "--json"], root))
-                    for e in b.get("experiments") or [] for r in e["revs"]}
-            trained = sum(train_seconds(root, revs[q["name"]]) for q in result["proxies"])
-            ratios.append(wall / trained)
-            print(f"repeat {i + 1}: search wall {wall:.1f} s for {a.runs} proxies ({wall / a.runs:.1f} s each); their "
-                  f"training steps {trained:.1f} s in all ({trained / a.runs:.2f} s each): {wall / trained:.2f}x; the "
-                  f"search's own CPU (planning, queueing, polling, reading results, fit, report) {own:.1f} s, "
-                  f"{own / wall:.1%} of its wall", flush=True)
-        sh([str(BIN / "dvc"), "queue", "stop"], root)
+            p["mix_search"]["seed"] = 100 + i
+            if a.steps:
+                p["mix_search"]["train"] = {**p["mix_search"]["train"], "steps": a.steps, "checkpoint_every": a.steps}
+            write_params(root, p)
+            run(["git", "commit", "-qam", f"search {i}"], root)
+            proxies = settings_of(root)
+            if i % 2:
+                wall = search(root)
+                own = by_hand(root, Path(tmp) / "by-hand", proxies)
+            else:
+                own = by_hand(root, Path(tmp) / "by-hand", proxies)
+                wall = search(root)
+            ratios.append(wall / own)
+            over.append((wall - own) / a.runs)
+            print(f"repeat {i + 1}: search {wall:.1f} s for {a.runs} proxies; trained by hand {own:.1f} s "
+                  f"({own / a.runs:.1f} s each): {wall / own:.3f}x, {over[-1]:+.1f} s per proxy", flush=True)
+        run([str(BIN / "dvc"), "queue", "stop"], root, check=False)
+    fixed, each = max(over), own / a.runs
+    print(f"fixed cost per proxy (worst repeat): {fixed:.1f} s; within {TARGET:g}x from proxies of "
+          f"{fixed / (TARGET - 1):.0f} s (these: {each:.1f} s)", flush=True)
     targets = Targets()
-    targets.check("mix search wall / its proxies' training time", max(ratios), "<=", TARGET, "x", repeats=ratios)
+    targets.check("mix search wall / its proxies trained by hand", max(ratios), "<=", TARGET, "x", repeats=ratios)
     targets.exit()
 
 

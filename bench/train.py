@@ -1,7 +1,7 @@
 """Train stage: trainer vs a bare torch loop for both architectures, checkpoint blocking time,
 data-wait share, eval cost, the cost of document attention and what activation checkpointing buys.
 
-    python -m bench.train [--repeats 5] [--steps 20] [--ckpt-repeats 7] [--profile] [--tmp-dir DIR]
+    python -m bench.train [--repeats 6] [--steps 20] [--ckpt-repeats 6] [--profile] [--tmp-dir DIR]
 
 Builds real shards once, in a temp dir, through the engine stages (download -> clean ->
 tokenize -> shard) of the shipped params.yaml (its sources: the Python standard library and the
@@ -29,10 +29,12 @@ repeats, so machine noise hits both alike):
          4,096 / step_s (what the trainer's monitor reports).
      Sanity: (b)'s loss sequence must equal the trainer's train.jsonl losses bit for bit (same
      model, data, seeds, kernels), so both really did the same work (exit 1 if not).
-     The verdict is taken at the low end of the repeats: the lowest same-repeat ratio of
-     tokens/s at each run's lower-quartile step time (its least-contended quarter of steps: a
-     busy machine only ever slows a step down) must reach the target; the ratio of the medians is
-     shown beside it. A timing breakdown of the trainer's per-step extras (LR set, dropout reseed,
+     The verdict is taken at the low end of the repeats: the same-repeat ratio of tokens/s at
+     each run's lower-quartile step time (its least-contended quarter of steps: a busy machine
+     only ever slows a step down), paired ABBA (the geometric mean of a repeat run a-then-b and
+     the next run b-then-a: whichever side runs second in a repeat is faster, by 10-15% here,
+     and a pair of opposite orders cancels it); the lowest pair must reach the target. The
+     ratio of the medians is shown beside it. A timing breakdown of the trainer's per-step extras (LR set, dropout reseed,
      loader next(), monitor.step, disabled GradScaler calls) follows, in microseconds against
      the step time.
   2. checkpoint blocking time: what the trainer's checkpoint branch blocks for (state_dict()
@@ -41,9 +43,9 @@ repeats, so machine noise hits both alike):
      fair ways to block training as little: (i) a snapshot of the same objects (tensors copied)
      handed to a thread that runs `torch.save` into one file + fsyncs, and (ii) DCP's
      `async_save` of the model and optimizer state (its own staging copy, then a background
-     write). Each repeat times each way 3 times and keeps its best (one scheduler hiccup is
-     several times a millisecond block); the verdict takes, per repeat, the trainer against the
-     faster of the two, and the worst repeat must meet the target. For information: a bare synchronous `torch.save` and a
+     write). Each repeat times each way 5 times and keeps its best (one scheduler hiccup is
+     several times a millisecond block); per repeat, the trainer against the faster of the two,
+     paired ABBA as in 1 (the order reverses each repeat); the worst pair must meet the target. For information: a bare synchronous `torch.save` and a
      synchronous `checkpoint.save` (temp dir, sha256 while writing, manifest last, rename,
      fsyncs) of the same state.
   3. data wait share: train.json `data_wait_pct` of each trainer repeat (sum of data-wait over
@@ -84,6 +86,7 @@ import contextlib
 import cProfile
 import io
 import json
+import math
 import os
 import pstats
 import shutil
@@ -576,6 +579,9 @@ def report_arch(name: str, res: dict, args) -> float:
     print(f"  same-repeat ratio (a)/(b), tokens/s at each run's lower-quartile step: "
           f"{', '.join(f'{x:.3f}' for x in ab_runs)}  (spread {min(ab_runs):.3f} - {max(ab_runs):.3f})")
     print(f"  same-repeat ratio (a)/(b) of the median steps (info): {', '.join(f'{x:.3f}' for x in med_runs)}")
+    pairs = abba(ab_runs)
+    print(f"  ABBA pairs (a then b, b then a: the geometric mean of each pair of opposite orders): "
+          f"{', '.join(f'{x:.3f}' for x in pairs)}")
     mins = [b["step_min"] / a["step_min"] for a, b in zip(A, B)]
     print(f"  noise check, fastest step (b)/(a) per repeat: {', '.join(f'{x:.3f}' for x in mins)}  "
           f"(least-contended steps; near 1 with a far lower median ratio means the machine, not the trainer)")
@@ -589,14 +595,22 @@ def report_arch(name: str, res: dict, args) -> float:
     tot = sum(us for what, us in res["extras"].items() if not what.startswith("[both]"))
     print(f"    {'sum of trainer-only extras':44} {tot:9.1f} us  {100 * tot / step_us:6.3f}%  (predicted (a)/(b) "
           f"{step_us / (step_us + tot):.4f})")
-    return min(ab_runs)
+    return min(pairs)
+
+
+def abba(ratios: list[float]) -> list[float]:
+    """Repeat 2k runs the two sides in one order, 2k+1 in the other; the run second in a pair is
+    faster whichever side it is (0.82-0.86 one way, 1.12-1.13 the other, on one machine and day),
+    so each same-repeat ratio carries the order's bias and the geometric mean of a pair of
+    opposite orders cancels it. The verdict takes the worst pair."""
+    return [math.sqrt(ratios[i] * ratios[i + 1]) for i in range(0, len(ratios) - 1, 2)]
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--repeats", type=int, default=5, help="interleaved trainer/bare pairs per architecture (>= 5)")
+    ap.add_argument("--repeats", type=int, default=6, help="interleaved trainer/bare pairs per architecture (even, >= 6)")
     ap.add_argument("--steps", type=int, default=20, help="optimizer steps per run (global batch 16 x 256 tokens)")
-    ap.add_argument("--ckpt-repeats", type=int, default=7, help="interleaved checkpoint save pairs (>= 5)")
+    ap.add_argument("--ckpt-repeats", type=int, default=6, help="interleaved checkpoint save rounds (even, >= 6)")
     ap.add_argument("--profile", action="store_true", help="always print the cProfiles")
     ap.add_argument("--tmp-dir", default=None, help="where the temp project lives (its filesystem is what fsync hits)")
     ap.add_argument("--ac-probe", help=argparse.SUPPRESS)  # section 6's fresh process: a mode
@@ -605,7 +619,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.ac_probe:
         ac_probe(args.root, args.ac_probe, args.steps)
         return 0
-    args.repeats = max(5, args.repeats)
+    args.repeats = max(6, args.repeats + args.repeats % 2)  # whole ABBA pairs
+    args.ckpt_repeats = max(6, args.ckpt_repeats + args.ckpt_repeats % 2)
     torch.use_deterministic_algorithms(True)  # what run() sets for train.deterministic; stays on for (b)
     tmpdir = tempfile.TemporaryDirectory(prefix="bench-train-", dir=args.tmp_dir)
     root = Path(tmpdir.name)
@@ -685,11 +700,11 @@ def main(argv: list[str] | None = None) -> int:
            "DCP async_save": do_dcp, "bare torch.save + fsyncs (sync, info)": do_bare,
            "checkpoint.save (sync, info)": do_save}
     ck = {name: [] for name in fns}
-    for r in range(max(5, args.ckpt_repeats)):
+    for r in range(args.ckpt_repeats):
         names = list(fns) if r % 2 == 0 else list(reversed(fns))
         for name in names:
-            best = float("inf")  # a repeat is the best of 3 calls: a millisecond block is one scheduler hiccup from 5x
-            for k in range(3):
+            best = float("inf")  # a repeat is the best of 5 calls: a millisecond block is one scheduler hiccup from 5x
+            for k in range(5):
                 t0 = time.perf_counter()
                 fns[name](10 * (3 + r) + k)
                 best = min(best, time.perf_counter() - t0)
@@ -720,6 +735,8 @@ def main(argv: list[str] | None = None) -> int:
     ck_pairs = [s / min(t, d) for s, t, d in zip(ck["trainer block (AsyncSaver.submit)"],
                                                 ck["snapshot + torch.save on a thread"], ck["DCP async_save"])]
     print(f"  same-repeat ratio trainer block / the faster fair baseline: {', '.join(f'{x:.2f}' for x in ck_pairs)}")
+    ck_pairs = abba(ck_pairs)
+    print(f"  ABBA pairs (geometric mean of each pair of opposite orders): {', '.join(f'{x:.2f}' for x in ck_pairs)}")
     print("  where a save's time goes (timers around the calls, median of 5 interleaved saves each):")
     print(f"    {'':52}" + "".join(f"{k:>18}" for k in breakdown))
     for part in next(iter(breakdown.values())):
@@ -766,9 +783,10 @@ def main(argv: list[str] | None = None) -> int:
     share = max(shares)
     print("\nheadline (same-run ratios, each verdict at the worst of its repeats):")
     for name, low in lows.items():
-        print(f"  1. [{name}] trainer/bare tokens/s, lowest of {args.repeats}: {low:6.3f}x   (target >= {TARGET_AB})   "
+        print(f"  1. [{name}] trainer/bare tokens/s, lowest of {args.repeats // 2} ABBA pairs: {low:6.3f}x   (target >= {TARGET_AB})   "
               f"{verdict(low >= TARGET_AB)}")
-    print(f"  2. trainer checkpoint block / thread torch.save or DCP async_save, worst of {len(ck_pairs)}: {cr:6.2f}x"
+    print(f"  2. trainer checkpoint block / thread torch.save or DCP async_save, worst of {len(ck_pairs)} ABBA pairs: "
+          f"{cr:6.2f}x"
           f"   (target <= {TARGET_CKPT})    {verdict(cr <= TARGET_CKPT)}   {spread(ck_pairs)}   [synchronous "
           f"checkpoint.save incl. sha256 + manifest / synchronous torch.save: {blk:.2f}x, info]")
     print(f"  3. data wait share of step time, worst of {len(A)}:   {wait:6.3f}%   (target < {TARGET_WAIT}%)     "
