@@ -8,7 +8,7 @@ Builds the shipped line's shards once (bench.train.build), then runs `train.run`
 checkpoints, metrics, tracker files or tracker state) with and without the trackers, interleaved,
 the order alternating between repeats so machine noise hits both alike. Training time is the
 wall time of `train.run`: setup, every step, evals, checkpoints and the trackers' own start and
-close (each sends from its own thread; the run waits for them to finish at its end). Target:
+close (they send from a process of their own; the run waits for it to finish at its end). Target:
 <= 1% more, at the worst same-repeat ratio (bench.verdict); the median step time of each side is
 shown beside it, so the cost in the loop and the cost at the ends can be told apart. `python -m
 bench` runs it after bench.train, as its own section of bench/REPORT.md.

@@ -42,10 +42,12 @@ class Log(_Section):
     sqlite at <dir>/mlflow.db (`mlflow ui --backend-store-uri sqlite:///logs/mlflow.db`)."""
     flush_s: float = Field(10.0, gt=0)
     """How often the trackers' files are flushed (and at every checkpoint): what a dashboard can
-    show lags training by at most this."""
+    show lags training by about this, given idle CPU for the trackers' process (it runs at the
+    lowest priority)."""
     close_timeout_s: float = Field(30.0, gt=0)
-    """At the end of a run, how long to wait for a tracker still sending (a slow or gone server)
-    before leaving it behind; training's own outputs never wait on one."""
+    """At the end of a run (and before a rollback), how long to wait for the trackers still
+    sending (a slow or gone server) before stopping their process; training's own outputs never
+    wait on one."""
 
     @field_validator("backends")
     @classmethod

@@ -5,9 +5,11 @@ rollback; the run's lineage goes in as config and tags; a tracker that fails nev
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
+import time
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +17,8 @@ import pytest
 
 from harness import trackers as read
 from shardline.training.tracking import series
+from tests.conftest import env_for
+from tests.integration.test_cli import SL
 from tests.integration.test_guard import GUARDS, records, train
 from tests.integration.test_train import built, project  # noqa: F401 (the fixture)
 
@@ -79,6 +83,57 @@ def test_a_run_continued_after_a_clean_end_keeps_its_tracker_runs(built, tmp_pat
     assert read.tensorboard(root / "logs/tensorboard/watched") == as_float32(want)
     assert next(iter(read.wandb_runs(root / "logs").values()))["history"] == want
     assert read.mlflow(f"sqlite:///{root / 'logs/mlflow.db'}", "shardline")["watched"]["history"] == want
+
+
+def trackers_of(pid: int) -> list[int]:
+    """The trackers' processes process `pid` started, found by their command line."""
+    want = [b"shardline.training.tracking.child", str(pid).encode()]
+    found = []
+    for p in Path("/proc").iterdir():
+        try:
+            if p.name.isdigit() and (p / "cmdline").read_bytes().rstrip(b"\0").split(b"\0")[-2:] == want:
+                found.append(int(p.name))
+        except OSError:  # it ended while looked at
+            pass
+    return found
+
+
+def idle(pids: list[int]) -> bool:
+    try:
+        return bool(pids) and all(os.sched_getscheduler(p) == os.SCHED_IDLE for p in pids)
+    except OSError:  # ended while looked at
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/cmdline").exists() or not hasattr(os, "SCHED_IDLE"),
+                    reason="finds processes through /proc; SCHED_IDLE is Linux's")
+def test_a_killed_training_takes_its_trackers_process_with_it(built, tmp_path):
+    # an MLflow server that takes the connection and never answers: the trackers' process is busy
+    # in a backend, never reading stdin, so only the kernel (its parent-death signal) can end it.
+    # It is killed once the child runs at idle priority (set just before that signal is asked for)
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(8)
+        root = project(built, tmp_path / "p", train={"steps": 5000, "checkpoint_every": 5000},
+                       log={"backends": ["mlflow"], "mlflow_uri": f"http://127.0.0.1:{server.getsockname()[1]}"})
+        proc = subprocess.Popen([SL, "stage", "train"], cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                env=env_for(MLFLOW_HTTP_REQUEST_MAX_RETRIES="0", MLFLOW_HTTP_REQUEST_TIMEOUT="600"))
+        metrics = root / "data/metrics/train.jsonl"
+        try:
+            end = time.monotonic() + 120
+            while not (idle(trackers_of(proc.pid)) and metrics.exists() and metrics.read_text().count("\n") >= 2):
+                assert proc.poll() is None and time.monotonic() < end, "training ended (or took too long) first"
+                time.sleep(0.05)
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+        end = time.monotonic() + 5
+        while trackers_of(proc.pid) and time.monotonic() < end:
+            time.sleep(0.05)
+        left = trackers_of(proc.pid)
+        for pid in left:  # not to linger after a failure
+            os.kill(pid, signal.SIGKILL)
+    assert left == []
 
 
 def _closed_port() -> int:

@@ -1,12 +1,21 @@
-"""What a tracker gets of a step record (literal answers), and the log section's checks."""
+"""What a tracker gets of a step record (literal answers), the log section's checks, and the
+trackers' own process: a failing or hanging backend, its CPU priority."""
 
 from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Callable
 
 import pytest
 
 from shardline.core import config
 from shardline.core.errors import ConfigError
-from shardline.training.tracking import run_tags, series
+from shardline.training.tracking import Trackers, run_config, run_tags, series
+from shardline.training.tracking.mlflow_run import MLflow
 
 
 def test_a_record_becomes_these_series_and_a_null_stays_out():
@@ -46,3 +55,100 @@ def test_a_profile_needs_a_start_step():
     with pytest.raises(ConfigError) as e:
         config.parse({"sources": [{"name": "a", "uri": "x.txt", "format": "txt"}], "train": {"profile": {"steps": 2}}})
     assert "train.profile.start_step: required" in str(e.value)
+
+
+# ---- the trackers' process (real backends, a real child process)
+LIN = {"data_version": {"shards_sha256": "a" * 64, "dvc_md5": None, "tokenizer_sha256": "b" * 64},
+       "params": {"tokenizer": {}, "model": {"arch": "gpt2"}, "train": {}, "loader": {}}, "mix": {"a": 1.0},
+       "clean_rules": {}, "code": {"commit": None, "dirty": False}, "parent": None, "init": None}
+
+
+def _trackers(tmp_path: Path, said: list, **log) -> Trackers:
+    cfg = config.Log(**{"dir": str(tmp_path / "logs"), **log})
+    return Trackers(cfg, tmp_path, tmp_path / "state.json", "unit", LIN, said.append)
+
+
+def _listening() -> socket.socket:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(8)
+    return s
+
+
+def _wait_for(what: Callable[[], bool], seconds: float) -> bool:
+    end = time.monotonic() + seconds
+    while not what():
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def test_a_backend_that_fails_to_open_is_said_once_and_close_returns(tmp_path, monkeypatch):
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # the child inherits them
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "2")
+    said: list[str] = []
+    t = _trackers(tmp_path, said, backends=["mlflow"], mlflow_uri=f"http://127.0.0.1:{port}", close_timeout_s=60,
+                  flush_s=0.05)
+    t.open([{"step": 1, "loss": 2.0}], 1)
+    assert _wait_for((tmp_path / "state.json").exists, 60)  # opened (and failed): recorded
+    for s in range(2, 30):
+        t.step({"step": s, "loss": 1.0})
+        time.sleep(0.01)
+    t0 = time.monotonic()
+    t.close()
+    assert time.monotonic() - t0 < 60
+    assert len(said) == 1 and said[0].startswith("log: mlflow failed (MlflowException") \
+        and said[0].endswith("training goes on without it, train.jsonl holds every step"), said
+    assert json.loads((tmp_path / "state.json").read_text()) == {"run_name": "unit", "backends": {}}
+
+
+def test_a_tracker_still_sending_at_close_is_stopped_within_the_timeout(tmp_path, monkeypatch):
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "600")
+    said: list[str] = []
+    with _listening() as server:  # takes the connection, never answers
+        t = _trackers(tmp_path, said, backends=["mlflow"], mlflow_uri=f"http://127.0.0.1:{server.getsockname()[1]}",
+                      close_timeout_s=3)
+        t.open([], 0)
+        proc = t.proc
+        t.step({"step": 1, "loss": 1.0})
+        t0 = time.monotonic()
+        t.close()
+        took = time.monotonic() - t0
+    assert took < 3 + 5, took
+    assert proc.poll() is not None  # gone before close returned: a re-open never overlaps two writers
+    assert len(said) == 1 and said[0].startswith("log: a tracker was still sending after log.close_timeout_s 3 s"), said
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="SCHED_IDLE is Linux's")
+def test_the_trackers_process_runs_at_idle_priority(tmp_path):
+    said: list[str] = []
+    t = _trackers(tmp_path, said, backends=["tensorboard"])
+    t.open([{"step": 1, "loss": 2.0}], 1)
+    try:
+        assert _wait_for((tmp_path / "state.json").exists, 60)  # its backends opened: well past lowering itself
+        assert os.sched_getscheduler(t.proc.pid) == os.SCHED_IDLE
+    finally:
+        t.close()
+    assert said == []
+    assert json.loads((tmp_path / "state.json").read_text())["backends"] == {"tensorboard": {"durable": 1}}
+
+
+def test_an_mlflow_run_a_killed_open_never_recorded_is_deleted_by_the_next(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    cfg, rows = config.Log(backends=["mlflow"]), [(1, {"train/loss": 1.0})]
+
+    def opened(key: str) -> str:
+        return MLflow(tmp_path / "logs", "unit", cfg, key).open(None, 1, rows, run_config(LIN), run_tags(LIN))["run_id"]
+
+    opened("abc")  # killed before its state was recorded: the next open has no run id on record either
+    kept, other = opened("abc"), opened("xyz")  # another identity of the same name is not touched
+    c = MlflowClient(f"sqlite:///{tmp_path / 'logs' / 'mlflow.db'}")
+    runs = c.search_runs([c.get_experiment_by_name("shardline").experiment_id])
+    assert {r.info.run_id for r in runs} == {kept, other}
+    assert not [p.name for p in (tmp_path / "logs").iterdir() if ".tmp-" in p.name]  # the store was made whole

@@ -1,5 +1,5 @@
-"""The trackers a run also reports to (params `log.backends`: TensorBoard, W&B, MLflow), off the
-training loop's thread, holding exactly what data/metrics/train.jsonl holds.
+"""The trackers a run also reports to (params `log.backends`: TensorBoard, W&B, MLflow), in a
+process of their own, holding exactly what data/metrics/train.jsonl holds.
 
 Contract:
 - `series(record)` is what a tracker gets of one step record: loss, learning rate, gradient norm,
@@ -12,25 +12,36 @@ Contract:
   makes its run hold exactly one value per step of `rows` and nothing past them (shardline.training.
   tracking.tensorboard, .wandb_run, .mlflow_run say how), so after a kill, a resume or a rollback
   the series a tracker shows equals train.jsonl. `step(record)` queues one record; `close()`
-  sends what is queued and closes each backend, waiting at most log.close_timeout_s.
-- Everything a backend does runs on one worker thread: a slow server never holds up a step. What
-  each holds is recorded in .shardline/trackers/<tag>.json (atomic) after every flush (every
-  log.flush_s, and at every checkpoint): the durable step and run id each backend resumes from.
+  sends what is queued and closes each backend, waiting at most log.close_timeout_s (then the
+  child is killed: a rollback's re-open never overlaps two writers).
+- Everything a backend does runs in one child process (shardline.training.tracking.child) at the
+  lowest CPU priority: their Python (MLflow's store, W&B, TensorBoard, and their imports) would
+  otherwise hold the GIL and take a core training needs, and a slow server never holds up a step.
+  Training only queues each step's series; a feeder thread pickles them into the child's stdin.
+  The child dies with the training process (killed with it, never a second writer after a
+  resume). It records what each backend holds in .shardline/trackers/<tag>.json (atomic) after
+  every flush (every log.flush_s, and at every checkpoint): the durable step and run id each
+  backend resumes from.
 - A backend that fails (a full disk, a server gone, its package missing) is dropped for the rest
-  of the process with one line saying so; training goes on, train.jsonl keeps every step.
+  of the process with one line saying so, as is the child ending; training goes on, train.jsonl
+  keeps every step. Lines are said by the training thread (its log may not be thread-safe).
 """
 
 from __future__ import annotations
 
 import math
+import os
+import pickle
 import queue
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-from shardline.core import fsio
-from shardline.core.config import Log as LogSection
+if TYPE_CHECKING:  # not at run time: the child imports this package before it lowers its priority
+    from shardline.core.config import Log as LogSection
 
 Log = Callable[[str], None]
 STEP = {"train/loss": "loss", "train/lr": "lr", "train/grad_norm": "grad_norm", "perf/tokens_per_s": "tokens_per_s",
@@ -74,7 +85,8 @@ def run_tags(lin: dict) -> dict[str, str]:
             "mix": ",".join(f"{k}={v:g}" for k, v in (lin["mix"] or {}).items())[:58]}
 
 
-def _backend(name: str, cfg: LogSection, root: Path, run_name: str):
+def _backend(name: str, cfg: LogSection, root: Path, run_name: str, key: str):
+    """`key`: the run's identity (its state file's name), for a backend that must tell its runs apart."""
     if name == "tensorboard":
         from shardline.training.tracking.tensorboard import TensorBoard
         return TensorBoard(Path(root, cfg.dir), run_name)
@@ -82,76 +94,97 @@ def _backend(name: str, cfg: LogSection, root: Path, run_name: str):
         from shardline.training.tracking.wandb_run import WandB
         return WandB(Path(root, cfg.dir), run_name, cfg)
     from shardline.training.tracking.mlflow_run import MLflow
-    return MLflow(Path(root, cfg.dir), run_name, cfg)
+    return MLflow(Path(root, cfg.dir), run_name, cfg, key)
 
 
 class Trackers:
     def __init__(self, cfg: LogSection, root: Path, state: Path, run_name: str, lin: dict, log: Log):
         self.cfg, self.root, self.path, self.run_name, self.lin, self.log = cfg, Path(root), state, run_name, lin, log
-        self.live: dict = {}
-        self.said: list[str] = []  # lines from the worker, said by the training thread (its log may not be thread-safe)
-        self.q: queue.Queue = queue.Queue()
-        self.thread: threading.Thread | None = None
+        self.said: list[str] = []  # lines from the child and the feeder, said by the training thread
+        self.q: queue.Queue = queue.Queue()  # unbounded: training never waits on a full pipe, the feeder does
+        self.proc: subprocess.Popen | None = None
+        self.feeder: threading.Thread | None = None
+        self.reader: threading.Thread | None = None
         self.flush_now = threading.Event()
+        self.stopped = False  # the child is gone (or being stopped): nothing more is sent
+        self.lock = threading.Lock()  # the feeder and close() may both see the child end: said once
 
     def open(self, rows: list[dict], step: int) -> None:
         if not self.cfg.backends:
             return
-        self.thread = threading.Thread(target=self._work, args=(rows, step), name="shardline-trackers", daemon=True)
-        self.thread.start()
+        # from this (the training) thread: the child's PR_SET_PDEATHSIG fires when the thread that
+        # started it ends, and this one lasts as long as the process
+        self.proc = subprocess.Popen([sys.executable, *(["-P"] if sys.version_info >= (3, 11) else []), "-m",
+                                      "shardline.training.tracking.child", str(os.getpid())],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.reader = threading.Thread(target=self._read, args=(self.proc,), name="shardline-trackers-said",
+                                       daemon=True)
+        self.feeder = threading.Thread(target=self._feed, args=(self.proc, rows, step), name="shardline-trackers",
+                                       daemon=True)
+        self.reader.start()
+        self.feeder.start()
 
     def step(self, rec: dict) -> None:
-        if self.thread is not None:
+        if self.proc is not None:
             self.q.put((rec["step"], series(rec)))
             self._say()
 
     def flush(self) -> None:
-        """At a checkpoint: have the worker flush and record what each backend holds."""
+        """At a checkpoint: have the child flush and record what each backend holds."""
         self.flush_now.set()
 
     def close(self) -> None:
-        if self.thread is None:
+        if self.proc is None:
             return
+        proc, deadline = self.proc, time.monotonic() + self.cfg.close_timeout_s
         self.q.put(None)
-        self.thread.join(self.cfg.close_timeout_s)
-        if self.thread.is_alive():
-            self.said.append(f"log: a tracker was still sending after log.close_timeout_s {self.cfg.close_timeout_s:g} s "
-                             "(a slow or unreachable server?); left behind. train.jsonl holds every step.")
-        self.thread = None
+        self.feeder.join(self.cfg.close_timeout_s)
+        try:
+            code = proc.wait(max(0.0, deadline - time.monotonic()))
+            if code:  # it ended by itself, not cleanly; said once (the feeder may have seen it first)
+                self._ended(proc)
+        except subprocess.TimeoutExpired:
+            with self.lock:
+                self.stopped = True
+            self.said.append(f"log: a tracker was still sending after log.close_timeout_s {self.cfg.close_timeout_s:g} "
+                             "s (a slow or unreachable server?); stopped. train.jsonl holds every step.")
+            # a rollback opens new trackers next: two children must never write the same files
+            proc.kill()
+            proc.wait()
+        self.feeder.join(5)
+        self.reader.join(5)  # the child's last lines
+        self.proc = None
         self._say()
 
     def _say(self) -> None:
         while self.said:
             self.log(self.said.pop(0))
 
-    # ---- the worker thread
-    def _fail(self, name: str, e: BaseException) -> None:
-        self.live.pop(name, None)
-        hint = f" (pip install -e '.[{EXTRA[name]}]')" if isinstance(e, ImportError) else ""
-        self.said.append(f"log: {name} failed ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}){hint}; "
-                         "training goes on without it, train.jsonl holds every step")
+    # ---- the feeder and reader threads
+    def _ended(self, proc: subprocess.Popen) -> None:
+        with self.lock:
+            if self.stopped:
+                return
+            self.stopped = True
+        try:
+            code = proc.wait(5)
+        except subprocess.TimeoutExpired:
+            code = None
+        self.said.append(f"log: the trackers' process ended (exit {code}); training goes on, "
+                         "train.jsonl holds every step")
 
-    def _each(self, fn: Callable) -> None:
-        for name, b in list(self.live.items()):
-            try:
-                fn(name, b)
-            except Exception as e:  # a tracker never stops training
-                self._fail(name, e)
+    def _send(self, proc: subprocess.Popen, msg: tuple) -> None:
+        if self.stopped:
+            return
+        try:
+            pickle.dump(msg, proc.stdin, protocol=pickle.HIGHEST_PROTOCOL)
+            proc.stdin.flush()
+        except (OSError, ValueError):  # BrokenPipeError: the child died
+            self._ended(proc)
 
-    def _record(self, known: dict) -> None:
-        fsio.write_json(self.path, {"run_name": self.run_name, "backends": known})
-
-    def _work(self, rows: list[dict], step: int) -> None:
-        known = fsio.read_json(self.path).get("backends", {}) if self.path.exists() else {}
-        config, tags = run_config(self.lin), run_tags(self.lin)
-        for name in self.cfg.backends:
-            try:
-                b = _backend(name, self.cfg, self.root, self.run_name)
-                known[name] = b.open(known.get(name), step, [(r["step"], series(r)) for r in rows], config, tags)
-                self.live[name] = b
-            except Exception as e:
-                self._fail(name, e)
-        self._record(known)
+    def _feed(self, proc: subprocess.Popen, rows: list[dict], step: int) -> None:
+        self._send(proc, ("open", self.cfg, self.root, self.path, self.run_name, self.lin,
+                          [(r["step"], series(r)) for r in rows], step))
         last_flush, done = time.monotonic(), False
         while not done:
             try:
@@ -166,9 +199,18 @@ class Trackers:
             done = None in items
             batch = [i for i in items if i is not None]
             if batch:
-                self._each(lambda _, b: b.log(batch))
-            if done or self.flush_now.is_set() or time.monotonic() - last_flush >= self.cfg.flush_s:
+                self._send(proc, ("batch", batch))
+            if done:
+                self._send(proc, ("close",))
+            elif self.flush_now.is_set() or time.monotonic() - last_flush >= self.cfg.flush_s:
                 self.flush_now.clear()
-                self._each(lambda name, b: known.__setitem__(name, b.close() if done else b.flush()))
+                self._send(proc, ("flush",))
                 last_flush = time.monotonic()
-                self._record(known)
+        try:
+            proc.stdin.close()
+        except OSError:
+            pass
+
+    def _read(self, proc: subprocess.Popen) -> None:
+        for line in proc.stdout:
+            self.said.append(line.decode("utf-8", "replace").rstrip("\n"))

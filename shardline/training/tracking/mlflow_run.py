@@ -8,15 +8,21 @@ or a rollback after it had them), it deletes that run (MLflow's soft delete: res
 from the UI), starts a new one of the same name tagged `shardline.supersedes`, and sends every row
 from train.jsonl. Every send is synchronous (log_batch), so what returned is held: state on
 record is the run id. The identity goes in as params (once, when the run starts) and tags (each
-start: the parent checkpoint and the code move on).
+start: the parent checkpoint and the code move on). A kill may land anywhere in `open`, so: the
+local store appears whole or not at all (made under a temp name, linked into place), and each run
+is tagged `shardline.state` with the run's identity; `open` deletes any other active run of that
+identity (one a killed `open` created but never recorded).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import time
 from pathlib import Path
 
+from shardline.core import fsio
 from shardline.core.config import Log as LogSection
 from shardline.core.layout import MLFLOW_ARTIFACTS, MLFLOW_DB
 
@@ -33,9 +39,26 @@ def _flat(d: dict, prefix: str = "") -> dict[str, str]:
     return out
 
 
+def _new_store(db: Path, artifacts: str) -> None:
+    """MLflow migrates a new sqlite store in dozens of steps (seconds of CPU, longer at the trackers'
+    idle priority), not one transaction: a kill among them leaves a store every later open fails
+    on ("table ... already exists"). So they run on a temp file, linked into place when done."""
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    for old in db.parent.iterdir():  # what a process killed while making one left
+        if old.name.startswith(f".{db.name}{fsio.TMP_MARK}"):
+            old.unlink(missing_ok=True)
+    tmp = fsio.temp_name(db)
+    SqlAlchemyStore(f"sqlite:///{tmp}", artifacts).engine.dispose()
+    with contextlib.suppress(FileExistsError):  # link, not replace: never over a store another made meanwhile
+        os.link(tmp, db)
+        fsio.fsync_dir(db.parent)
+    tmp.unlink()
+
+
 class MLflow:
-    def __init__(self, root: Path, run_name: str, cfg: LogSection):
-        self.root, self.name, self.cfg = Path(root), run_name, cfg
+    def __init__(self, root: Path, run_name: str, cfg: LogSection, key: str):
+        self.root, self.name, self.cfg, self.key = Path(root), run_name, cfg, key
         self.client, self.id = None, None
 
     def open(self, prior: dict | None, step: int, rows: list, config: dict, tags: dict) -> dict:
@@ -46,7 +69,10 @@ class MLflow:
         self.root.mkdir(parents=True, exist_ok=True)
         for name in ("mlflow.store.db.utils", "alembic"):  # a new store's table setup is not the run's news
             logging.getLogger(name).setLevel(logging.WARNING)
-        uri = self.cfg.mlflow_uri or f"sqlite:///{(self.root / MLFLOW_DB).resolve()}"
+        db = (self.root / MLFLOW_DB).resolve()
+        if not self.cfg.mlflow_uri and not db.exists():
+            _new_store(db, (self.root / MLFLOW_ARTIFACTS).resolve().as_uri())
+        uri = self.cfg.mlflow_uri or f"sqlite:///{db}"
         c = self.client = MlflowClient(tracking_uri=uri)
         exp = c.get_experiment_by_name(self.cfg.project)
         # its artifacts beside the store, not in ./mlruns of whatever folder training runs in
@@ -66,9 +92,9 @@ class MLflow:
         scalars = {f"shardline.{k}": str(v)[:8000] for k, v in config.items() if not isinstance(v, dict)}
         if held is None:
             params = {k: config[k] for k in ("model", "train", "loader", "tokenizer", "mix", "clean_rules")}
-            self.id = c.create_run(exp_id, run_name=self.name, tags={**scalars, **{f"shardline.tag.{k}": v for k, v in
-                                                                               tags.items()},
-                                                                       "shardline.supersedes": str(old)}).info.run_id
+            new_tags = {**scalars, **{f"shardline.tag.{k}": v for k, v in tags.items()},
+                        "shardline.supersedes": str(old), "shardline.state": self.key}
+            self.id = c.create_run(exp_id, run_name=self.name, tags=new_tags).info.run_id
             items = list(_flat(params).items())
             for i in range(0, len(items), 100):  # MLflow's limit of params per log_batch
                 c.log_batch(self.id, params=[Param(k, v) for k, v in items[i:i + 100]])
@@ -78,6 +104,10 @@ class MLflow:
             c.update_run(self.id, status="RUNNING")
             for k, v in scalars.items():
                 c.set_tag(self.id, k, v)
+            c.set_tag(self.id, "shardline.state", self.key)
+        for r in c.search_runs([exp_id], filter_string=f"tags.`shardline.state` = '{self.key}'"):  # active only
+            if r.info.run_id != self.id:
+                c.delete_run(r.info.run_id)
         self.log([(s, {k: v for k, v in m.items() if s > held.get(k, 0)}) for s, m in rows])
         return {"run_id": self.id}
 
