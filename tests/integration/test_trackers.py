@@ -145,7 +145,7 @@ def _closed_port() -> int:
 def test_trackers_that_fail_never_stop_training_and_say_so_once(built, tmp_path):
     full = tmp_path / "full"
     full.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=12k", "tmpfs", str(full)], capture_output=True).returncode:
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4k", "tmpfs", str(full)], capture_output=True).returncode:
         pytest.skip("cannot mount a small tmpfs here (not root): no real full disk to write to")
     try:
         root = project(built, tmp_path / "p", train={"steps": 40},
