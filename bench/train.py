@@ -86,7 +86,6 @@ import contextlib
 import cProfile
 import io
 import json
-import math
 import os
 import pstats
 import shutil
@@ -103,6 +102,7 @@ import torch.distributed.checkpoint as dcp
 import yaml
 from torch.distributed.checkpoint.state_dict import get_state_dict
 
+from bench.verdict import abba
 from shardline.context import RunContext
 from shardline.core import config, fsio
 from shardline.training import rng
@@ -596,14 +596,6 @@ def report_arch(name: str, res: dict, args) -> float:
     print(f"    {'sum of trainer-only extras':44} {tot:9.1f} us  {100 * tot / step_us:6.3f}%  (predicted (a)/(b) "
           f"{step_us / (step_us + tot):.4f})")
     return min(pairs)
-
-
-def abba(ratios: list[float]) -> list[float]:
-    """Repeat 2k runs the two sides in one order, 2k+1 in the other; the run second in a pair is
-    faster whichever side it is (0.82-0.86 one way, 1.12-1.13 the other, on one machine and day),
-    so each same-repeat ratio carries the order's bias and the geometric mean of a pair of
-    opposite orders cancels it. The verdict takes the worst pair."""
-    return [math.sqrt(ratios[i] * ratios[i + 1]) for i in range(0, len(ratios) - 1, 2)]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,6 +9,7 @@ spread), FAIL with the distance otherwise; the misses are kept for the exit stat
 
 from __future__ import annotations
 
+import math
 import sys
 
 
@@ -31,3 +32,12 @@ class Targets:
         missed = self.missed + list(more)
         if missed:
             sys.exit(f"\n{len(missed)} target(s) missed:\n  " + "\n  ".join(missed))
+
+
+def abba(ratios: list[float]) -> list[float]:
+    """Same-repeat ratios of two sides timed back to back, the order reversed each repeat (a then
+    b, b then a, ...), paired: the geometric mean of each pair of opposite orders. On this class
+    of machine the run second in a repeat is faster whichever side it is (by 10-15%), so a single
+    repeat's ratio carries that bias one way or the other; a pair cancels it. Verdicts then take
+    the worst pair."""
+    return [math.sqrt(ratios[i] * ratios[i + 1]) for i in range(0, len(ratios) - 1, 2)]
