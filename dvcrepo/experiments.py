@@ -13,6 +13,7 @@ import json
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from shardline.core.errors import BadInput
@@ -87,26 +88,53 @@ def states(root: Path) -> dict[str, str]:
     """name -> the status of its newest queue task (QUEUED, RUNNING, SUCCESS, FAILED)."""
     from dvcrepo import open_repo
 
-    with open_repo(root) as repo:
-        tasks = sorted(repo.experiments.celery_queue.status(), key=lambda t: t["timestamp"])
-    return {t["name"]: t["status"] for t in tasks if t.get("name")}
+    def status():
+        with open_repo(root) as repo:
+            return sorted(repo.experiments.celery_queue.status(), key=lambda t: t["timestamp"])
+
+    return {t["name"]: t["status"] for t in _again(status) if t.get("name")}
+
+
+def _again(read, tries: int = 10):
+    """read(), asked again when a queue worker removed a task's run file or temp workspace, or was
+    writing its run file (DVC writes it in place), while DVC read it: with two workers, now and
+    then. A moment later the task is in its next state."""
+    from dvc.exceptions import NotDvcRepoError
+    from dvc.utils.serialize import ParseError
+
+    for attempt in range(tries):
+        try:
+            return read()
+        except (FileNotFoundError, NotDvcRepoError, ParseError):
+            if attempt == tries - 1:
+                raise
+            time.sleep(0.2)
 
 
 def finished(root: Path) -> dict[str, dict]:
-    """name -> {"rev", "params", "metrics"} for each experiment of HEAD that `dvc exp show` holds
-    with its results (a queued or failed one is not listed). In-process, as `dvc exp show --json`
-    builds its output: a `dvc` process per finished proxy would cost more CPU than the search's
-    own work."""
+    """name -> {"rev", "params", "metrics"} for each experiment of HEAD that has ended with its
+    results: its ref written (refs/exps/.../<name>, which DVC writes as an experiment ends) and
+    `dvc exp show` listing that commit. A running one is listed too, but under a commit of its
+    work in progress and with the workspace's metrics: never taken for finished. In-process, as
+    `dvc exp show --json` builds its output: a `dvc` process per finished proxy would cost more
+    CPU than the search's own work."""
+    from dvc.repo.experiments.utils import exp_refs
+
     from dvcrepo import open_repo
 
-    with open_repo(root) as repo:
-        shown = json.loads(json.dumps([e.dumpd() for e in repo.experiments.show(hide_queued=True)], default=str))
+    def show():
+        with open_repo(root) as repo:
+            ended = {ref.name: repo.scm.get_ref(str(ref)) for ref in exp_refs(repo.scm)}
+            shown = [e.dumpd() for e in repo.experiments.show(hide_queued=True, hide_failed=True)]
+            return ended, json.loads(json.dumps(shown, default=str))
+
+    ended, shown = _again(show)
     out = {}
     for base in shown:
         for e in base.get("experiments") or []:
             for rev in e["revs"]:
                 d = rev.get("data") or {}
-                if rev.get("name") and not rev.get("error") and (d.get("executor") or {}).get("state") in (None, "success"):
+                if rev.get("name") and not rev.get("error") and ended.get(rev["name"]) == rev["rev"]:
                     out[rev["name"]] = {"rev": rev["rev"], "params": d.get("params", {}).get("params.yaml", {}).get("data"),
                                         "metrics": {k: v.get("data") for k, v in (d.get("metrics") or {}).items()}}
     return out

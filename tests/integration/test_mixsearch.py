@@ -40,12 +40,12 @@ def noise_files(folder: Path, n: int = 4, size: int = 30_000) -> None:
 
 
 def proxy_revs(root: Path) -> list[tuple[str, str]]:
-    """(name, experiment commit) of every experiment `dvc exp show` lists: a redone one would show twice
-    or with another commit."""
-    out = []
-    for base in json.loads(run([DVC, "exp", "show", "--json"], root).stdout):
-        out += [(r["name"], r["rev"]) for e in base.get("experiments") or [] for r in e["revs"]]
-    return sorted(out)
+    """(name, experiment commit) of every finished experiment, from the refs DVC writes as each ends
+    (refs/exps/<baseline>/<name>): a redone one would show twice or with another commit. (`dvc exp
+    show` also lists a running one, under a commit of its work in progress.)"""
+    refs = run(["git", "for-each-ref", "refs/exps", "--format=%(refname) %(objectname)"], root).stdout.split("\n")
+    return sorted((ref.rsplit("/", 1)[1], rev) for ref, rev in (ln.split() for ln in refs if ln.strip())
+                  if ref.count("/") == 4)
 
 
 @pytest.fixture(scope="module")
