@@ -45,7 +45,7 @@ def build(root: Path, small: bool, runs: int) -> None:
         p["mix_search"].update(model={}, train={"steps": 30, "checkpoint_every": 30, "warmup_steps": 3})
     p["mix_search"]["runs"] = runs
     write_params(root, p)
-    commit_trained(root)
+    commit_trained(root, "shard")  # proxies train fresh: the baseline needs its shards, not a model
 
 
 def settings_of(root: Path) -> list[list[str]]:

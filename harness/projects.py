@@ -79,10 +79,11 @@ def stdlib_sources(inputs: Path) -> list[dict]:
     return [{"name": n, "uri": str(inputs / n), "format": "txt"} for n in ("code", "more")]
 
 
-def commit_trained(root: Path) -> None:
-    """A user's project after the README's first run: committed as cloned, `dvc repro`, committed."""
+def commit_trained(root: Path, *targets: str) -> None:
+    """A user's project after the README's first run: committed as cloned, `dvc repro [targets]`,
+    committed."""
     run(["git", "add", "-A"], root)
     run(["git", "commit", "-qm", "cloned"], root)
-    run([str(BIN / "dvc"), "repro"], root, timeout=600)
+    run([str(BIN / "dvc"), "repro", *targets], root, timeout=600)
     run(["git", "add", "-A"], root)
     run(["git", "commit", "-qm", "trained"], root)
