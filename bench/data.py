@@ -1,6 +1,6 @@
 """The data half of the line (download -> clean -> tokenize -> shard) as a user runs it, at 1 GB and 4 GB.
 
-    python -m bench.data [--gb 1] [--repeats 1] [--baseline REV] [--no-scale] [--no-quality] [--quick] [--keep]
+    python -m bench.data [--gb 1] [--repeats 2] [--baseline REV] [--no-scale] [--no-quality] [--quick] [--keep]
                          [--no-sources]
 
 Then bench.sources (compressed jsonl, Common Crawl WARC, decontamination, 10,000 small files;
@@ -219,7 +219,7 @@ def same_ids(root: Path, enc) -> tuple[int, str]:
     """Every token part the stage wrote, byte for byte, against raw tiktoken's ids (plus EOS) of
     the same documents: the encoder the stage chose gave tiktoken's ids on the whole corpus.
     Returns the parts checked and the encoder; exits naming the first part that differs."""
-    C, checked = engine("clean"), 0
+    C, checked = engine("clean.stage"), 0
     for side, where in (("train", root / "data/tokens/web"), ("val", root / "data/tokens/web/val")):
         index = json.loads((where / "index.json").read_text())
         eos = np.array([index["eos_id"]], np.uint32)
@@ -236,7 +236,7 @@ def same_ids(root: Path, enc) -> tuple[int, str]:
 
 def extras(root: Path, corpus_path: Path, tokens: int, quality_mb: float | None) -> dict:
     """The raw limits on this run's data, and the tokenizer sample check."""
-    C, T = engine("clean"), engine("tokenizer")
+    C, T = engine("clean.stage"), engine("tokenizer")
     parts = sorted((root / "data/clean/web").glob("part-*.parquet"))
     train, val = ([t for p in parts for b in C.documents(p, side) for t in b] for side in ("train", "val"))
     texts = train + val
@@ -322,8 +322,8 @@ def _rates(r: dict, key: str, mb: float) -> tuple[float, float | None]:
 
 
 def table(runs: list[dict], meta: dict) -> dict:
-    """Print the stage table for the runs at one size; return the medians the targets use."""
-    worst = lambda f: max(f(r) for r in runs)
+    """Print the stage table for the runs at one size; return each repeat's values the targets use."""
+    each = lambda f: [f(r) for r in runs]
     mb, base, st = meta["bytes"] / 1e6, "encode" in runs[0], runs[0]["stats"]
     print(f"\n{meta['bytes'] / GB:.2f} GB corpus, {meta['docs']:,} docs, {len(runs)} run(s): median (min-max); "
           f"engine {', '.join(r['code'] for r in runs)}")
@@ -344,21 +344,21 @@ def table(runs: list[dict], meta: dict) -> dict:
           f"the rules {sum(ruled.values())} {ruled or ''}".rstrip() + f"; {runs[0]['tokens']:,} tokens; "
           f"shards {runs[0]['shard_bytes'] / 1e6:,.0f} MB")
     peak = lambda r: max((max(r[s]["rss"], r[s]["tree"]), s) for s in STAGES)
-    # the verdicts read the low end of the repeats: the slowest total, the largest peak, the lowest ratio
-    out = {"total": worst(lambda r: sum(r[s]["wall"] for s in STAGES)), "peak": worst(lambda r: peak(r)[0]),
+    # the verdicts read the low end of these: the slowest total, the largest peak, the lowest ratio
+    out = {"total": each(lambda r: sum(r[s]["wall"] for s in STAGES)), "peak": each(lambda r: peak(r)[0]),
            "peak_stage": peak(runs[0])[1]}
     if base:
         w = runs[0]["raw"]
         print(f"tokenize's encoder: {w['encoder']}; its ids equal raw tiktoken's in all {w['identical']} token parts")
-        out["ratio"] = -worst(lambda r: -r["raw"]["tok_s"] / r["encode"]["wall"])
-        out["bpe"] = worst(lambda r: r["tokenize"]["wall"] - r["encode"]["wall"])
+        out["ratio"] = each(lambda r: r["raw"]["tok_s"] / r["encode"]["wall"])
+        out["bpe"] = each(lambda r: r["tokenize"]["wall"] - r["encode"]["wall"])
     return out
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--gb", type=float, default=1.0, help="base corpus size, in 10^9 bytes")
-    ap.add_argument("--repeats", type=int, default=1, help="runs at each size, interleaved")
+    ap.add_argument("--repeats", type=int, default=2, help="runs at each size, interleaved")
     ap.add_argument("--scale", action=argparse.BooleanOptionalAction, default=True, help="also run at 4x --gb")
     ap.add_argument("--quality", action=argparse.BooleanOptionalAction, default=True, help="the tokenizer sample check")
     ap.add_argument("--quality-mb", type=float, help="its sample, MiB (default 256 per GB)")
@@ -392,25 +392,29 @@ def main(argv: list[str] | None = None) -> None:
     print(f"(wait4's peak RSS reads no lower than this process's own, "
           f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB)\n")
 
-    target(f"data half at {a.gb:g} GB, sum of stage walls", b["total"], "<=", 80 * a.gb, " s")
+    target(f"data half at {a.gb:g} GB, sum of stage walls, slowest", max(b["total"]), "<=", 80 * a.gb, " s",
+           repeats=b["total"])
     if olds:
         print(f"baseline {a.baseline} at {a.gb:g} GB, stage walls (median): " + ", ".join(
             f"{s} {statistics.median(r[s]['wall'] for r in olds):.1f} s" for s in STAGES))
         pairs = [(sum(o[s]["wall"] for s in STAGES), sum(n[s]["wall"] for s in STAGES))
                  for o, n in zip(olds, runs[a.gb])]
         then, now = min(pairs, key=lambda p: p[0] / p[1])  # the repeat with the lowest ratio
-        target(f"data half speed vs engine {a.baseline} ({then:.1f} s vs {now:.1f} s), same run, same corpus",
-               then / now, ">=", 2, "x")
+        target(f"data half speed vs engine {a.baseline} ({then:.1f} s vs {now:.1f} s), same run, same corpus, lowest",
+               then / now, ">=", 2, "x", repeats=[o / n for o, n in pairs])
     for gb in sizes:
-        target(f"peak RSS at {gb:g} GB (in {res[gb]['peak_stage']})", res[gb]["peak"], "<=", 1024, " MiB")
-    target("tokenize encode-only / raw tiktoken 2 threads", b["ratio"], ">=", 3, "x")
-    target("BPE training (full - encode-only tokenize)", b["bpe"], "<=", 10, " s")
+        target(f"peak RSS at {gb:g} GB (in {res[gb]['peak_stage']}), largest", max(res[gb]["peak"]), "<=", 1024,
+               " MiB", repeats=res[gb]["peak"])
+    target("tokenize encode-only / raw tiktoken 2 threads, lowest", min(b["ratio"]), ">=", 3, "x", repeats=b["ratio"])
+    target("BPE training (full - encode-only tokenize), slowest", max(b["bpe"]), "<=", 10, " s", repeats=b["bpe"])
     if a.scale:
         s, big = res[4 * a.gb], corp[4 * a.gb][1]["bytes"] / corp[a.gb][1]["bytes"]
-        target(f"scale {4 * a.gb:g}/{a.gb:g} GB time, for {big:.3f}x the bytes", s["total"] / b["total"], "<=", 4.2,
-               "x")
-        target(f"scale {4 * a.gb:g}/{a.gb:g} GB peak RSS ({s['peak']:.0f} MiB; or <= 1024 MiB)",
-               s["peak"] / b["peak"], "<=", 1.1, "x", ok=s["peak"] / b["peak"] <= 1.1 or s["peak"] <= 1024)
+        times = [x / y for x, y in zip(s["total"], b["total"])]  # each repeat's two sizes ran back to back
+        target(f"scale {4 * a.gb:g}/{a.gb:g} GB time, for {big:.3f}x the bytes, highest", max(times), "<=", 4.2, "x",
+               repeats=times)
+        rss = [x / y for x, y in zip(s["peak"], b["peak"])]
+        target(f"scale {4 * a.gb:g}/{a.gb:g} GB peak RSS ({max(s['peak']):.0f} MiB; or <= 1024 MiB), highest",
+               max(rss), "<=", 1.1, "x", ok=max(rss) <= 1.1 or max(s["peak"]) <= 1024, repeats=rss)
     if q := runs[a.gb][0].get("quality"):
         print(f"tokenizer sample check: the stage's (trained on <= {q['cap_mb']} MiB of {q['train_mb']:.0f} MiB) "
               f"{q['stage']:.4f} bytes/token; {q['sample_mb']:.0f} MiB sample (trained in {q['train_s']:.1f} s) "
