@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import os
 import platform
 import re
 import subprocess
@@ -55,6 +56,19 @@ def _kept(report: Path) -> dict[str, str]:
     return out
 
 
+def cpu() -> str:
+    """The CPU's model and cores: sessions run on machines of one size but not always one model
+    (an AVX-512/AMX Xeon runs the clean stage's rules ~3x faster than the one before it), so each
+    section says which it ran on."""
+    try:
+        model = next(ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name"))
+    except (OSError, StopIteration):
+        model = platform.processor() or platform.machine()
+    flags = next((ln for ln in open("/proc/cpuinfo") if ln.startswith("flags")), "") if Path("/proc/cpuinfo").exists() else ""
+    isa = "AMX" if "amx_tile" in flags else "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else ""
+    return f"{model}{f' ({isa})' if isa else ''}, {os.cpu_count()} cores"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="3 repeats everywhere (the default is already 3-5)")
@@ -71,7 +85,7 @@ def main() -> None:
         if name not in only:
             continue
         module = name.split("@")[0]
-        quick = ["--repeats", "3"] if args.quick and module not in ("data", "gpu", "chaos") else []  # data: 1 run per size
+        quick = ["--repeats", "3"] if args.quick and module not in ("data", "gpu", "chaos") else []  # data: its own 2
         cmd = [sys.executable, "-m", f"bench.{module}", *extra, *quick]
         t0 = time.perf_counter()
         r = subprocess.run(cmd, cwd=HERE.parent, capture_output=True, text=True)
@@ -80,7 +94,7 @@ def main() -> None:
         status = "ok" if r.returncode == 0 else f"FAILED (exit {r.returncode})"
         print(f"bench.{name}: {status} in {took:.0f}s", flush=True)
         when = f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC"
-        sections[name] = (f"## bench.{name} ({status}, {took:.0f} s, {when})\n\n`{' '.join(cmd[1:])}`\n\n"
+        sections[name] = (f"## bench.{name} ({status}, {took:.0f} s, {when})\n\n`{' '.join(cmd[1:])}` on {cpu()}\n\n"
                           f"```\n{out}\n```\n")
     heads = [f"- **{name}**: {ln.strip()}" for name in names if name in sections
              for ln in sections[name].split("```")[1].splitlines() if HEADLINE.search(ln) and ln.strip()]
