@@ -129,7 +129,7 @@ def clean_part(part: frame.Part) -> tuple[list[Path], dict]:
     for rel, _sha, span in w.files:
         for doc_id, text in readers.read(Path(w.raw_dir, rel), rel, w.source, rstats, readers.Span(*span), meta):
             docs_in += 1
-            bytes_in += (size := len(text.encode()))
+            bytes_in += (size := len(raw := text.encode()))
             notes.clear()
             out = (w.blocklist and "url" in meta and urls.blocked(meta["url"], *w.blocklist)) or None
             if out is not None:
@@ -143,7 +143,7 @@ def clean_part(part: frame.Part) -> tuple[list[Path], dict]:
                                             **({"detail": out.detail} if out.detail else {}),
                                             "head": text[:dropped.HEAD_CHARS]})
                 continue
-            data = out.encode()
+            data = raw if out is text else out.encode()  # most documents leave the rules as they came
             row = {"id": doc_id, "text": out, "hash": hashlib.blake2b(data, digest_size=16).digest(),
                    "bytes": len(data), "u": u, "lang": notes.get("lang"), "lang_score": notes.get("score"),
                    "url": meta.get("url"), "date": meta.get("date")}
