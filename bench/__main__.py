@@ -58,7 +58,7 @@ def _kept(report: Path) -> dict[str, str]:
 
 def cpu() -> str:
     """The CPU's model and cores: sessions run on machines of one size but not always one model
-    (an AVX-512/AMX Xeon runs the clean stage's rules ~3x faster than the one before it), so each
+    (an AVX-512/AMX Xeon ran the clean stage's rule sets ~2x faster than the machine before it), so each
     section says which it ran on."""
     try:
         model = next(ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name"))
