@@ -8,8 +8,8 @@ bench.pipeline (no-op and full `dvc repro` vs the Prefect pipeline flow, on the 
 with 10 training steps), bench.scale (tokenize on 2 Dask workers vs 1; the loader streaming
 from a local S3 server vs local disk), bench.sharded (sharded vs full checkpoints under FSDP:
 peak memory and save time per rank) and bench.data (the data stages as processes on a generated
-1 GB and 4 GB JSONL corpus; two interleaved runs per size, ~35 minutes), bench.curation (the clean
-stage with FineWeb's rule sets, and near-dedup, on the 1 GB corpus; ~20 minutes; its 4 GB run, an
+1 GB and 4 GB JSONL corpus; two interleaved runs per size, ~17 minutes here), bench.curation (the clean
+stage with FineWeb's rule sets, and near-dedup, on the 1 GB corpus; ~10 minutes here; its 4 GB run, an
 hour at today's clean speed, is `python -m bench.curation`) and bench.gpu (the CUDA
 paths: at most 8 minutes on one GPU; says it has not run where there is none) and bench.chaos (40 SIGKILLs
 on each of two seeds: every kill point fired, nothing differing) one after another, each in its own
