@@ -60,11 +60,9 @@ def cpu() -> str:
     """The CPU's model and cores: sessions run on machines of one size but not always one model
     (an AVX-512/AMX Xeon ran the clean stage's rule sets ~2x faster than the machine before it), so each
     section says which it ran on."""
-    try:
-        model = next(ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name"))
-    except (OSError, StopIteration):
-        model = platform.processor() or platform.machine()
-    flags = next((ln for ln in open("/proc/cpuinfo") if ln.startswith("flags")), "") if Path("/proc/cpuinfo").exists() else ""
+    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    field = lambda name: next((ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith(name)), "")
+    model, flags = field("model name") or platform.processor() or platform.machine(), field("flags").split()
     isa = "AMX" if "amx_tile" in flags else "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else ""
     return f"{model}{f' ({isa})' if isa else ''}, {os.cpu_count()} cores"
 

@@ -1,6 +1,6 @@
 """Curation on bench.data's corpus: the clean stage with FineWeb's rule sets, near-dedup, each set alone.
 
-    python -m bench.curation [--gb 1] [--no-scale] [--repeats 3]      (python -m bench.data runs it too)
+    python -m bench.curation [--gb 1] [--no-scale] [--repeats 3]      (python -m bench runs it, --no-scale)
 
 Each size: a fresh project (bench.data's: one jsonl source, clean.part_mb 64) whose clean section
 is FineWeb-like: language (en, 0.65), gopher_repetition, gopher_quality, c4, fineweb, all at their
@@ -36,7 +36,7 @@ from pathlib import Path
 import yaml
 
 from bench import data as bd
-from bench.verdict import Targets
+from bench.verdict import Targets, in_order
 
 WEB = {"language": {}, "gopher_repetition": {}, "gopher_quality": {}, "c4": {}, "fineweb": {}}
 SAMPLE_MB = 64
@@ -132,8 +132,8 @@ def versus_datatrove(path: Path, repeats: int) -> dict:
     mb = sum(len(t.encode()) for t in texts) / 1e6
     out = {"mb": mb, "docs": len(texts), "near": len(near), "ours": [], "theirs": []}
     sides = [("ours", mine), ("theirs", theirs)]
-    for i in range(repeats):  # the order reversed each repeat, as bench.verdict.abba pairs them
-        for side, sets in sides[::-1] if i % 2 else sides:
+    for i in range(repeats):
+        for side, sets in in_order(sides, i):
             t0 = time.process_time()
             for t in texts:
                 for name in reference.CHAIN:

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import yaml
 
-from bench.verdict import Targets
+from bench.verdict import Targets, in_order
 from harness.projects import BIN, REPO, commit_trained, init_repo, run, small_params, stdlib_sources, write_params
 
 TARGET = 1.05
@@ -104,12 +104,9 @@ def main() -> None:
             write_params(root, p)
             run(["git", "commit", "-qam", f"search {i}"], root)
             proxies = settings_of(root)
-            if i % 2:
-                wall = search(root)
-                own = by_hand(root, Path(tmp) / "by-hand", proxies)
-            else:
-                own = by_hand(root, Path(tmp) / "by-hand", proxies)
-                wall = search(root)
+            timed = {"by hand": lambda: by_hand(root, Path(tmp) / "by-hand", proxies), "search": lambda: search(root)}
+            took = {side: timed[side]() for side in in_order(timed, i)}
+            wall, own = took["search"], took["by hand"]
             ratios.append(wall / own)
             over.append((wall - own) / a.runs)
             print(f"repeat {i + 1}: search {wall:.1f} s for {a.runs} proxies; trained by hand {own:.1f} s "

@@ -30,6 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.verdict import in_order
+
 WORKER = "BENCH_SHARDED_WORKER"
 
 
@@ -107,7 +109,7 @@ def main() -> int:
     args = ap.parse_args()
     rows, t0 = [], time.perf_counter()
     for rep in range(args.repeats):  # one job per save: each starts from a fresh process's memory
-        for fmt in (("full", "sharded") if rep % 2 == 0 else ("sharded", "full")):
+        for fmt in in_order(("full", "sharded"), rep):
             with tempfile.TemporaryDirectory(prefix="bench-sharded-", dir=os.environ.get("TMPDIR", "/tmp")) as tmp:
                 out = Path(tmp, "result.json")
                 cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",

@@ -36,7 +36,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from bench import data as bd
-from bench.verdict import Targets
+from bench.verdict import Targets, in_order
 
 FILES = 8
 
@@ -144,19 +144,19 @@ def warc(target, repeats: int, mb: float = 10) -> None:
     def run_ours() -> int:
         return sum(1 for _ in ours.records(path, readers.ReadStats(), path.name))
 
-    def run_datatrove() -> int:
-        reader, ext = WarcReader(str(d), glob_pattern="*.warc.gz"), Trafilatura(favour_precision=True, timeout=10)
-        return sum(1 for _ in ext.run(reader.run(None, 0, 1), 0, 1))
-
     try:
-        WarcReader(str(d), glob_pattern="*.warc.gz"), Trafilatura(favour_precision=True, timeout=10)
+        reader, ext = WarcReader(str(d), glob_pattern="*.warc.gz"), Trafilatura(favour_precision=True, timeout=10)
     except ImportError as e:  # datatrove checks its optional dependencies when a step is made
         target(f"WARC comparison needs datatrove's WARC dependencies ({e}; pip install -e '.[bench]')", 0, ">=", 1)
         return
+
+    def run_datatrove() -> int:
+        return sum(1 for _ in ext.run(reader.run(None, 0, 1), 0, 1))
+
     times: dict[str, list[float]] = {"ours": [], "datatrove": []}
     sides = [("ours", run_ours), ("datatrove", run_datatrove)]
-    for k in range(repeats):  # the order reversed each repeat
-        for side, run in sides[::-1] if k % 2 else sides:
+    for k in range(repeats):
+        for side, run in in_order(sides, k):
             t0 = time.perf_counter()
             n = run()
             times[side].append(time.perf_counter() - t0)

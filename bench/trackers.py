@@ -28,7 +28,7 @@ from pathlib import Path
 
 import yaml
 
-from bench.verdict import Targets, abba
+from bench.verdict import Targets, abba, in_order
 from shardline.context import RunContext
 from shardline.core import config
 from shardline.core.layout import Layout
@@ -63,7 +63,7 @@ def one(layout: Layout, p: config.Params) -> dict:
 def measure(layout: Layout, repeats: int, steps: int | None) -> dict:
     runs: dict[str, list[dict]] = {"none": [], "all": []}
     for i in range(repeats):
-        for side in (("none", "all") if i % 2 == 0 else ("all", "none")):
+        for side in in_order(("none", "all"), i):
             # a fresh folder each run (MLflow keeps its store's connection for the process: a deleted
             # and recreated mlflow.db would be another file under the same name)
             logs = layout.root / f"tracker-logs-{i}-{side}"

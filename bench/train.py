@@ -102,7 +102,7 @@ import torch.distributed.checkpoint as dcp
 import yaml
 from torch.distributed.checkpoint.state_dict import get_state_dict
 
-from bench.verdict import abba
+from bench.verdict import abba, in_order
 from shardline.context import RunContext
 from shardline.core import config, fsio
 from shardline.training import rng
@@ -318,7 +318,7 @@ def forward_rates(params: config.Params, layout: Layout, reps: int) -> tuple[lis
     train_batches = [next(it) for _ in range(-(-nblocks // g))]
     ev_rates, fw_rates = [], []
     for r in range(reps + 1):  # the first pair warms up, untimed
-        for m in (("e", "f") if r % 2 == 0 else ("f", "e")):
+        for m in in_order(("e", "f"), r):
             if m == "e":
                 res = evaluate(model, held, params.mix, batch=g, device=torch.device("cpu"))
                 rate = res["tokens_per_s"]
@@ -384,7 +384,7 @@ def save_breakdown(fns: dict, reps: int, clean_up) -> dict[str, dict[str, float]
     write() of the serialized bytes, mkdir, open, rename)."""
     parts: dict[str, dict[str, list[float]]] = {name: {} for name in fns}
     for r in range(reps):
-        for name, fn in (fns.items() if r % 2 == 0 else reversed(fns.items())):
+        for name, fn in in_order(fns.items(), r):
             with timed_calls(SAVE_PARTS) as acc:
                 t0 = time.perf_counter()
                 fn(200 + r)
@@ -472,7 +472,7 @@ def attention_cost(params: config.Params, layout: Layout, batches: list, reps: i
     cfgs = {a: model_config(make_params(len(batches), attention=a), layout, seq_len) for a in ("causal", "document")}
     out: dict[str, list[float]] = {"causal": [], "document": []}
     for r in range(reps):
-        for a in (("causal", "document") if r % 2 == 0 else ("document", "causal")):
+        for a in in_order(("causal", "document"), r):
             out[a].append(bare_run(params, cfgs[a], batches)["tps"])
     return out
 
@@ -524,7 +524,7 @@ def ac_cost(layout: Layout, reps: int) -> dict[str, list[dict]]:
         return json.loads(res.stdout.strip().splitlines()[-1])
 
     for r in range(reps):
-        for mode in (list(out) if r % 2 == 0 else list(reversed(out))):
+        for mode in in_order(out, r):
             mem = probe(mode, 1, {"MALLOC_MMAP_THRESHOLD_": "65536"})
             out[mode].append({"peak_bytes": mem["peak_bytes"], "step_s": probe(mode, 3, {})["step_s"]})
     return out
@@ -546,7 +546,7 @@ def arch_section(name: str, params: config.Params, layout: Layout, args) -> dict
     A: list[dict] = []
     B: list[dict] = []
     for r in range(args.repeats):
-        order = ("a", "b") if r % 2 == 0 else ("b", "a")
+        order = in_order(("a", "b"), r)
         for m in order:
             if m == "a":
                 A.append(trainer_run(params, layout))
@@ -693,8 +693,7 @@ def main(argv: list[str] | None = None) -> int:
            "checkpoint.save (sync, info)": do_save}
     ck = {name: [] for name in fns}
     for r in range(args.ckpt_repeats):
-        names = list(fns) if r % 2 == 0 else list(reversed(fns))
-        for name in names:
+        for name in in_order(fns, r):
             best = float("inf")  # a repeat is the best of 5 calls: a millisecond block is one scheduler hiccup from 5x
             for k in range(5):
                 t0 = time.perf_counter()

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import math
 import sys
+from typing import Iterable, TypeVar
+
+T = TypeVar("T")
 
 
 class Targets:
@@ -32,6 +35,13 @@ class Targets:
         missed = self.missed + list(more)
         if missed:
             sys.exit(f"\n{len(missed)} target(s) missed:\n  " + "\n  ".join(missed))
+
+
+def in_order(sides: Iterable[T], repeat: int) -> list[T]:
+    """The sides to time in repeat number `repeat`: as given on even repeats, reversed on odd ones
+    (interleaved ABBA: noise and the second run's head start fall on both sides alike)."""
+    sides = list(sides)
+    return sides if repeat % 2 == 0 else sides[::-1]
 
 
 def abba(ratios: list[float]) -> list[float]:
