@@ -11,12 +11,19 @@ Resume: a proxy is found by its name. One that `dvc exp show` lists with its eva
 and never redone; one still queued or running (its worker outlives a killed search) is waited
 for; a failed one is taken off the queue and queued again; a missing one is queued. So a search
 killed at any point and run again ends with the result an unkilled one gives.
+
+Lost results: DVC's queue calls a task a success once its worker's collect step has ended, even
+when that step failed (DVC logs the error in the worker's log and goes on; seen in CI with two
+workers): the experiment never reaches the repository. Such a proxy, a success with no experiment
+ref, whether seen during the search or when it resumes, is taken off the queue and queued again
+(a proxy is deterministic: its result is the one it would have had), at most REQUEUES times.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from collections import Counter
 from pathlib import Path
 
 from cli import log
@@ -29,6 +36,8 @@ from shardline.results.mixsearch import Proxy
 
 TARGETS = ["train"]  # a proxy needs its held-out eval (eval.json), not the evidence card the report stage writes
 STALL_POLLS = 10  # polls with nothing running before the workers are started again (a worker starts in ~2 s)
+UNREAD_POLLS = 5  # polls a collected experiment may take to show its eval in `dvc exp show` before it is an error
+REQUEUES = 2  # times one proxy whose experiment DVC lost is queued again before the search gives up
 POLL_S = 1.0  # the queue is asked in-process (~20 ms of CPU): a second's latency costs nothing
 
 
@@ -57,11 +66,12 @@ def run_proxies(root: Path, params, proxies: list[Proxy], total: int | None = No
         return have
     st = experiments.states(root)
     experiments.remove(root, [p.name for p in todo if st.get(p.name) == experiments.FAILED])
-    fresh = [p for p in todo if st.get(p.name) not in (experiments.QUEUED, experiments.RUNNING)]
+    # a success not in `have` is one whose experiment DVC lost: the loop queues it again, as it does one lost now
+    fresh = [p for p in todo if st.get(p.name) not in (experiments.QUEUED, experiments.RUNNING, experiments.SUCCESS)]
     experiments.queue(root, [(p.name, mixsearch.settings(params, p)) for p in fresh], TARGETS)
     log(f"mix-search: {len(fresh)} proxy run(s) queued, {len(todo) - len(fresh)} already in the queue")
     starting = experiments.start(root, params.mix_search.workers)
-    idle = 0
+    idle, unread, lost = 0, Counter(), Counter()
     while todo:
         time.sleep(POLL_S)
         experiments.started(starting)
@@ -84,13 +94,27 @@ def run_proxies(root: Path, params, proxies: list[Proxy], total: int | None = No
             continue
         got = collect(ended)
         for p in ended:
-            if p.name not in got:
-                raise BadInput(f"proxy run {p.name}: finished without {EVAL_JSON} in 'dvc exp show'; check "
-                               f"'dvc queue logs {p.name}'")
-            have[p.name] = got[p.name]
-            log(f"mix-search: proxy {len(have)}/{total} finished: {p.name} "
-                f"({', '.join(f'{n} {w:.3f}' for n, w in p.mix.items())}) target "
-                f"{mixsearch.target_of(params, got[p.name]):.4f}")
+            if p.name in got:
+                have[p.name] = got[p.name]
+                log(f"mix-search: proxy {len(have)}/{total} finished: {p.name} "
+                    f"({', '.join(f'{n} {w:.3f}' for n, w in p.mix.items())}) target "
+                    f"{mixsearch.target_of(params, got[p.name]):.4f}")
+            elif p.name in experiments.collected(root):  # its ref is written: a few polls for its eval to read
+                unread[p.name] += 1
+                if unread[p.name] >= UNREAD_POLLS:
+                    raise BadInput(f"proxy run {p.name}: finished without {EVAL_JSON} in 'dvc exp show'; check "
+                                   f"'dvc queue logs {p.name}'")
+            else:  # a success is reported only after the collect step: no ref now is a lost experiment
+                lost[p.name] += 1
+                if lost[p.name] > REQUEUES:
+                    raise BadInput(f"proxy run {p.name}: DVC's queue called it a success {lost[p.name]} times but "
+                                   "never collected its experiment; see .dvc/tmp/exps/celery/dvc-exp-worker-*.out")
+                log(f"mix-search: proxy run {p.name}: DVC's queue calls it a success but never collected its "
+                    "experiment (its worker's log: .dvc/tmp/exps/celery/dvc-exp-worker-*.out); queued again")
+                experiments.remove(root, [p.name])
+                experiments.queue(root, [(p.name, mixsearch.settings(params, p))], TARGETS)
+                if starting.poll() is not None:  # the workers may have left the queue empty
+                    starting = experiments.start(root, params.mix_search.workers)
         todo = [p for p in todo if p.name not in have]
     return have
 

@@ -111,6 +111,16 @@ def _again(read, tries: int = 10):
             time.sleep(0.2)
 
 
+def collected(root: Path) -> set[str]:
+    """Names of the experiments whose ref DVC wrote into the repository (refs/exps/.../<name>)."""
+    from dvc.repo.experiments.utils import exp_refs
+
+    from dvcrepo import open_repo
+
+    with open_repo(root) as repo:
+        return {ref.name for ref in exp_refs(repo.scm)}
+
+
 def finished(root: Path) -> dict[str, dict]:
     """name -> {"rev", "params", "metrics"} for each experiment of HEAD that has ended with its
     results: its ref written (refs/exps/.../<name>, which DVC writes as an experiment ends) and
