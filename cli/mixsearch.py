@@ -12,11 +12,14 @@ and never redone; one still queued or running (its worker outlives a killed sear
 for; a failed one is taken off the queue and queued again; a missing one is queued. So a search
 killed at any point and run again ends with the result an unkilled one gives.
 
-Lost results: DVC's queue calls a task a success once its worker's collect step has ended, even
-when that step failed (DVC logs the error in the worker's log and goes on; seen in CI with two
-workers): the experiment never reaches the repository. Such a proxy, a success with no experiment
-ref, whether seen during the search or when it resumes, is taken off the queue and queued again
-(a proxy is deterministic: its result is the one it would have had), at most REQUEUES times.
+Lost runs: DVC's queue loses a task now and then, in two ways seen in CI with two workers. It calls
+a task a success once its worker's collect step has ended, even when that step failed (DVC logs
+the error in the worker's log and goes on): the experiment never reaches the repository. And a
+worker that stops because the queue was empty can receive a task as it stops: the task stays
+"Running" with no worker (a killed worker leaves the same). Either proxy, a success with no
+experiment ref or a "Running" one with no worker alive, seen during the search or when it resumes,
+is taken off the queue and queued again (a proxy is deterministic: its result is the one it would
+have had), at most REQUEUES times.
 """
 
 from __future__ import annotations
@@ -37,7 +40,9 @@ from shardline.results.mixsearch import Proxy
 TARGETS = ["train"]  # a proxy needs its held-out eval (eval.json), not the evidence card the report stage writes
 STALL_POLLS = 10  # polls with nothing running before the workers are started again (a worker starts in ~2 s)
 UNREAD_POLLS = 5  # polls a collected experiment may take to show its eval in `dvc exp show` before it is an error
-REQUEUES = 2  # times one proxy whose experiment DVC lost is queued again before the search gives up
+ORPHAN_POLLS = 5  # polls a task may be "Running" with no queue worker alive before it counts as lost
+REQUEUES = 2  # times one proxy DVC's queue lost is queued again before the search gives up
+WORKER_LOGS = ".dvc/tmp/exps/celery/dvc-exp-worker-*.out"
 POLL_S = 1.0  # the queue is asked in-process (~20 ms of CPU): a second's latency costs nothing
 
 
@@ -52,11 +57,14 @@ def _figures(exp: dict, metric: str, names: list[str]) -> dict[str, float] | Non
 def run_proxies(root: Path, params, proxies: list[Proxy], total: int | None = None) -> dict[str, dict[str, float]]:
     """name -> per-source figure for every proxy, running those not finished yet."""
     names, metric = mixsearch.source_names(params), mixsearch.metric(params)
-    total = total or len(proxies)
+    total, workers = total or len(proxies), params.mix_search.workers
 
     def collect(pending: list[Proxy]) -> dict[str, dict[str, float]]:
         shown = experiments.finished(root)
         return {p.name: f for p in pending if p.name in shown and (f := _figures(shown[p.name], metric, names))}
+
+    def enqueue(pending: list[Proxy]) -> None:
+        experiments.queue(root, [(p.name, mixsearch.settings(params, p)) for p in pending], TARGETS)
 
     have = collect(proxies)
     todo = [p for p in proxies if p.name not in have]
@@ -68,20 +76,47 @@ def run_proxies(root: Path, params, proxies: list[Proxy], total: int | None = No
     experiments.remove(root, [p.name for p in todo if st.get(p.name) == experiments.FAILED])
     # a success not in `have` is one whose experiment DVC lost: the loop queues it again, as it does one lost now
     fresh = [p for p in todo if st.get(p.name) not in (experiments.QUEUED, experiments.RUNNING, experiments.SUCCESS)]
-    experiments.queue(root, [(p.name, mixsearch.settings(params, p)) for p in fresh], TARGETS)
+    enqueue(fresh)
     log(f"mix-search: {len(fresh)} proxy run(s) queued, {len(todo) - len(fresh)} already in the queue")
-    starting = experiments.start(root, params.mix_search.workers)
-    idle, unread, lost = 0, Counter(), Counter()
+    starting = experiments.start(root, workers)
+    idle = orphaned = 0
+    unread, lost = Counter(), Counter()
+
+    def again(pending: list[Proxy], why: str, running: bool = False) -> None:
+        """Queue again proxies whose run DVC's queue lost, and start workers if none is left."""
+        nonlocal starting
+        for p in pending:
+            lost[p.name] += 1
+            if lost[p.name] > REQUEUES:
+                raise BadInput(f"proxy run {p.name}: lost by DVC's queue {lost[p.name]} times (last: {why}); see "
+                               f"{WORKER_LOGS}")
+            log(f"mix-search: proxy run {p.name}: {why} (see {WORKER_LOGS}); queued again")
+        if running:
+            experiments.kill(root, [p.name for p in pending])
+        experiments.remove(root, [p.name for p in pending])
+        enqueue(pending)
+        if starting.poll() is not None:
+            starting = experiments.start(root, workers)
+
     while todo:
         time.sleep(POLL_S)
         experiments.started(starting)
         st = experiments.states(root)
+        running = [p for p in todo if st.get(p.name) == experiments.RUNNING]
         # a worker leaves when the queue is empty; one leaving as `dvc queue start` looked counted as
         # running and none came: tasks queued, none running for a while, so start workers again
-        idle = 0 if any(st.get(p.name) == experiments.RUNNING for p in todo) else idle + 1
+        idle = 0 if running else idle + 1
         if idle >= STALL_POLLS and starting.poll() is not None:
-            starting = experiments.start(root, params.mix_search.workers)
+            starting = experiments.start(root, workers)
             idle = 0
+        # a task a worker took and never ran to its end: a worker stopping as it received it (the
+        # queue was empty a moment before), or one killed: "Running" while no worker is alive
+        gone = running and starting.poll() is not None and not experiments.workers_alive(root)
+        orphaned = orphaned + 1 if gone else 0
+        if orphaned >= ORPHAN_POLLS:
+            again(running, "its queue worker stopped without running it to its end", running=True)
+            orphaned = 0
+            continue
         failed = [p.name for p in todo if st.get(p.name) == experiments.FAILED]
         if failed:
             raise BadInput(f"proxy run {failed[0]} failed; see 'dvc queue logs {failed[0]}', then run "
@@ -105,16 +140,7 @@ def run_proxies(root: Path, params, proxies: list[Proxy], total: int | None = No
                     raise BadInput(f"proxy run {p.name}: finished without {EVAL_JSON} in 'dvc exp show'; check "
                                    f"'dvc queue logs {p.name}'")
             else:  # a success is reported only after the collect step: no ref now is a lost experiment
-                lost[p.name] += 1
-                if lost[p.name] > REQUEUES:
-                    raise BadInput(f"proxy run {p.name}: DVC's queue called it a success {lost[p.name]} times but "
-                                   "never collected its experiment; see .dvc/tmp/exps/celery/dvc-exp-worker-*.out")
-                log(f"mix-search: proxy run {p.name}: DVC's queue calls it a success but never collected its "
-                    "experiment (its worker's log: .dvc/tmp/exps/celery/dvc-exp-worker-*.out); queued again")
-                experiments.remove(root, [p.name])
-                experiments.queue(root, [(p.name, mixsearch.settings(params, p))], TARGETS)
-                if starting.poll() is not None:  # the workers may have left the queue empty
-                    starting = experiments.start(root, params.mix_search.workers)
+                again([p], "DVC's queue calls it a success but never collected its experiment")
         todo = [p for p in todo if p.name not in have]
     return have
 

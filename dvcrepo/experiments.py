@@ -10,6 +10,7 @@ process per poll would cost a second of CPU each time, taken from the proxies' t
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -76,6 +77,40 @@ def started(proc: subprocess.Popen | None) -> None:
         return
     err = (proc.stderr.read() if proc.stderr else "").strip().splitlines()
     raise BadInput(f"dvc queue start: {err[-1] if err else f'exit {proc.returncode}'}; run it by hand to see why")
+
+
+def workers_alive(root: Path) -> bool:
+    """Whether any queue worker is alive, from the record DVC keeps of each worker process
+    (.dvc/tmp/exps/celery/dvc-exp-worker-N.json: its pid, and a returncode once it has exited).
+    Read from disk: asking the workers themselves (`dvc queue status`) waits a second for replies."""
+    for f in (Path(root) / ".dvc/tmp/exps/celery").glob("dvc-exp-worker-*.json"):
+        try:
+            info = json.loads(f.read_text())
+        except (OSError, ValueError):  # being written: a worker starting
+            return True
+        if info.get("returncode") is None and info.get("pid"):
+            try:
+                os.kill(int(info["pid"]), 0)
+                return True
+            except ProcessLookupError:
+                continue
+            except PermissionError:  # alive, another user's
+                return True
+    return False
+
+
+def kill(root: Path, names: list[str], tries: int = 10) -> None:
+    """Make "Running" tasks that no worker runs any more failed, so that `remove` takes them:
+    `dvc queue kill` stops a task's process if one is left, and marks the task failed once its
+    process is gone (so it is asked again until no task of `names` is running)."""
+    for _ in range(tries):
+        left = [n for n in names if states(root).get(n) == RUNNING]
+        if not left:
+            return
+        subprocess.run([_dvc(), "queue", "kill", *left], cwd=root, capture_output=True, text=True)
+        time.sleep(0.5)
+    raise BadInput(f"dvc queue kill {' '.join(left)}: still running after {tries} tries; stop it by hand "
+                   "('dvc queue kill --force NAME', 'dvc queue remove NAME') and run 'shardline mix-search' again")
 
 
 def remove(root: Path, names: list[str]) -> None:
