@@ -39,8 +39,8 @@ from shardline.results.mixsearch import Proxy
 
 TARGETS = ["train"]  # a proxy needs its held-out eval (eval.json), not the evidence card the report stage writes
 STALL_POLLS = 10  # polls with nothing running before the workers are started again (a worker starts in ~2 s)
-UNREAD_POLLS = 5  # polls a collected experiment may take to show its eval in `dvc exp show` before it is an error
 ORPHAN_POLLS = 5  # polls a task may be "Running" with no queue worker alive before it counts as lost
+MISSING_POLLS = 3  # polls a task may be in no state of the queue before it counts as removed
 REQUEUES = 2  # times one proxy DVC's queue lost is queued again before the search gives up
 WORKER_LOGS = ".dvc/tmp/exps/celery/dvc-exp-worker-*.out"
 POLL_S = 1.0  # the queue is asked in-process (~20 ms of CPU): a second's latency costs nothing
@@ -79,8 +79,8 @@ def run_proxies(root: Path, params, proxies: list[Proxy], total: int | None = No
     enqueue(fresh)
     log(f"mix-search: {len(fresh)} proxy run(s) queued, {len(todo) - len(fresh)} already in the queue")
     starting = experiments.start(root, workers)
-    idle = orphaned = 0
-    unread, lost = Counter(), Counter()
+    idle = orphaned = missing = 0
+    lost = Counter()
 
     def again(pending: list[Proxy], why: str, running: bool = False) -> None:
         """Queue again proxies whose run DVC's queue lost, and start workers if none is left."""
@@ -111,7 +111,7 @@ def run_proxies(root: Path, params, proxies: list[Proxy], total: int | None = No
             idle = 0
         # a task a worker took and never ran to its end: a worker stopping as it received it (the
         # queue was empty a moment before), or one killed: "Running" while no worker is alive
-        gone = running and starting.poll() is not None and not experiments.workers_alive(root)
+        gone = running and starting.poll() is not None and not experiments.live_workers(root)
         orphaned = orphaned + 1 if gone else 0
         if orphaned >= ORPHAN_POLLS:
             again(running, "its queue worker stopped without running it to its end", running=True)
@@ -122,8 +122,12 @@ def run_proxies(root: Path, params, proxies: list[Proxy], total: int | None = No
             raise BadInput(f"proxy run {failed[0]} failed; see 'dvc queue logs {failed[0]}', then run "
                            "'shardline mix-search' again (it queues a failed run again, keeps the finished ones)")
         ended = [p for p in todo if st.get(p.name) == experiments.SUCCESS]
+        # DVC lists running tasks, then queued ones: a task a worker takes between the two reads is
+        # in neither (seen with one task left), so a task counts as gone only when it stays away
+        waiting = any(st.get(p.name) in (experiments.QUEUED, experiments.RUNNING) for p in todo)
+        missing = 0 if ended or waiting else missing + 1
         if not ended:
-            if not any(st.get(p.name) in (experiments.QUEUED, experiments.RUNNING) for p in todo):
+            if missing >= MISSING_POLLS:
                 raise BadInput(f"proxy run {todo[0].name}: no longer in the queue (removed?); run "
                                "'shardline mix-search' again to queue it")
             continue
@@ -134,13 +138,11 @@ def run_proxies(root: Path, params, proxies: list[Proxy], total: int | None = No
                 log(f"mix-search: proxy {len(have)}/{total} finished: {p.name} "
                     f"({', '.join(f'{n} {w:.3f}' for n, w in p.mix.items())}) target "
                     f"{mixsearch.target_of(params, got[p.name]):.4f}")
-            elif p.name in experiments.collected(root):  # its ref is written: a few polls for its eval to read
-                unread[p.name] += 1
-                if unread[p.name] >= UNREAD_POLLS:
-                    raise BadInput(f"proxy run {p.name}: finished without {EVAL_JSON} in 'dvc exp show'; check "
-                                   f"'dvc queue logs {p.name}'")
-            else:  # a success is reported only after the collect step: no ref now is a lost experiment
+            elif p.name not in experiments.collected(root):  # a success comes after the collect step: lost
                 again([p], "DVC's queue calls it a success but never collected its experiment")
+            else:
+                raise BadInput(f"proxy run {p.name}: finished without {EVAL_JSON} in 'dvc exp show'; check "
+                               f"'dvc queue logs {p.name}'")
         todo = [p for p in todo if p.name not in have]
     return have
 

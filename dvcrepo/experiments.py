@@ -79,24 +79,25 @@ def started(proc: subprocess.Popen | None) -> None:
     raise BadInput(f"dvc queue start: {err[-1] if err else f'exit {proc.returncode}'}; run it by hand to see why")
 
 
-def workers_alive(root: Path) -> bool:
-    """Whether any queue worker is alive, from the record DVC keeps of each worker process
+def live_workers(root: Path) -> list[int]:
+    """pids of the queue's live workers, from the record DVC keeps of each worker process
     (.dvc/tmp/exps/celery/dvc-exp-worker-N.json: its pid, and a returncode once it has exited).
     Read from disk: asking the workers themselves (`dvc queue status`) waits a second for replies."""
+    out = []
     for f in (Path(root) / ".dvc/tmp/exps/celery").glob("dvc-exp-worker-*.json"):
         try:
             info = json.loads(f.read_text())
-        except (OSError, ValueError):  # being written: a worker starting
-            return True
+        except (OSError, ValueError):  # being written as a worker starts: read again at the next poll
+            continue
         if info.get("returncode") is None and info.get("pid"):
             try:
                 os.kill(int(info["pid"]), 0)
-                return True
             except ProcessLookupError:
                 continue
             except PermissionError:  # alive, another user's
-                return True
-    return False
+                pass
+            out.append(int(info["pid"]))
+    return out
 
 
 def kill(root: Path, names: list[str], tries: int = 10) -> None:
@@ -158,28 +159,30 @@ def collected(root: Path) -> set[str]:
 
 def finished(root: Path) -> dict[str, dict]:
     """name -> {"rev", "params", "metrics"} for each experiment of HEAD that has ended with its
-    results: its ref written (refs/exps/.../<name>, which DVC writes as an experiment ends) and
-    `dvc exp show` listing that commit. A running one is listed too, but under a commit of its
-    work in progress and with the workspace's metrics: never taken for finished. In-process, as
-    `dvc exp show --json` builds its output: a `dvc` process per finished proxy would cost more
-    CPU than the search's own work."""
+    results: its ref written (refs/exps/.../<name>, which DVC writes as an experiment ends), read
+    as `dvc exp show --json` reads its successful experiments, in-process (a `dvc` process per
+    finished proxy would cost more CPU than the search's own work). Only those: `dvc exp show`
+    also reads each running experiment from its executor's temporary repository, which the
+    worker removes as the experiment ends; a pygit2 blob read racing that removal hung a search
+    for good (once in about ten runs of the mix-search tests)."""
+    from dvc.repo.experiments.collect import collect_successful
     from dvc.repo.experiments.utils import exp_refs
 
     from dvcrepo import open_repo
 
     def show():
         with open_repo(root) as repo:
+            head = repo.scm.get_rev()
             ended = {ref.name: repo.scm.get_ref(str(ref)) for ref in exp_refs(repo.scm)}
-            shown = [e.dumpd() for e in repo.experiments.show(hide_queued=True, hide_failed=True)]
+            shown = [e.dumpd() for e in collect_successful(repo, [head]).get(head, [])]
             return ended, json.loads(json.dumps(shown, default=str))
 
     ended, shown = _again(show)
     out = {}
-    for base in shown:
-        for e in base.get("experiments") or []:
-            for rev in e["revs"]:
-                d = rev.get("data") or {}
-                if rev.get("name") and not rev.get("error") and ended.get(rev["name"]) == rev["rev"]:
-                    out[rev["name"]] = {"rev": rev["rev"], "params": d.get("params", {}).get("params.yaml", {}).get("data"),
-                                        "metrics": {k: v.get("data") for k, v in (d.get("metrics") or {}).items()}}
+    for e in shown:
+        for rev in e["revs"]:
+            d = rev.get("data") or {}
+            if rev.get("name") and not rev.get("error") and ended.get(rev["name"]) == rev["rev"]:
+                out[rev["name"]] = {"rev": rev["rev"], "params": d.get("params", {}).get("params.yaml", {}).get("data"),
+                                    "metrics": {k: v.get("data") for k, v in (d.get("metrics") or {}).items()}}
     return out

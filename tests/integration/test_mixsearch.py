@@ -132,16 +132,6 @@ def test_a_search_killed_after_three_proxies_resumes_redoing_none_and_ends_as_th
     run([DVC, "queue", "stop"], root, check=False)
 
 
-def alive_workers(root: Path) -> list[int]:
-    """pids of the queue's live workers, from the record DVC keeps of each worker process."""
-    out = []
-    for f in (root / ".dvc/tmp/exps/celery").glob("dvc-exp-worker-*.json"):
-        info = json.loads(f.read_text())
-        if info["returncode"] is None and Path(f"/proc/{info['pid']}").exists():
-            out.append(info["pid"])
-    return out
-
-
 def test_a_proxy_dvcs_queue_loses_is_queued_again_and_measured_as_before(unkilled, tmp_path):
     """DVC's queue loses tasks in two ways, both seen in CI with two workers (stop 37 and the check
     after it), and both made here for real. (1) It calls a task a success after the worker's collect
@@ -166,7 +156,7 @@ def test_a_proxy_dvcs_queue_loses_is_queued_again_and_measured_as_before(unkille
             while experiments.states(root).get(lost) != experiments.RUNNING:
                 assert time.time() < deadline, "".join(seen)
                 time.sleep(0.2)
-            for pid in alive_workers(root):
+            for pid in experiments.live_workers(root):
                 os.killpg(os.getpgid(pid), signal.SIGKILL)
     proc.wait(timeout=600)
     out = "".join(seen)
