@@ -57,10 +57,13 @@ def theirs() -> dict:
     from shardline.data.clean import language
 
     # its dependency check wants the fasttext-numpy2-wheel distribution, which would replace the
-    # `fasttext` module of fasttext-predict (shardline's); the model FineWeb used is lid.176.bin, ours its .ftz
+    # `fasttext` module of fasttext-predict (fastText's own C++, the reference here; the line computes the
+    # same numbers itself: shardline/data/clean/lid.py); the model FineWeb used is lid.176.bin, ours its .ftz
+    import fasttext
+
     lid = object.__new__(LanguageFilter)
     lid.__init__(languages=["en"])
-    lid.model._model = _Arrays(language.model())
+    lid.model._model = _Arrays(fasttext.load_model(str(language.model_path())))
     filters = {"gopher_repetition": GopherRepetitionFilter(), "gopher_quality": GopherQualityFilter(),
                "c4": C4QualityFilter(), "fineweb": FineWebQualityFilter(), "language": lid}
 

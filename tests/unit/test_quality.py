@@ -7,9 +7,12 @@ import pickle
 import re
 from collections import Counter
 
+import numpy as np
 import pytest
 import spacy
 from datatrove.utils.text import PUNCTUATION_SET
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from shardline.data.clean import rules
@@ -402,3 +405,28 @@ def test_settings_are_validated_by_name():
     assert "short_line_thr" in error(FineWeb, short_line_thr=2)
     assert "bogus" in error(FineWeb, bogus=1)
     assert GopherRepetition(top_n_grams=None, dup_n_grams=()).top_n_grams is None
+
+
+_WORDS = st.lists(st.sampled_from(["a", "b", "ab", "c", "bc", "abc", "the", "é", "x"]), max_size=60)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_WORDS, st.integers(1, 10))
+def test_ngram_measures_are_datatroves_functions(words, n):
+    """The compiled measures against datatrove's own find_top_duplicate and find_all_duplicate,
+    on words chosen to repeat and to run together ("ab" "c" is "a" "bc" once joined)."""
+    from datatrove.pipeline.filters.gopher_repetition_filter import (find_all_duplicate, find_top_duplicate,
+                                                                     get_n_grams)
+
+    from shardline.data.clean import textstats as ts
+
+    text = " ".join(words)
+    starts = np.cumsum([0] + [len(w) + 1 for w in words[:-1]]).astype(np.int64)[:len(words)]
+    ends = starts + np.array([len(w) for w in words], np.int64)
+    ids = np.array([sorted(set(words)).index(w) for w in words], np.int64)
+    grams = get_n_grams(words, n)
+    count, chars = ts.top_ngram(ids, ends - starts, n)
+    assert count * chars == (find_top_duplicate(grams) if grams else 0)
+    cps = ts.code_points(text)
+    assert ts.dup_ngram_chars(cps, starts, ends, np.array([n, n + 1], np.int64)).tolist() == [
+        find_all_duplicate(words, n), find_all_duplicate(words, n + 1)]

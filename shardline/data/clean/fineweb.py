@@ -66,7 +66,7 @@ class FineWebRule(RuleSet):
         if c.char_duplicates_ratio is not None and \
                 (share := ts.duplicates(lines)[1] / (len(text) - text.count("\n"))) > c.char_duplicates_ratio:
             return self.drop("char_duplicates_ratio", share, c.char_duplicates_ratio)
-        if c.new_line_ratio is not None and (share := text.count("\n") / len(rs.words(text))) > c.new_line_ratio:
+        if c.new_line_ratio is not None and (share := text.count("\n") / rs.words(text).starts.size) > c.new_line_ratio:
             return self.drop("new_line_ratio", share, c.new_line_ratio)
         return text
 

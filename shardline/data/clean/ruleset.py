@@ -18,14 +18,13 @@ with an example):
   datatrove drops it without a check; where datatrove divides by zero (a text with no words and
   min_doc_words off) the share is 0.
 - a limit of 0 is a limit here; datatrove reads 0 as off (`if self.max_symbol_word_ratio and ...`).
-Speed: characters are classed with numpy and n-grams compared by 64-bit hashes, so ordinary prose
-passes without a Python loop over its words. Values stay exact: equal n-grams hash equal, so
-hashes only over-count; a text passes on such an upper bound or is measured again from its words.
+Speed: words are positions in the text's code points (words.analyse), and every measure over
+them is compiled (textstats.py), so a document passes without a Python object per word. Values
+stay exact: hashes only choose where to look, and n-grams are compared by word or character.
 """
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 from shardline.data.clean import words as wd
@@ -34,10 +33,9 @@ from shardline.data.clean.verdict import Drop
 REFERENCE = "datatrove 0.10.1, spaCy English words"  # in the clean parts' keys: a new reference rebuilds them
 
 
-@functools.lru_cache(maxsize=2)
-def words(text: str) -> list[str]:
+def words(text: str) -> wd.Words:
     """The text's words, shared by the sets that read the same text (datatrove caches them too)."""
-    return wd.split(text)
+    return wd.analyse(text)
 
 
 class RuleSet:

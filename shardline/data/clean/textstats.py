@@ -1,18 +1,18 @@
 """Measuring text the way datatrove 0.10.1's filters do, fast: datatrove's punctuation and
-terminal punctuation, lines and paragraphs as it splits them, duplicates, and one document's word
-n-grams as 64-bit hashes (`NGrams`, over the words of words.py). The rule sets of
+terminal punctuation, lines and paragraphs as it splits them, duplicates, and a document's word
+n-grams (compiled, over the words of words.py). The rule sets of
 gopher.py, c4.py and fineweb.py are built on these.
 
-Contract: every count and length is exact. Hashes are only used to skip work: equal n-grams hash
-equal, so a bound taken over hashes is over a superset of the real repeats; a document that a
-bound does not clear is measured again from its words.
+Contract: every count and length is exact. Hashes only choose where to look: n-grams found equal
+by hash are compared by their word ids or characters before they count.
 """
 
 from __future__ import annotations
 
 import functools
-from collections import Counter
+import unicodedata
 
+import numba
 import numpy as np
 
 # datatrove.utils.text.TERMINAL_PUNCTUATION (0.10.1): what FineWeb's line check counts as a line's end
@@ -21,23 +21,37 @@ TERMINAL = '!.?\u0589\u061d\u061e\u061f\u06d4\u0700\u0701\u0702\u07f9\u0837\u083
 # whitespace, which no word holds
 PUNCT_CHARS = "!/—”:％１〈&(、━\\【#%「」，】；+^]~“《„';’{|∶´[=-`*．（–？！：$～«〉,><》)?）。…@_.\"}►»" + "".join(
     chr(c) for c in [*range(9), *range(11, 32), *range(127, 160)] if not chr(c).isspace()) + TERMINAL
-SPACE, PUNCTUATION, LETTER = 1, 2, 4
+SPACE, PUNCTUATION, LETTER, SPACY_P, FINAL, ASCII_LETTER, ASCII_DIGIT = 1, 2, 4, 8, 16, 32, 64
 BASE, MIX = np.uint64(0x100000001B3), np.uint64(0x9E3779B97F4A7C15)  # odd: FNV's prime, the golden ratio
 
 
 @functools.cache
 def classes() -> np.ndarray:
-    """Per code point: SPACE as str.split sees it, PUNCTUATION (datatrove's), LETTER (str.isalpha).
-    Built once per process (~0.2 s); a lookup per character is ~15x faster than str methods per word."""
-    cls = np.fromiter(map(str.isspace, map(chr, range(0x110000))), np.uint8, 0x110000)
+    """Per code point: SPACE as str.split sees it, PUNCTUATION (datatrove's), LETTER (str.isalpha),
+    SPACY_P (a Unicode punctuation category, P*: spaCy's is_punct), FINAL (a sentence-final
+    character of spaCy's sentencizer), ASCII_LETTER (A-Z, a-z), ASCII_DIGIT (0-9). Built once per process (~0.5 s);
+    a lookup per character is ~15x faster than str methods per word."""
+    from spacy.pipeline.sentencizer import Sentencizer
+
+    every = list(map(chr, range(0x110000)))
+    cls = np.fromiter(map(str.isspace, every), np.uint8, 0x110000)
     cls[[ord(c) for c in PUNCT_CHARS]] |= PUNCTUATION
-    cls |= np.fromiter(map(str.isalpha, map(chr, range(0x110000))), np.uint8, 0x110000) * np.uint8(LETTER)
+    cls |= np.fromiter(map(str.isalpha, every), np.uint8, 0x110000) * np.uint8(LETTER)
+    categories = np.fromiter((unicodedata.category(c)[0] == "P" for c in every), np.uint8, 0x110000)
+    cls |= categories * np.uint8(SPACY_P)
+    cls[[ord(c) for c in Sentencizer.default_punct_chars]] |= FINAL
+    cls[[*range(65, 91), *range(97, 123)]] |= ASCII_LETTER
+    cls[48:58] |= ASCII_DIGIT
     return cls
+
+
+def code_points(text: str) -> np.ndarray:
+    return np.frombuffer(text.encode("utf-32-le", "surrogatepass"), np.uint32)
 
 
 def classed(text: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Code points, their classes, and which are not whitespace."""
-    cps = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), np.uint32)
+    cps = code_points(text)
     cls = classes()[cps]
     return cps, cls, cls != SPACE
 
@@ -84,91 +98,121 @@ def lines(text: str) -> list[str]:
     return [parts[0], *filter(None, parts[1:-1]), parts[-1]] if len(parts) > 2 and "\n\n" in text else parts
 
 
-@functools.lru_cache(maxsize=2)
-def powers(bits: int) -> np.ndarray:
-    power = np.full(1 << bits, BASE, dtype=np.uint64)
-    power[0] = 1
-    return np.cumprod(power, out=power)  # BASE ** i (mod 2**64)
+@numba.njit(cache=True)
+def top_ngram(ids, lengths, n):
+    """datatrove's find_top_duplicate over the n-grams of words given by their ids (equal words,
+    equal ids) and lengths: (count, characters of " ".join) of the most frequent n-gram, the first
+    seen among equally frequent ones (Counter.most_common(1)); (0, 0) with fewer than n words.
+    Exact: n-grams are told apart by their ids, hashes only choose where to look."""
+    m = ids.size - n + 1
+    if m <= 0:
+        return 0, 0
+    size = 1
+    while size < 2 * m:
+        size <<= 1
+    table = np.full(size, -1, np.int64)  # the first position of the n-gram kept in this slot
+    count = np.zeros(m, np.int64)  # per first position
+    best, at_best = 0, -1
+    for p in range(m):
+        h = np.uint64(0)
+        for k in range(n):
+            h = (h ^ np.uint64(ids[p + k])) * MIX
+        at = np.int64(h >> np.uint64(33)) & (size - 1)
+        while table[at] != -1:
+            q = table[at]
+            same = True
+            for k in range(n):
+                if ids[q + k] != ids[p + k]:
+                    same = False
+                    break
+            if same:
+                break
+            at = (at + 1) & (size - 1)
+        if table[at] == -1:
+            table[at] = p
+        q = table[at]
+        count[q] += 1
+        if count[q] > best or (count[q] == best and q < at_best):
+            best, at_best = count[q], q
+    chars = n - 1
+    for k in range(n):
+        chars += lengths[at_best + k]
+    return best, chars
 
 
-class NGrams:
-    """One document's word n-grams as 64-bit hashes (made for one call, then dropped). Two kinds,
-    as datatrove compares them: `top` keys an n-gram by its words (" ".join), `duplicate_chars`
-    by their characters alone ("".join: "ab c" is "a bc"). `top`'s `base` is the smallest n of its
-    checks: what it finds there bounds every larger n."""
+@numba.njit(cache=True)
+def dup_ngram_chars(cps, starts, ends, ns):
+    """datatrove's find_all_duplicate(words, n) for each n of `ns`: scanning left to right, an
+    n-gram whose characters ("".join: "ab c" is "a bc") equal those of one seen is counted and
+    its words skipped, else remembered. Exact: candidates found by hash are compared character
+    by character."""
+    w = starts.size
+    cum = np.zeros(w + 1, np.int64)  # characters of the first i words, run together
+    for i in range(w):
+        cum[i + 1] = cum[i] + ends[i] - starts[i]
+    joined = np.empty(cum[w], np.uint64)
+    prefix = np.zeros(cum[w] + 1, np.uint64)  # polynomial hashes of the prefixes of `joined`
+    power = np.ones(cum[w] + 1, np.uint64)
+    for i in range(w):
+        for k in range(ends[i] - starts[i]):
+            j = cum[i] + k
+            joined[j] = cps[starts[i] + k]
+            prefix[j + 1] = prefix[j] * BASE + joined[j]
+            power[j + 1] = power[j] * BASE
+    out = np.zeros(ns.size, np.int64)
+    for t in range(ns.size):
+        n = ns[t]
+        m = w - n + 1
+        if m <= 0:
+            continue
+        size = 1
+        while size < 2 * m:
+            size <<= 1
+        table = np.full(size, -1, np.int64)
+        held = np.empty(size, np.uint64)
+        idx = repeated = 0
+        while idx < m:
+            a, b = cum[idx], cum[idx + n]
+            h = prefix[b] - prefix[a] * power[b - a]
+            at = np.int64(h >> np.uint64(33)) & (size - 1)
+            found = False
+            while table[at] != -1:
+                q = table[at]
+                qa, qb = cum[q], cum[q + n]
+                if held[at] == h and qb - qa == b - a:
+                    found = True
+                    for k in range(b - a):
+                        if joined[qa + k] != joined[a + k]:
+                            found = False
+                            break
+                    if found:
+                        break
+                at = (at + 1) & (size - 1)
+            if found:
+                repeated += b - a
+                idx += n
+            else:
+                table[at], held[at] = idx, h
+                idx += 1
+        out[t] = repeated
+    return out
 
-    def __init__(self, words: list[str]):
-        self.words, self.n_words = words, len(words)
-        joined = "".join(words)
-        cps = np.frombuffer(joined.encode("utf-32-le", "surrogatepass"), np.uint32)
-        lens = np.fromiter(map(len, words), np.int64, len(words))
-        self.cum = np.concatenate(([0], np.cumsum(lens)))  # characters in the first i words
-        self.longest = int(lens.max()) if len(lens) else 0
-        self.power = powers(max(len(cps), 1 << 15).bit_length())
-        self.prefix = np.zeros(len(cps) + 1, dtype=np.uint64)  # polynomial hashes of the prefixes
-        np.cumsum(cps * self.power[:len(cps)], out=self.prefix[1:])
-        self.hash = {1: self.chars(1)}
-        self.shift = np.uint64(64 - (8 * len(words)).bit_length())  # buckets: load <= 1/8
-        self.sizes: dict[tuple[str, int], np.ndarray] = {}
-        self.maybe: dict[int, np.ndarray] = {}
-        self.cover: dict[int, int] = {}
 
-    def chars(self, n: int) -> np.ndarray:
-        """Per position, the hash of its n words' characters run together."""
-        start, end = self.cum[:len(self.cum) - n], self.cum[n:]
-        return (self.prefix[end] - self.prefix[start]) * self.power[self.cum[-1] - start]
-
-    def of(self, n: int) -> np.ndarray:
-        """Per position, the hash of its n words as a sequence."""
-        if n not in self.hash:
-            self.hash[n] = self.of(n - 1)[:-1] * MIX + self.hash[1][n - 1:]
-        return self.hash[n]
-
-    def bucket_sizes(self, kind: str, n: int) -> np.ndarray:
-        """Per n-gram, how many share its bucket: no fewer than are equal to it."""
-        if (kind, n) not in self.sizes:
-            b = ((self.of(n) if kind == "words" else self.chars(n)) >> self.shift).astype(np.intp)
-            self.sizes[kind, n] = np.bincount(b, minlength=1 << (64 - int(self.shift)))[b]
-        return self.sizes[kind, n]
-
-    def top(self, n: int, base: int, limit: float, chars: int) -> float | None:
-        """datatrove's top n-gram share (count x length of the most frequent, the first seen of
-        equals), or None when a bound of it is within `limit` (no n-gram is more frequent than the
-        base-gram it starts with, nor longer than n of the longest word)."""
-        if not int(self.bucket_sizes("words", base).max()) * (n * self.longest + n - 1) / chars > limit:
-            return None
-        lengths = self.cum[n:] - self.cum[:-n] + (n - 1)
-        if any(not int((self.bucket_sizes("words", m)[:len(lengths)] * lengths).max()) / chars > limit
-               for m in {base, n}):
-            return None
-        gram, count = Counter(zip(*(self.words[i:] for i in range(n)))).most_common(1)[0]
-        return count * len(" ".join(gram)) / chars
-
-    def repeats(self, n: int) -> np.ndarray:
-        """Sorted positions of every n-gram whose characters occur twice or more (and rarely a few
-        others), and in `cover` the characters of their words."""
-        if n not in self.maybe:
-            at = np.flatnonzero(self.bucket_sizes("chars", n) > 1)
-            h = self.chars(n)[at]
-            order = np.argsort(h, kind="stable")
-            same = h[order[1:]] == h[order[:-1]]
-            keep = np.zeros(len(at) + 1, dtype=bool)
-            keep[order[1:][same]] = keep[order[:-1][same]] = True
-            at = self.maybe[n] = at[keep[:-1]]
-            self.cover[n] = int((self.cum[np.minimum(at + n, np.append(at[1:], self.n_words))] - self.cum[at]).sum())
-        return self.maybe[n]
-
-    def duplicate_chars(self, n: int, limit: float, chars: int) -> float | None:
-        """datatrove's duplicate n-gram share (left to right, an n-gram equal to one seen counts
-        its characters and skips its words), or None when a bound of it is within `limit`."""
-        if not self.repeats(n).size or not self.cover[n] / chars > limit:
-            return None
-        seen: set[str] = set()
-        dup = after = 0
-        for p in self.maybe[n].tolist():  # the n-grams between these occur once: they never match, nor skip
-            if p >= after:
-                gram = "".join(self.words[p:p + n])
-                if gram in seen:
-                    dup, after = dup + len(gram), p + n
-                seen.add(gram)
-        return dup / chars
+@numba.njit(cache=True)
+def present(cps, starts, ends, targets, bounds):
+    """How many of the target strings (code points `targets`, string i at bounds[i]:bounds[i + 1])
+    are among the words."""
+    found = 0
+    for t in range(bounds.size - 1):
+        a, b = bounds[t], bounds[t + 1]
+        for i in range(starts.size):
+            if ends[i] - starts[i] == b - a:
+                same = True
+                for k in range(b - a):
+                    if cps[starts[i] + k] != targets[a + k]:
+                        same = False
+                        break
+                if same:
+                    found += 1
+                    break
+    return found

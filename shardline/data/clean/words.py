@@ -3,12 +3,14 @@ tokenizer, which is spaCy's blank English tokenizer (with its sentencizer for se
 
 Contract: `split(text)` equals datatrove's `split_into_words(text)` (spaCy's tokens, stripped,
 empty ones left out), and `sentences(line)` equals `len(split_into_sentences(line))`. They are
-spaCy's own answers, not an imitation. spaCy splits each whitespace-separated span on its own
-(prefixes, suffixes, infixes, special cases), so a span's words are cached per process and a text
-is str.split plus dictionary lookups; spans not seen before go to spaCy together, one call per
-text. One exception: spaCy also matches a multi-word special case (":(" is ":" "(") across
-whitespace, and such a match can undo one inside a span; a text where two spans meet as part of
-such a pattern is split by spaCy whole. Sentences are the sentencizer's rule run on those words.
+spaCy's own answers, not an imitation. `analyse(text)` gives the same words as positions in the
+text's code points, with an id per distinct word and its flags (wordtable.py), for the rule sets'
+compiled measures. spaCy splits each whitespace-separated span on its own (prefixes, suffixes,
+infixes, special cases), so a span's words are kept per process (wordtable.py) and a text is
+split without spaCy once its spans are known; spans not seen before go to spaCy together, one
+call per text. One exception: spaCy also matches a multi-word special case (":(" is ":" "(")
+across whitespace, and such a match can undo one inside a span; spans that meet as part of such
+a pattern are split by spaCy whole. Sentences are the sentencizer's rule run on those words.
 Nothing is downloaded: a blank pipeline is rules only.
 """
 
@@ -16,17 +18,15 @@ from __future__ import annotations
 
 import functools
 import re
-import unicodedata
-from itertools import chain, compress, count
-from operator import itemgetter
+from typing import NamedTuple
+
+import numba
+import numpy as np
 
 from shardline.core.errors import ShardlineError
-from shardline.data.clean import textstats
+from shardline.data.clean import textstats, wordtable
 
-_CACHED = 1 << 20  # spans; about 150 MB at most before the cache starts over
-_LONGEST = 64  # longer spans are rare and seldom repeat: split, not kept
-_SPANS: dict[str, tuple[str, ...]] = {}  # span (or spans that meet, as in the text) -> its words
-_WORD = re.compile(r"\S+")  # str.split's spans, as a pattern (\s is str.isspace)
+_LETTERS = re.compile(r"[A-Za-z]+")
 
 
 @functools.cache
@@ -39,36 +39,43 @@ def pipeline():
     return spacy.blank("en")
 
 
-@functools.cache
-def _ends() -> frozenset[str]:
-    """The sentencizer's sentence-final characters (spaCy's default, which datatrove uses)."""
-    from spacy.pipeline.sentencizer import Sentencizer
+def _offsets(tokens: list[tuple[int, str]], start: int, end: int) -> np.ndarray:
+    """The stripped, non-empty tokens in [start, end) as (start, end) rows relative to `start`."""
+    rows = []
+    for idx, token in tokens:
+        if start <= idx < end and (word := token.strip()):
+            lead = idx - start + len(token) - len(token.lstrip())
+            rows.append((lead, lead + len(word)))
+    return np.array(rows, np.int64).reshape(-1, 2)
 
-    return frozenset(Sentencizer.default_punct_chars)
+
+_FRESH = 1 << 20  # characters a pipeline tokenizes before a new one replaces it
 
 
-def _learn(spans: list[str]) -> dict[str, tuple[str, ...]]:
-    """Split the spans not seen before in one call of spaCy's tokenizer; cache the short ones."""
-    new = [s for s in dict.fromkeys(spans) if s not in _SPANS]
-    nlp, found = pipeline(), {}
-    with nlp.memory_zone():  # spaCy's string store would otherwise keep every string it saw
-        # a newline between spans is a token of its own, which no special case holds: spans joined
-        # by it split as they do alone (joined by a space, "f():" then "()" would meet as ": (")
-        tokens = [(t.idx, t.text) for t in nlp.tokenizer("\n".join(new))]
-    at = start = 0
-    for span in new:  # the tokens come in order: a span's start at or after its start, before its end
-        end = start + len(span)
-        while tokens[at][0] < start:
-            at += 1
-        first = at
-        while at < len(tokens) and tokens[at][0] < end:
-            at += 1
-        found[span] = (span,) if at - first == 1 else tuple(t for _, t in tokens[first:at])
-        start = end + 1
-    if len(_SPANS) + len(found) > _CACHED:
-        _SPANS.clear()
-    _SPANS.update((s, p) for s, p in found.items() if len(s) <= _LONGEST)
-    return found
+def _tokens(text: str) -> list[tuple[int, str]]:
+    """spaCy's tokens as (start, text). Its string store keeps every string it saw: a new
+    pipeline every ~1M characters bounds that (~0.1 s each), where a memory_zone per call, the
+    other bound, cost 2.5x a call's time (90 us vs 37 on a short span)."""
+    nlp = pipeline()
+    _tokens.seen = getattr(_tokens, "seen", 0) + len(text)
+    if _tokens.seen > _FRESH:
+        pipeline.cache_clear()
+        _tokens.seen, nlp = len(text), pipeline()
+    return [(t.idx, t.text) for t in nlp.tokenizer(text)]
+
+
+def _learn(cps: np.ndarray, missing: np.ndarray) -> list[np.ndarray]:
+    """spaCy's words of each missing span or run ((start, end) rows in `cps`), as offsets in it."""
+    texts = [cps[a:b].tobytes().decode("utf-32-le", "surrogatepass") for a, b in missing.tolist()]
+    if any(any(map(str.isspace, t)) for t in texts):  # runs: each seen whole
+        return [_offsets(_tokens(t), 0, len(t)) for t in texts]
+    # a newline between spans is a token of its own, which no special case holds: spans joined
+    # by it split as they do alone (joined by a space, "f():" then "()" would meet as ": (")
+    tokens, out, start = _tokens("\n".join(texts)), [], 0
+    for t in texts:
+        out.append(_offsets(tokens, start, start + len(t)))
+        start += len(t) + 1
+    return out
 
 
 @functools.cache
@@ -91,60 +98,73 @@ def _pairs() -> frozenset[tuple[str, str]]:
     return frozenset((a, b) for x, y in pairs for a in ends.get(x, (x,)) for b in starts.get(y, (y,)))
 
 
-def _spacy(text: str) -> tuple[str, ...]:
-    nlp = pipeline()
-    with nlp.memory_zone():
-        return tuple(w for t in nlp.tokenizer(text) if (w := t.text.strip()))
+@functools.cache
+def table() -> wordtable.Table:
+    """This process's table, holding spaCy's special cases made of ASCII letters (the spans it
+    answers without spaCy must not be one) and the words that can meet across whitespace."""
+    fixed = [(s, _offsets(_tokens(s), 0, len(s))) for s in pipeline().tokenizer.rules if _LETTERS.fullmatch(s)]
+    pairs = _pairs()
+    left, right = sorted({a for a, _ in pairs}), sorted({b for _, b in pairs})
+    matrix = np.zeros((len(left), len(right)), np.bool_)
+    lix, rix = {w: i for i, w in enumerate(left)}, {w: i for i, w in enumerate(right)}
+    for a, b in pairs:
+        matrix[lix[a], rix[b]] = True
+    return wordtable.Table(fixed, (left, right, matrix))
+
+
+class Words(NamedTuple):
+    """A text's words: its code points, and per word its start and end in them, an id (equal
+    words, equal ids) and its flags (wordtable's)."""
+
+    cps: np.ndarray
+    starts: np.ndarray
+    ends: np.ndarray
+    ids: np.ndarray
+    flags: np.ndarray
+
+    def strings(self, text: str) -> list[str]:
+        return [text[a:b] for a, b in zip(self.starts.tolist(), self.ends.tolist())]
+
+
+def _analyse(text: str) -> Words:
+    cps = textstats.code_points(text)
+    found = table().words(cps, _learn)
+    if found is None:  # more new spans than an empty table holds: spaCy on the whole text
+        rows = _offsets(_tokens(text), 0, len(text))
+        ids = np.unique([text[a:b] for a, b in rows.tolist()], return_inverse=True)[1].astype(np.int64)
+        flags = np.array([wordtable.flags(cps, textstats.classes(), a, b) for a, b in rows.tolist()], np.uint8)
+        found = (rows[:, 0].copy(), rows[:, 1].copy(), ids.reshape(-1), flags)
+    return Words(cps, *found)
+
+
+analyse = functools.lru_cache(maxsize=2)(_analyse)
+analyse.__doc__ = "The text's words, shared by the rule sets that read the same text."
 
 
 def split(text: str) -> list[str]:
     """datatrove's split_into_words(text) for English."""
-    spans = text.split()
-    try:
-        pieces = list(map(_SPANS.__getitem__, spans))  # all seen before: no Python loop
-    except KeyError:
-        found = _learn(spans)
-        pieces = [_SPANS.get(s) or found[s] for s in spans]
-    # spaCy also matches a multi-word special case across whitespace (":" "(" as ":("), and such a
-    # match can stop one inside a span ("foo(x): ((" keeps ")" ":" apart). Only where two spans
-    # meet as a pair of such a pattern: spans joined by those meetings go to spaCy together.
-    meets = list(compress(count(), map(_pairs().__contains__, zip(map(itemgetter(-1), pieces),
-                                                                 map(itemgetter(0), pieces[1:])))))
-    if not meets:
-        return list(chain.from_iterable(pieces))
-    _, _, starts, ends = textstats.tokens(text)  # where each span is (str.split's spans)
-    out, done, k = [], 0, 0
-    while k < len(meets):
-        first = last = meets[k]  # spans first..last+1 meet one after another
-        while k + 1 < len(meets) and meets[k + 1] == last + 1:
-            k, last = k + 1, last + 1
-        out += chain.from_iterable(pieces[done:first])
-        run = text[starts[first]:ends[last + 1]]  # the whitespace as it is: spaCy sees what it sees whole
-        out += _SPANS.get(run) or _SPANS.setdefault(run, _spacy(run))
-        done, k = last + 2, k + 1
-    out += chain.from_iterable(pieces[done:])
-    return out
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def _punct(word: str) -> bool:
-    """spaCy's is_punct: every character is Unicode punctuation (P*)."""
-    return all(unicodedata.category(c)[0] == "P" for c in word)
+    return analyse(text).strings(text)
 
 
 def sentences(line: str) -> int:
     """How many sentences datatrove's split_into_sentences finds in a stripped `line` (English): the
-    sentencizer's count, from the line's words. A token follows a sentence-final one and is not
-    punctuation: a sentence starts. Whitespace other than one space between words is a token too."""
-    ends, count, seen, last = _ends(), 0, False, None
-    for m in _WORD.finditer(line):
-        if last is not None and line[last:m.start()] != " " and seen:  # a whitespace token
+    sentencizer's count over the line's words (as spaCy tokenizes the line). A token follows a
+    sentence-final one and is not punctuation: a sentence starts. Whitespace other than one space
+    between words is a token too."""
+    w = _analyse(line)  # not cached: a document's lines would push the document out
+    return int(_sentences(w.cps, w.starts, w.ends, w.flags))
+
+
+@numba.njit(cache=True)
+def _sentences(cps, starts, ends, flags):
+    count, seen = 0, False
+    for k in range(starts.size):
+        gap = starts[k] - ends[k - 1] if k else 0
+        if gap and not (gap == 1 and cps[ends[k - 1]] == 32) and seen:  # a whitespace token
             count, seen = count + 1, False
-        last = m.end()
-        for word in split(m.group()):
-            final = word in ends
-            if seen and not final and not _punct(word):
-                count, seen = count + 1, False
-            elif final:
-                seen = True
-    return count + 1 if last is not None else 0
+        final = flags[k] & wordtable.FINAL
+        if seen and not final and not flags[k] & wordtable.PUNCT:
+            count, seen = count + 1, False
+        elif final:
+            seen = True
+    return count + 1 if starts.size else 0

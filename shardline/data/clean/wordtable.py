@@ -1,0 +1,285 @@
+"""The words of every whitespace span seen, in arrays that compiled code reads: the fast half of
+words.py.
+
+Contract: a `Table` (one per process) maps a span's code points (a str.split span, or a run of
+spans that spaCy must see whole) to its words, each as (start, end) in the span, an id and its
+flags (`NONSYMBOL`, `LETTER`, `FINAL`, `PUNCT`, `HAS_SPACE`, below). Equal words get equal ids
+and different words different ones within a document (the table may be emptied between
+documents, never during one). `Table.words(cps, learn)` returns a text's words as words.py's
+contract says (spaCy's tokens, stripped, empty ones left out): (starts, ends, ids, flags), one
+entry per word, in code points; None when the text holds more than an empty table can. What it
+has not seen it asks `learn` for: `learn(cps, missing)` gives each missing span's or run's words
+as (start, end) pairs (spaCy's answers, words.py). Two kinds of span are answered here without
+spaCy: ASCII letters alone, or ASCII digits alone, not one of spaCy's special cases, are one word
+(spaCy's English prefixes, suffixes, infixes and URL pattern match no such span, and no special
+case is made of digits: tests/unit/test_words.py checks both on the loaded spaCy). A run: spans
+where the last word of one and the first of the next can meet across the whitespace in a
+multi-word special case of spaCy's (words.py's `_pairs`), which spaCy must tokenize together.
+
+Layout: a slot per entry (its hash, where it is in the arena, its key's length, its number of
+words and the meeting sides of its first and last word), and an arena holding each entry's code points followed by its words
+(start, end, id | flags << 24): a span is found and read in two or three cache lines.
+Why arrays and numba: a Python object per word (str.split, a dict lookup, a list) is most of
+what splitting costs once the spans are known; here a 5 KB document is split with none.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from shardline.data.clean import textstats as ts
+
+NONSYMBOL, LETTER, FINAL, PUNCT, HAS_SPACE = 1, 2, 4, 8, 16  # a word's flags
+_EMPTY = -1
+_OK, _FULL = 0, -1
+_SIDES = 12  # bits of a meeting side's number (+1) in a slot; the sides number a few hundred
+
+
+@numba.njit(cache=True, inline="always")
+def _hash(cps, a, b):
+    """FNV-1a over the code points, then murmur3's finalizer (FNV alone leaves short keys'
+    high bits alike: linear probing then walked 13 slots on average)."""
+    h = np.uint64(0xCBF29CE484222325)
+    for i in range(a, b):
+        h = (h ^ np.uint64(cps[i])) * np.uint64(0x100000001B3)
+    h = (h ^ (h >> np.uint64(33))) * np.uint64(0xFF51AFD7ED558CCD)
+    h = (h ^ (h >> np.uint64(33))) * np.uint64(0xC4CEB9FE1A85EC53)
+    return h ^ (h >> np.uint64(33))
+
+
+@numba.njit(cache=True, inline="always")
+def _find(cps, a, b, h, slots, arena):
+    """The slot of the entry whose key is cps[a:b], or -1 - (the free slot where it would go).
+    A slot: [hash, arena start, key length << 40 | (what the table keeps)]."""
+    mask = slots.shape[0] - 1
+    at = np.int64(h >> np.uint64(20)) & mask
+    n = b - a
+    while slots[at, 1] != _EMPTY:
+        if np.uint64(slots[at, 0]) == h and (slots[at, 2] >> 40) == n:
+            k = slots[at, 1]
+            same = True
+            for i in range(n):
+                if arena[k + i] != cps[a + i]:
+                    same = False
+                    break
+            if same:
+                return at
+        at = (at + 1) & mask
+    return -1 - at
+
+
+@numba.njit(cache=True)
+def flags(cps, classes, a, b):
+    """The flags of the word cps[a:b] (`classes`: textstats.classes())."""
+    some, letter, punct, space = False, False, True, False
+    for i in range(a, b):
+        c = classes[cps[i]]
+        some |= (c & (ts.SPACE | ts.PUNCTUATION)) == 0
+        letter |= (c & ts.LETTER) != 0
+        punct &= (c & ts.SPACY_P) != 0
+        space |= (c & ts.SPACE) != 0
+    f = (NONSYMBOL if some else 0) | (LETTER if letter else 0) | (PUNCT if punct and b > a else 0)
+    f |= HAS_SPACE if space else 0
+    if b - a == 1 and (classes[cps[a]] & ts.FINAL) != 0:
+        f |= FINAL
+    return f
+
+
+@numba.njit(cache=True)
+def _word(cps, a, b, wslots, warena, state):
+    """The id of the word cps[a:b], added if new; -1 when the word table is full."""
+    h = _hash(cps, a, b)
+    at = _find(cps, a, b, h, wslots, warena)
+    if at >= 0:
+        return wslots[at, 2] & 0xFF_FFFF
+    wid = state[3]
+    if state[2] + b - a > warena.size or 2 * (wid + 1) > wslots.shape[0] or wid >= 1 << 24:
+        return -1
+    at = -1 - at
+    for i in range(b - a):
+        warena[state[2] + i] = cps[a + i]
+    wslots[at, 0], wslots[at, 1], wslots[at, 2] = np.int64(h), state[2], (b - a) << 40 | wid
+    state[2] += b - a
+    state[3] += 1
+    return wid
+
+
+@numba.njit(cache=True)
+def add(cps, classes, a, b, rel, slots, arena, wslots, warena, left, right, state):
+    """Put span (or run) cps[a:b] with its words (`rel`: (start, end) pairs in it) in the table;
+    False when it is full (what it added then is left unreferenced until the table is emptied)."""
+    h = _hash(cps, a, b)
+    at = _find(cps, a, b, h, slots, arena)
+    if at >= 0:
+        return True
+    n = rel.shape[0]
+    start = state[0]
+    if start + (b - a) + 3 * n > arena.size or 2 * (state[1] + 1) > slots.shape[0] or n >= 1 << 16 or b - a >= 1 << 23:
+        return False
+    for i in range(b - a):
+        arena[start + i] = cps[a + i]
+    w = start + b - a
+    first = last = 0
+    for k in range(n):
+        wid = _word(cps, a + rel[k, 0], a + rel[k, 1], wslots, warena, state)
+        if wid < 0:
+            return False
+        arena[w + 3 * k] = rel[k, 0]
+        arena[w + 3 * k + 1] = rel[k, 1]
+        arena[w + 3 * k + 2] = np.uint32(wid) | np.uint32(flags(cps, classes, a + rel[k, 0], a + rel[k, 1])) << np.uint32(24)
+        if k == 0:
+            first = right[wid] + 1
+        if k == n - 1:
+            last = left[wid] + 1
+    at = -1 - at
+    slots[at, 0], slots[at, 1] = np.int64(h), start
+    slots[at, 2] = (b - a) << 40 | n << (2 * _SIDES) | last << _SIDES | first
+    state[0] = w + 3 * n
+    state[1] += 1
+    return True
+
+
+@numba.njit(cache=True, inline="always")
+def _plain(cps, a, b):
+    """ASCII letters alone, or ASCII digits alone."""
+    c = cps[a]
+    if 48 <= c <= 57:
+        for i in range(a + 1, b):
+            if not 48 <= cps[i] <= 57:
+                return False
+        return True
+    for i in range(a, b):
+        c = cps[i] | 32  # ASCII upper case to lower; nothing else lands in a-z
+        if not 97 <= c <= 122 or cps[i] > 127:
+            return False
+    return True
+
+
+@numba.njit(cache=True)
+def split(cps, classes, slots, arena, wslots, warena, left, right, pairs, state):
+    """(status, starts, ends, ids, flags, missing): status _OK with the words; _FULL when the table
+    must be emptied first; else how many spans (or, once every span is known, runs) to learn, as
+    (start, end) rows of `missing`."""
+    n = cps.size
+    ss = np.empty(n // 2 + 1, np.int64)
+    se = np.empty(n // 2 + 1, np.int64)
+    m = i = 0
+    while i < n:
+        while i < n and (classes[cps[i]] & ts.SPACE) != 0:
+            i += 1
+        if i >= n:
+            break
+        ss[m] = i
+        while i < n and (classes[cps[i]] & ts.SPACE) == 0:
+            i += 1
+        se[m] = i
+        m += 1
+    none = np.empty(0, np.int64)
+    entry = np.empty(m, np.int64)
+    info = np.empty(m, np.int64)  # the entry's slot[2], then its arena start: read once
+    missing = np.empty((m, 2), np.int64)
+    misses = count = 0
+    one = np.zeros((1, 2), np.int64)
+    for s in range(m):
+        a, b = ss[s], se[s]
+        h = _hash(cps, a, b)
+        at = _find(cps, a, b, h, slots, arena)
+        if at < 0 and _plain(cps, a, b):  # not a special case: those are in the table
+            one[0, 1] = b - a
+            if not add(cps, classes, a, b, one, slots, arena, wslots, warena, left, right, state):
+                return _FULL, none, none, none, none.astype(np.uint8), missing[:0]
+            at = _find(cps, a, b, h, slots, arena)
+        if at < 0:
+            missing[misses, 0], missing[misses, 1] = a, b
+            misses += 1
+        else:
+            info[s] = slots[at, 2]
+        entry[s] = at
+    if misses:
+        return misses, none, none, none, none.astype(np.uint8), missing[:misses]
+    side = (1 << _SIDES) - 1
+    run_end = np.full(m, -1, np.int64)  # at a run's first span: its last span
+    s = runs = 0
+    while s < m:  # spans meeting in a special case are one entry, found under their whole text
+        e = s
+        while e + 1 < m:
+            lo, hi = (info[e] >> _SIDES) & side, info[e + 1] & side
+            if not (lo and hi and pairs[lo - 1, hi - 1]):
+                break
+            e += 1
+        if e > s:
+            a, b = ss[s], se[e]
+            at = _find(cps, a, b, _hash(cps, a, b), slots, arena)
+            if at < 0:
+                missing[runs, 0], missing[runs, 1] = a, b
+                runs += 1
+            entry[s], run_end[s] = at, e
+            if at >= 0:
+                info[s] = slots[at, 2]
+        if runs == 0:
+            count += (info[s] >> (2 * _SIDES)) & 0xFFFF
+        s = e + 1
+    if runs:
+        return runs, none, none, none, none.astype(np.uint8), missing[:runs]
+    starts = np.empty(count, np.int64)
+    ends = np.empty(count, np.int64)
+    ids = np.empty(count, np.int64)
+    flag = np.empty(count, np.uint8)
+    k = s = 0
+    while s < m:
+        w = slots[entry[s], 1] + (info[s] >> 40)
+        for j in range((info[s] >> (2 * _SIDES)) & 0xFFFF):
+            starts[k] = ss[s] + arena[w + 3 * j]
+            ends[k] = ss[s] + arena[w + 3 * j + 1]
+            ids[k] = arena[w + 3 * j + 2] & 0xFF_FFFF
+            flag[k] = arena[w + 3 * j + 2] >> 24
+            k += 1
+        s = max(s, run_end[s]) + 1
+    return _OK, starts, ends, ids, flag, missing[:0]
+
+
+class Table:
+    """One process's spans and words (about 40 MB at most; emptied, then refilled, when full)."""
+
+    def __init__(self, fixed, members, slots: int = 1 << 19, arena: int = 1 << 23):
+        """`fixed`: (span, words as (start, end) pairs) that must be in the table before any
+        plain span is answered without spaCy (its special cases); `members`: (left, right,
+        pairs): the words that can meet across whitespace, as pairs[left index, right index]."""
+        self.fixed, (self.left_words, self.right_words, self.pairs) = fixed, members
+        assert max(len(self.left_words), len(self.right_words)) < (1 << _SIDES) - 1
+        self.slots, self.arena = np.empty((slots, 3), np.int64), np.empty(arena, np.uint32)
+        self.wslots, self.warena = np.empty((slots, 3), np.int64), np.empty(arena // 2, np.uint32)
+        self.left, self.right = np.empty(slots // 2, np.int64), np.empty(slots // 2, np.int64)
+        self.state = np.zeros(4, np.int64)  # arena used, entries; word arena used, words
+        self.reset()
+
+    def reset(self) -> None:
+        self.slots[:, 1], self.wslots[:, 1], self.state[:] = _EMPTY, _EMPTY, 0
+        self.left[:], self.right[:] = -1, -1
+        for side, words in ((self.left, self.left_words), (self.right, self.right_words)):
+            for number, word in enumerate(words):
+                cps = ts.classed(word)[0]
+                side[_word(cps, 0, len(cps), self.wslots, self.warena, self.state)] = number
+        for span, rel in self.fixed:
+            cps = ts.classed(span)[0]
+            if not add(cps, ts.classes(), 0, len(cps), rel, *self._arrays()[:-1], self.state):
+                raise AssertionError("the word table cannot hold spaCy's special cases")
+
+    def _arrays(self) -> tuple:
+        return self.slots, self.arena, self.wslots, self.warena, self.left, self.right, self.pairs
+
+    def words(self, cps: np.ndarray, learn) -> tuple[np.ndarray, ...] | None:
+        classes = ts.classes()
+        for _ in range(4):  # learn spans, then runs, then (once) start again in an emptied table
+            status, starts, ends, ids, flag, missing = split(cps, classes, *self._arrays(), self.state)
+            if status == _OK:
+                return starts, ends, ids, flag
+            if status == _FULL:
+                self.reset()
+                continue
+            for (a, b), rel in zip(missing.tolist(), learn(cps, missing)):
+                if not add(cps, classes, a, b, rel, *self._arrays()[:-1], self.state):
+                    self.reset()
+                    break
+        return None

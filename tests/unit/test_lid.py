@@ -1,0 +1,74 @@
+"""lid.py against fastText itself (fasttext-predict, the C++ the line used before): every label and
+every float32 probability of predict(text, k=-1), bit for bit, on real text in many languages,
+code, and text built to reach each branch of fastText's tokenizer (its whitespace, "</s>", labels
+as words, NUL, invalid-looking bytes, words past the token cache)."""
+
+import sysconfig
+from pathlib import Path
+
+import numpy as np
+import pydoc_data.topics
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shardline.core.errors import ShardlineError
+from shardline.data.clean import language, lid
+from tests.unit.test_language import UDHR_1, humanize_messages
+
+fasttext = pytest.importorskip("fasttext", reason="the reference is fasttext-predict: pip install -e '.[reference]'")
+
+
+@pytest.fixture(scope="module")
+def models():
+    return lid.load(language.model_path()), fasttext.load_model(str(language.model_path()))
+
+
+def same(models, text: str) -> None:
+    ours, theirs = models
+    labels, probs = ours.predict(text)
+    ref_labels, ref_probs = theirs.predict(text, k=-1)
+    assert labels == list(ref_labels), text[:80]
+    assert probs.tobytes() == np.asarray(ref_probs, np.float32).tobytes(), text[:80]
+
+
+def test_every_label_and_probability_is_fasttexts_on_real_text(models):
+    texts = [t for _, t in sorted(pydoc_data.topics.topics.items())][:150]
+    texts += [p.read_text(encoding="utf-8")[:30_000] for p in sorted(Path(sysconfig.get_paths()["stdlib"]).glob("*.py"))[:40]]
+    texts += [*UDHR_1.values(), *(humanize_messages(lang) for lang in ("it_IT", "de_DE", "fr_FR", "ru_RU", "ja_JP"))]
+    for text in texts:
+        same(models, text.replace("\n", " "))
+
+
+@pytest.mark.parametrize("text", [
+    "", " ", "\t\r\x0b\x0c", "a", "</s>", "hello </s> never read", "__label__en", "__label__zz unknown label",
+    "x __label__ y", "\x00nul\x00 separated", "\u00a0non\u2003breaking\u3000spaces", "😀 emoji 🚀 text",
+    "ж" * 300, "a" * 5000, "日本語のテキスト", "e\u0301 combining", "\x1c\x1d\x1e\x1f are not fastText's spaces",
+])
+def test_edge_cases_are_fasttexts(models, text):
+    same(models, text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.text(max_size=12), st.sampled_from(["</s>", "__label__en", " ", "\t", "\x00", "the"])),
+                max_size=40).map(" ".join))
+def test_any_text_is_fasttexts(models, text):
+    same(models, text.replace("\n", " "))
+
+
+def test_a_full_token_cache_is_emptied_and_answers_stay_fasttexts(models):
+    ours, _ = models
+    small = lid.Model(ours.labels, ours.arrays)
+    slots, keys, ids, state = small.cache
+    object.__setattr__(small, "cache", (slots[:64].copy(), keys[:256].copy(), ids[:256].copy(), state.copy()))
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        text = " ".join("".join(rng.choice(list("abcdefghij"), 6)) for _ in range(80))
+        assert small.predict(text)[1].tobytes() == ours.predict(text)[1].tobytes()  # 80 new tokens: emptied
+
+
+def test_a_file_that_is_not_such_a_model_is_refused_by_name(tmp_path):
+    bad = tmp_path / "lid.bin"
+    bad.write_bytes(b"\x00" * 64)
+    with pytest.raises(ShardlineError, match="lid.bin: not a fastText model"):
+        lid.load(bad)
