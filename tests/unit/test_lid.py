@@ -25,11 +25,16 @@ def models():
 
 
 def same(models, text: str) -> None:
+    """Ours from the text's bytes, and as the language rule asks (from its spans in the word table
+    where they are fastText's tokens), equal fastText's on the text with newlines as spaces."""
     ours, theirs = models
-    labels, probs = ours.predict(text)
-    ref_labels, ref_probs = theirs.predict(text, k=-1)
+    ref_labels, ref_probs = theirs.predict(text.replace("\n", " "), k=-1)
+    ref = [(label.removeprefix("__label__"), float(p)) for label, p in zip(ref_labels, ref_probs)]
+    labels, probs = ours.predict(text.replace("\n", " "))
     assert labels == list(ref_labels), text[:80]
     assert probs.tobytes() == np.asarray(ref_probs, np.float32).tobytes(), text[:80]
+    for _ in range(2):  # the second time from the spans' rows kept in the table
+        assert language.identify(text, None) == ref, text[:80]
 
 
 def test_every_label_and_probability_is_fasttexts_on_real_text(models):
@@ -37,23 +42,24 @@ def test_every_label_and_probability_is_fasttexts_on_real_text(models):
     texts += [p.read_text(encoding="utf-8")[:30_000] for p in sorted(Path(sysconfig.get_paths()["stdlib"]).glob("*.py"))[:40]]
     texts += [*UDHR_1.values(), *(humanize_messages(lang) for lang in ("it_IT", "de_DE", "fr_FR", "ru_RU", "ja_JP"))]
     for text in texts:
-        same(models, text.replace("\n", " "))
+        same(models, text)
 
 
 @pytest.mark.parametrize("text", [
     "", " ", "\t\r\x0b\x0c", "a", "</s>", "hello </s> never read", "__label__en", "__label__zz unknown label",
     "x __label__ y", "\x00nul\x00 separated", "\u00a0non\u2003breaking\u3000spaces", "😀 emoji 🚀 text",
     "ж" * 300, "a" * 5000, "日本語のテキスト", "e\u0301 combining", "\x1c\x1d\x1e\x1f are not fastText's spaces",
+    "lines\nand\n\nparagraphs\n", "tab\tand\u0085next line", "x </s>", "</s>",
 ])
 def test_edge_cases_are_fasttexts(models, text):
     same(models, text)
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.one_of(st.text(max_size=12), st.sampled_from(["</s>", "__label__en", " ", "\t", "\x00", "the"])),
-                max_size=40).map(" ".join))
+@given(st.lists(st.one_of(st.text(max_size=12), st.sampled_from(["</s>", "__label__en", " ", "\t", "\x00", "the",
+                                                                 "\n", "\u00a0"])), max_size=40).map(" ".join))
 def test_any_text_is_fasttexts(models, text):
-    same(models, text.replace("\n", " "))
+    same(models, text)
 
 
 def test_a_full_token_cache_is_emptied_and_answers_stay_fasttexts(models):

@@ -425,8 +425,14 @@ def test_ngram_measures_are_datatroves_functions(words, n):
     ends = starts + np.array([len(w) for w in words], np.int64)
     ids = np.array([sorted(set(words)).index(w) for w in words], np.int64)
     grams = get_n_grams(words, n)
-    count, chars = ts.top_ngram(ids, ends - starts, n)
-    assert count * chars == (find_top_duplicate(grams) if grams else 0)
+    chars = max(len(text), 1)
+    share = ts.top_ngrams(ids, ends - starts, np.array([n]), np.array([1.0]), chars)[0]
+    assert share == (find_top_duplicate(grams) / chars if grams else -1.0)
+    # the next n: counted exactly, or spared by the bound from the n-grams (then within its limit), or
+    # not reached (the first share is above its limit)
+    after = ts.top_ngrams(ids, ends - starts, np.array([n, n + 1]), np.array([1.0, 0.05]), chars)[1]
+    exact = find_top_duplicate(grams_after) / chars if (grams_after := get_n_grams(words, n + 1)) else -1.0
+    assert after == exact or (after == 0.0 and exact <= 0.05) or (after == -1.0 and share > 1.0)
     cps = ts.code_points(text)
     assert ts.dup_ngram_chars(cps, starts, ends, np.array([n, n + 1], np.int64)).tolist() == [
         find_all_duplicate(words, n), find_all_duplicate(words, n + 1)]

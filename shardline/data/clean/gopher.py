@@ -134,8 +134,8 @@ class GopherRepetitionRule(RuleSet):
                     return self.drop(f"dup_{kind}_char_frac", dup_chars / chars, char_frac)
         if c.top_n_grams or c.dup_n_grams:
             w = rs.words(text)
-            for n, limit in c.top_n_grams or ():
-                if w.starts.size >= n and (share := _top(text, w, n) / chars) > limit:
+            for (n, limit), share in zip(c.top_n_grams or (), _tops(text, w, c.top_n_grams or ())):
+                if share > limit:
                     return self.drop(f"top_n_grams.{n}", share, limit)
             ns = np.array([n for n, _ in c.dup_n_grams or ()], np.int64)
             for (n, limit), dup in zip(c.dup_n_grams or (), ts.dup_ngram_chars(w.cps, w.starts, w.ends, ns).tolist()):
@@ -144,15 +144,21 @@ class GopherRepetitionRule(RuleSet):
         return text
 
 
-def _top(text: str, w, n: int) -> int:
-    """Characters x count of the top n-gram: by word ids, or, where a word holds whitespace (spaCy
+def _tops(text: str, w, grams: NGrams) -> list[float]:
+    """Each top n-gram's share, counted by word ids; or, where a word holds whitespace (spaCy
     joined a run of spans), by " ".join as datatrove does (ids no longer tell every n-gram apart)."""
+    if not grams:
+        return []
     if not (w.flags & wd.HAS_SPACE).any():
-        count, size = ts.top_ngram(w.ids, w.ends - w.starts, n)
-        return count * size
-    words = w.strings(text)
-    gram, count = Counter(" ".join(words[i:i + n]) for i in range(len(words) - n + 1)).most_common(1)[0]
-    return count * len(gram)
+        ns, limits = (np.array(x) for x in zip(*grams))
+        return ts.top_ngrams(w.ids, w.ends - w.starts, ns.astype(np.int64), limits.astype(np.float64),
+                             len(text)).tolist()
+    words, out = w.strings(text), []
+    for n, _ in grams:
+        counts = Counter(" ".join(words[i:i + n]) for i in range(len(words) - n + 1))
+        gram, count = counts.most_common(1)[0] if counts else ("", 0)
+        out.append(count * len(gram) / len(text) if counts else -1.0)
+    return out
 
 
 @dataclass(frozen=True)

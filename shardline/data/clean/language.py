@@ -17,12 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
+import numpy as np
 from pydantic import Field
 
 from shardline.core.errors import ShardlineError
 from shardline.core.layout import FASTTEXT_MODEL
 from shardline.core.section_base import _Section
-from shardline.data.clean import lid
+from shardline.data.clean import lid, words
 from shardline.data.clean.verdict import Drop, RuleEntry
 
 
@@ -64,8 +65,24 @@ def model() -> lid.Model:
 def identify(text: str, max_chars: int | None, k: int = -1) -> list[tuple[str, float]]:
     """The k most likely languages (-1: all), most likely first, with their probabilities:
     fastText's predict(text, k) on the text with newlines as spaces (lid.py computes it exactly)."""
-    found, scores = model().predict(text[:max_chars].replace("\n", " "))
-    return [(label.removeprefix("__label__"), s) for label, s in zip(found, scores.tolist())][:k if k > 0 else None]
+    leaves, probs = _leaves(text[:max_chars])
+    labels = model().labels
+    return [(labels[i].removeprefix("__label__"), p) for i, p in zip(leaves.tolist(), probs.tolist())][:k if k > 0 else None]
+
+
+def _leaves(text: str) -> tuple[np.ndarray, np.ndarray]:
+    """From the text's words (the rule sets after this rule read the same ones) where its
+    str.split spans are fastText's tokens; else from its bytes."""
+    w = words.analyse(text)
+    if w.spans is not None and not w.spans[-1, 0] and w.generation == words.table().generation:
+        return model().leaves_of_spans(w.cps, w.spans, words.table())
+    return model().leaves(text.replace("\n", " "))
+
+
+@functools.lru_cache(maxsize=8)
+def _wanted(languages: tuple[str, ...]) -> np.ndarray:
+    """Per label number of the model: is it one of `languages`."""
+    return np.array([label.removeprefix("__label__") in languages for label in model().labels], np.bool_)
 
 
 @dataclass(frozen=True)
@@ -75,9 +92,10 @@ class LanguageRule:
     checks = ("language",)
 
     def __call__(self, text: str) -> "Found | Drop":
-        top = identify(text, self.cfg.max_chars)
-        lang, score = top[0] if top else ("", 0.0)
-        wanted = max((s for lg, s in top if lg in self.cfg.languages), default=0.0)
+        leaves, probs = _leaves(text[:self.cfg.max_chars])
+        lang, score = (model().labels[leaves[0]].removeprefix("__label__"), float(probs[0])) if leaves.size else ("", 0.0)
+        mine = probs[_wanted(self.cfg.languages)[leaves]]
+        wanted = float(mine.max()) if mine.size else 0.0
         if wanted > self.cfg.min_score:  # datatrove's test: any wanted language above the limit
             return Found(text, lang, min(score, 1.0))
         return Drop("language", round(wanted, 4), self.cfg.min_score, f"detected {lang} ({score:.2f})")

@@ -10,8 +10,8 @@ token, in-vocabulary words by their id and stored subwords, others by their char
 hashes them); the hidden vector summed row by row in float32 from the quantized input matrix;
 the hierarchical softmax walked depth first with its float32 scores, its `std_log` and the
 sort of libstdc++'s heap, so that even equal scores come out in fastText's order. The
-transcendental functions are glibc's own `expf` and `log`, called through the symbol versions
-the fasttext-predict wheel links, so every rounding is the one fastText makes. Supervised
+transcendental functions are glibc's own `expf` and `log`, as fastText calls them, so every
+rounding is the one fastText makes. Supervised
 models with a hierarchical softmax, quantized input and a dense output (the shipped lid.176.ftz);
 anything else is refused by name.
 
@@ -24,8 +24,6 @@ tests/unit/test_lid.py compares every label and probability with fasttext-predic
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import functools
 import struct
 from dataclasses import dataclass
@@ -33,6 +31,7 @@ from pathlib import Path
 
 import numba
 import numpy as np
+from numba import types
 
 from shardline.core.errors import ShardlineError
 
@@ -42,22 +41,12 @@ _EOS, _LABEL = b"</s>", b"__label__"
 _LABEL_BYTES = np.frombuffer(_LABEL, np.uint8)  # an unknown token starting so is a label, not an input
 
 
-def _libm(name: str, restype, argtype):
-    """glibc's `name` at the version fasttext-predict's wheel binds (GLIBC_2.2.5 on x86-64), else
-    the default one (another C library: the tests then say whether it rounds as fastText's)."""
-    libm = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
-    proto = ctypes.CFUNCTYPE(restype, argtype)
-    try:
-        dlvsym = ctypes.CDLL(None).dlvsym
-        dlvsym.restype, dlvsym.argtypes = ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p]
-        addr = dlvsym(libm._handle, name.encode(), b"GLIBC_2.2.5")
-    except AttributeError:
-        addr = None
-    return proto(addr) if addr else proto((name, libm))
-
-
-_expf = _libm("expf", ctypes.c_float, ctypes.c_float)
-_log = _libm("log", ctypes.c_double, ctypes.c_double)
+# glibc's own, as fastText calls them (std::exp on a float, std::log on a double). The wheel binds
+# the old symbol versions (expf@GLIBC_2.2.5, log@GLIBC_2.2.5), wrappers over the same functions as
+# these: every 7th float32 of [-88, 88] (expf) and of (0, 1.5] (log) gave the same bits. As
+# numba's external functions they are bound when the code is loaded, so it can be cached.
+_expf = types.ExternalFunction("expf", types.float32(types.float32))
+_log = types.ExternalFunction("log", types.float64(types.float64))
 
 
 @numba.njit(cache=True)
@@ -255,17 +244,15 @@ def _adjust_heap(scores, ids, hole, length, score, ident):
 
 
 @numba.njit(cache=True)
-def _std_log(x, log):
-    return np.float32(log(np.float64(x) + 1e-5))
+def _std_log(x):
+    return np.float32(_log(np.float64(x) + 1e-5))
 
 
 @numba.njit(cache=True)
-def _predict(data, table, wbytes, wptr, wtype, sub_ptr, sub_ids, minn, maxn, bucket, prune, nwords, rows,
-             out_rows, left, right, osz, cache, keys, ids, state, expf, log):
-    """The labels (as leaf numbers) and probabilities, in fastText's order."""
-    hidden = _hidden(data, table, wbytes, wptr, wtype, sub_ptr, sub_ids, minn, maxn, bucket, prune, nwords, rows,
-                     cache, keys, ids, state)
-    floor = _std_log(np.float32(0.0), log)  # std_log(threshold 0)
+def _tree(hidden, out_rows, left, right, osz):
+    """HierarchicalSoftmaxLoss::predict with k = all and threshold 0, then the probabilities: the
+    labels (as leaf numbers) and probabilities, in fastText's order."""
+    floor = _std_log(np.float32(0.0))  # std_log(threshold 0)
     scores = np.empty(osz, np.float32)
     ids = np.empty(osz, np.int32)
     n = 0
@@ -289,11 +276,11 @@ def _predict(data, table, wbytes, wptr, wtype, sub_ptr, sub_ids, minn, maxn, buc
         r = node - osz
         for d in range(hidden.size):
             f += out_rows[r, d] * hidden[d]
-        f = np.float32(1.0 / np.float64(np.float32(1.0) + expf(-f)))
+        f = np.float32(1.0 / np.float64(np.float32(1.0) + _expf(-f)))
         # pushed right first, so the left subtree is walked first
-        stack_node[sp], stack_score[sp] = right[node], score + _std_log(f, log)
+        stack_node[sp], stack_score[sp] = right[node], score + _std_log(f)
         stack_node[sp + 1], stack_score[sp + 1] = left[node], score + _std_log(
-            np.float32(1.0 - np.float64(f)), log)
+            np.float32(1.0 - np.float64(f)))
         sp += 2
     last = n
     while last > 1:  # std::sort_heap
@@ -303,8 +290,113 @@ def _predict(data, table, wbytes, wptr, wtype, sub_ptr, sub_ids, minn, maxn, buc
         _adjust_heap(scores, ids, 0, last, s, i)
     probs = np.empty(n, np.float32)
     for k in range(n):
-        probs[k] = expf(scores[k])
+        probs[k] = _expf(scores[k])
     return ids[:n], probs
+
+
+@numba.njit(cache=True)
+def _predict(data, table, wbytes, wptr, wtype, sub_ptr, sub_ids, minn, maxn, bucket, prune, nwords, rows,
+             out_rows, left, right, osz, cache, keys, ids, state):
+    hidden = _hidden(data, table, wbytes, wptr, wtype, sub_ptr, sub_ids, minn, maxn, bucket, prune, nwords, rows,
+                     cache, keys, ids, state)
+    return _tree(hidden, out_rows, left, right, osz)
+
+
+@numba.njit(cache=True)
+def _token_rows(data, size, word, table, wbytes, wptr, wtype, sub_ptr, sub_ids, minn, maxn, bucket, prune, nwords,
+                out):
+    """fastText's input rows for the token data[:size] into `out`: (how many, whether it ends the
+    line: "</s>")."""
+    h = _fnv(data, 0, size, np.uint32(2166136261))
+    wid = _find(data, 0, size, h, table, wbytes, wptr)
+    if wid >= 0:
+        if wtype[wid] != 0:  # a label: not an input
+            return 0, False
+        n = sub_ptr[wid + 1] - sub_ptr[wid]
+        out[:n] = sub_ids[sub_ptr[wid]:sub_ptr[wid + 1]]
+        return n, wid == 0
+    if size >= 9:  # an unknown "__label__..." is a label too
+        label = True
+        for k in range(9):
+            if data[k] != _LABEL_BYTES[k]:
+                label = False
+                break
+        if label:
+            return 0, False
+    word[0] = 60  # '<'
+    word[1:size + 1] = data[:size]
+    word[size + 1] = 62  # '>'
+    return _subwords(word[:size + 2], minn, maxn, bucket, prune, nwords, out, 0), False
+
+
+@numba.njit(cache=True)
+def _utf8(cps, a, b, out):
+    """cps[a:b] (no surrogates) in UTF-8, into `out`; its length."""
+    n = 0
+    for i in range(a, b):
+        c = cps[i]
+        if c < 0x80:
+            out[n] = c
+            n += 1
+        elif c < 0x800:
+            out[n], out[n + 1] = 0xC0 | (c >> 6), 0x80 | (c & 0x3F)
+            n += 2
+        elif c < 0x10000:
+            out[n], out[n + 1], out[n + 2] = 0xE0 | (c >> 12), 0x80 | ((c >> 6) & 0x3F), 0x80 | (c & 0x3F)
+            n += 3
+        else:
+            out[n], out[n + 1] = 0xF0 | (c >> 18), 0x80 | ((c >> 12) & 0x3F)
+            out[n + 2], out[n + 3] = 0x80 | ((c >> 6) & 0x3F), 0x80 | (c & 0x3F)
+            n += 4
+    return n
+
+
+@numba.njit(cache=True)
+def _predict_spans(cps, spans, slots, payload, used, table, wbytes, wptr, wtype, sub_ptr, sub_ids, minn, maxn, bucket,
+                   prune, nwords, rows, out_rows, left, right, osz):
+    """_predict on a text given as its str.split spans (wordtable.split's, where they are fastText's
+    tokens too) and their slots, whose payloads keep each span's rows: start << 21 | count << 1 |
+    ends-the-line, in `payload` (filled as spans are first met, while it has room)."""
+    dim = rows.shape[1]
+    hidden = np.zeros(dim, np.float32)
+    longest = 1
+    for s in range(spans.shape[0] - 1):
+        longest = max(longest, spans[s, 1] - spans[s, 0])
+    data = np.empty(4 * longest, np.uint8)
+    word = np.empty(4 * longest + 2, np.uint8)
+    scratch = np.empty(12 * longest + 8, np.int32)
+    count = 0
+    stop = False
+    for s in range(spans.shape[0] - 1):
+        e = spans[s, 2]
+        held = slots[e, 3]
+        if held >= 0:
+            src, first, n, stop = payload, held >> 21, (held >> 1) & 0xF_FFFF, (held & 1) == 1
+        else:
+            size = _utf8(cps, spans[s, 0], spans[s, 1], data)
+            n, stop = _token_rows(data, size, word, table, wbytes, wptr, wtype, sub_ptr, sub_ids, minn, maxn, bucket,
+                                  prune, nwords, scratch)
+            src, first = scratch, 0
+            if used[0] + n <= payload.size and n < 1 << 20:
+                payload[used[0]:used[0] + n] = scratch[:n]
+                slots[e, 3] = used[0] << 21 | n << 1 | (1 if stop else 0)
+                used[0] += n
+        for k in range(first, first + n):
+            r = src[k]
+            for d in range(dim):
+                hidden[d] += rows[r, d]
+        count += n
+        if stop:
+            break
+    if not stop:  # the "\n" fastText's wrapper appends: the end-of-sentence token, word 0
+        for k in range(sub_ptr[0], sub_ptr[1]):
+            for d in range(dim):
+                hidden[d] += rows[sub_ids[k], d]
+        count += sub_ptr[1] - sub_ptr[0]
+    scale = np.float32(1.0 / count)
+    for d in range(dim):
+        hidden[d] *= scale
+    return _tree(hidden, out_rows, left, right, osz)
 
 
 @dataclass(frozen=True)
@@ -324,10 +416,21 @@ class Model:
 
     def predict(self, line: str) -> tuple[list[str], np.ndarray]:
         """fastText's predict(line, k=-1): (labels, float32 probabilities), most likely first."""
+        leaves, probs = self.leaves(line)
+        return [self.labels[i] for i in leaves.tolist()], probs
+
+    def leaves(self, line: str) -> tuple[np.ndarray, np.ndarray]:
+        """predict's answer with the labels as their numbers in `labels`."""
         if "\n" in line:
             raise ValueError("predict processes one line at a time (remove '\\n')")
-        leaves, probs = _predict(np.frombuffer(line.encode(), np.uint8), *self.arrays, *self.cache, _expf, _log)
-        return [self.labels[i] for i in leaves.tolist()], probs
+        return _predict(np.frombuffer(line.encode(), np.uint8), *self.arrays, *self.cache)
+
+    def leaves_of_spans(self, cps: np.ndarray, spans: np.ndarray, table) -> tuple[np.ndarray, np.ndarray]:
+        """leaves(text with newlines as spaces) for a text whose str.split spans, found in the
+        wordtable.Table `table` as wordtable.split gives them, are fastText's tokens too (no odd
+        whitespace, no surrogate): each span's rows are looked up in the table with its words."""
+        table.attach(self)
+        return _predict_spans(cps, spans, table.slots, table.payload, table.payload_used, *self.arrays)
 
 
 class _Reader:
@@ -430,14 +533,14 @@ def load(path: str | Path) -> Model:
             ids += buf[:k].tolist()
         subs += ids
         sub_ptr.append(len(subs))
-    left, right = _tree([c for c, t in zip(counts, types) if t == 1], nlabels)
+    left, right = _huffman([c for c, t in zip(counts, types) if t == 1], nlabels)
     labels = tuple(w.decode() for w, t in zip(words, types) if t == 1)
     return Model(labels, (table, wbytes, wptr, np.array(types, np.int8), np.array(sub_ptr, np.int64),
                           np.array(subs, np.int32), minn, maxn, bucket, prune, nwords, rows, out_rows,
                           left, right, nlabels))
 
 
-def _tree(counts: list[int], osz: int) -> tuple[np.ndarray, np.ndarray]:
+def _huffman(counts: list[int], osz: int) -> tuple[np.ndarray, np.ndarray]:
     """HierarchicalSoftmaxLoss::buildTree: a Huffman tree over the labels' counts."""
     count = [*counts, *[10**15] * (osz - 1)]
     left, right = np.full(2 * osz - 1, -1, np.int32), np.full(2 * osz - 1, -1, np.int32)

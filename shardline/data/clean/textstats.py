@@ -21,15 +21,19 @@ TERMINAL = '!.?\u0589\u061d\u061e\u061f\u06d4\u0700\u0701\u0702\u07f9\u0837\u083
 # whitespace, which no word holds
 PUNCT_CHARS = "!/—”:％１〈&(、━\\【#%「」，】；+^]~“《„';’{|∶´[=-`*．（–？！：$～«〉,><》)?）。…@_.\"}►»" + "".join(
     chr(c) for c in [*range(9), *range(11, 32), *range(127, 160)] if not chr(c).isspace()) + TERMINAL
-SPACE, PUNCTUATION, LETTER, SPACY_P, FINAL, ASCII_LETTER, ASCII_DIGIT = 1, 2, 4, 8, 16, 32, 64
+SPACE, PUNCTUATION, LETTER, SPACY_P, FINAL, ASCII_LETTER, ASCII_DIGIT, NOT_FASTTEXT = 1, 2, 4, 8, 16, 32, 64, 128
+FASTTEXT_SPACE = " \n\r\t\x0b\x0c\x00"  # what fastText's tokenizer splits on
 BASE, MIX = np.uint64(0x100000001B3), np.uint64(0x9E3779B97F4A7C15)  # odd: FNV's prime, the golden ratio
+UNBASE = np.uint64(pow(int(BASE), -1, 2**64))  # BASE * UNBASE = 1 (mod 2**64)
 
 
 @functools.cache
 def classes() -> np.ndarray:
     """Per code point: SPACE as str.split sees it, PUNCTUATION (datatrove's), LETTER (str.isalpha),
     SPACY_P (a Unicode punctuation category, P*: spaCy's is_punct), FINAL (a sentence-final
-    character of spaCy's sentencizer), ASCII_LETTER (A-Z, a-z), ASCII_DIGIT (0-9). Built once per process (~0.5 s);
+    character of spaCy's sentencizer), ASCII_LETTER (A-Z, a-z), ASCII_DIGIT (0-9), NOT_FASTTEXT
+    (where str.split's spans are not fastText's tokens: whitespace to only one of them, as NUL or
+    U+00A0, and surrogates, which have no UTF-8). Built once per process (~0.5 s);
     a lookup per character is ~15x faster than str methods per word."""
     from spacy.pipeline.sentencizer import Sentencizer
 
@@ -42,6 +46,10 @@ def classes() -> np.ndarray:
     cls[[ord(c) for c in Sentencizer.default_punct_chars]] |= FINAL
     cls[[*range(65, 91), *range(97, 123)]] |= ASCII_LETTER
     cls[48:58] |= ASCII_DIGIT
+    fasttext = np.zeros(0x110000, np.bool_)
+    fasttext[[ord(c) for c in FASTTEXT_SPACE]] = True
+    cls[(cls & SPACE != 0) != fasttext] |= NOT_FASTTEXT
+    cls[0xD800:0xE000] |= NOT_FASTTEXT
     return cls
 
 
@@ -99,19 +107,15 @@ def lines(text: str) -> list[str]:
 
 
 @numba.njit(cache=True)
-def top_ngram(ids, lengths, n):
-    """datatrove's find_top_duplicate over the n-grams of words given by their ids (equal words,
-    equal ids) and lengths: (count, characters of " ".join) of the most frequent n-gram, the first
-    seen among equally frequent ones (Counter.most_common(1)); (0, 0) with fewer than n words.
-    Exact: n-grams are told apart by their ids, hashes only choose where to look."""
+def _top(ids, lengths, n, table, count):
+    """(count, characters of " ".join) of the most frequent n-gram, the first seen among equally
+    frequent ones; n-grams told apart by their ids, hashes only choosing where to look."""
     m = ids.size - n + 1
-    if m <= 0:
-        return 0, 0
     size = 1
     while size < 2 * m:
         size <<= 1
-    table = np.full(size, -1, np.int64)  # the first position of the n-gram kept in this slot
-    count = np.zeros(m, np.int64)  # per first position
+    table[:size] = -1  # the first position of the n-gram kept in each slot
+    count[:m] = 0  # per first position
     best, at_best = 0, -1
     for p in range(m):
         h = np.uint64(0)
@@ -141,55 +145,101 @@ def top_ngram(ids, lengths, n):
 
 
 @numba.njit(cache=True)
+def top_ngrams(ids, lengths, ns, limits, chars):
+    """datatrove's find_top_duplicate share (count x characters of " ".join / `chars`) for each n
+    of `ns` in turn, up to the first above its limit; -1 where there are fewer than n words, and 0
+    where a bound keeps it within its limit without counting (no n-gram is more frequent than the
+    most frequent (n - 1)-gram counted before, nor longer than n of the longest word)."""
+    out = np.full(ns.size, -1.0)
+    size = 1
+    while size < 2 * ids.size + 2:
+        size <<= 1
+    table = np.empty(size, np.int64)
+    count = np.empty(ids.size + 1, np.int64)
+    longest = 0
+    for i in range(lengths.size):
+        longest = max(longest, lengths[i])
+    most, most_n = 0, 0  # the highest count of the most_n-grams, the smallest n counted so far
+    for t in range(ns.size):
+        n = ns[t]
+        if ids.size < n:
+            continue
+        if 0 < most_n < n and most * (n * longest + n - 1) / chars <= limits[t]:
+            out[t] = 0.0
+            continue
+        best, size_n = _top(ids, lengths, n, table, count)
+        out[t] = best * size_n / chars
+        if most_n == 0 or n < most_n:
+            most, most_n = best, n
+        if out[t] > limits[t]:
+            break
+    return out
+
+
+@numba.njit(cache=True, inline="always")
+def _same_chars(cps, starts, ends, p, q, n):
+    """Whether words p..p+n and q..q+n hold the same characters once run together."""
+    i, j = p, q
+    a, b = starts[i], starts[j]
+    while i < p + n and j < q + n:
+        if cps[a] != cps[b]:
+            return False
+        a += 1
+        b += 1
+        if a == ends[i]:
+            i += 1
+            a = starts[i] if i < p + n else 0
+        if b == ends[j]:
+            j += 1
+            b = starts[j] if j < q + n else 0
+    return i == p + n and j == q + n
+
+
+@numba.njit(cache=True)
 def dup_ngram_chars(cps, starts, ends, ns):
     """datatrove's find_all_duplicate(words, n) for each n of `ns`: scanning left to right, an
     n-gram whose characters ("".join: "ab c" is "a bc") equal those of one seen is counted and
-    its words skipped, else remembered. Exact: candidates found by hash are compared character
-    by character."""
+    its words skipped, else remembered. Exact: an n-gram found by its polynomial hash (that of its
+    characters run together) is compared character by character before it counts."""
     w = starts.size
-    cum = np.zeros(w + 1, np.int64)  # characters of the first i words, run together
+    # prefix[i]: the polynomial hash of words 0..i run together; power[i], unpower[i]: BASE to the
+    # power of (and to minus) their characters, so that words p..p+n hash in O(1) (BASE is odd,
+    # hence invertible modulo 2**64)
+    prefix = np.zeros(w + 1, np.uint64)
+    power = np.ones(w + 1, np.uint64)
+    unpower = np.ones(w + 1, np.uint64)
+    h, pw, upw = np.uint64(0), np.uint64(1), np.uint64(1)
     for i in range(w):
-        cum[i + 1] = cum[i] + ends[i] - starts[i]
-    joined = np.empty(cum[w], np.uint64)
-    prefix = np.zeros(cum[w] + 1, np.uint64)  # polynomial hashes of the prefixes of `joined`
-    power = np.ones(cum[w] + 1, np.uint64)
-    for i in range(w):
-        for k in range(ends[i] - starts[i]):
-            j = cum[i] + k
-            joined[j] = cps[starts[i] + k]
-            prefix[j + 1] = prefix[j] * BASE + joined[j]
-            power[j + 1] = power[j] * BASE
+        for k in range(starts[i], ends[i]):
+            h = h * BASE + np.uint64(cps[k])
+            pw *= BASE
+            upw *= UNBASE
+        prefix[i + 1], power[i + 1], unpower[i + 1] = h, pw, upw
     out = np.zeros(ns.size, np.int64)
+    size = 1
+    while size < 2 * w + 2:
+        size <<= 1
+    table = np.empty(size, np.int64)
+    held = np.empty(size, np.uint64)
     for t in range(ns.size):
         n = ns[t]
         m = w - n + 1
         if m <= 0:
             continue
-        size = 1
-        while size < 2 * m:
-            size <<= 1
-        table = np.full(size, -1, np.int64)
-        held = np.empty(size, np.uint64)
+        table[:] = -1
         idx = repeated = 0
         while idx < m:
-            a, b = cum[idx], cum[idx + n]
-            h = prefix[b] - prefix[a] * power[b - a]
-            at = np.int64(h >> np.uint64(33)) & (size - 1)
+            h = prefix[idx + n] - prefix[idx] * power[idx + n] * unpower[idx]
+            at = np.int64((h * MIX) >> np.uint64(33)) & (size - 1)
             found = False
             while table[at] != -1:
-                q = table[at]
-                qa, qb = cum[q], cum[q + n]
-                if held[at] == h and qb - qa == b - a:
+                if held[at] == h and _same_chars(cps, starts, ends, table[at], idx, n):
                     found = True
-                    for k in range(b - a):
-                        if joined[qa + k] != joined[a + k]:
-                            found = False
-                            break
-                    if found:
-                        break
+                    break
                 at = (at + 1) & (size - 1)
             if found:
-                repeated += b - a
+                for k in range(idx, idx + n):
+                    repeated += ends[k] - starts[k]
                 idx += n
             else:
                 table[at], held[at] = idx, h

@@ -114,13 +114,16 @@ def table() -> wordtable.Table:
 
 class Words(NamedTuple):
     """A text's words: its code points, and per word its start and end in them, an id (equal
-    words, equal ids) and its flags (wordtable's)."""
+    words, equal ids) and its flags (wordtable's); `spans`: its str.split spans with their slots
+    in table() while it holds `generation` (wordtable.split's; None when spaCy split it whole)."""
 
     cps: np.ndarray
     starts: np.ndarray
     ends: np.ndarray
     ids: np.ndarray
     flags: np.ndarray
+    spans: np.ndarray | None = None
+    generation: int = -1
 
     def strings(self, text: str) -> list[str]:
         return [text[a:b] for a, b in zip(self.starts.tolist(), self.ends.tolist())]
@@ -133,8 +136,8 @@ def _analyse(text: str) -> Words:
         rows = _offsets(_tokens(text), 0, len(text))
         ids = np.unique([text[a:b] for a, b in rows.tolist()], return_inverse=True)[1].astype(np.int64)
         flags = np.array([wordtable.flags(cps, textstats.classes(), a, b) for a, b in rows.tolist()], np.uint8)
-        found = (rows[:, 0].copy(), rows[:, 1].copy(), ids.reshape(-1), flags)
-    return Words(cps, *found)
+        return Words(cps, rows[:, 0].copy(), rows[:, 1].copy(), ids.reshape(-1), flags)
+    return Words(cps, *found, table().generation)
 
 
 analyse = functools.lru_cache(maxsize=2)(_analyse)

@@ -17,7 +17,9 @@ where the last word of one and the first of the next can meet across the whitesp
 multi-word special case of spaCy's (words.py's `_pairs`), which spaCy must tokenize together.
 
 Layout: a slot per entry (its hash, where it is in the arena, its key's length, its number of
-words and the meeting sides of its first and last word), and an arena holding each entry's code points followed by its words
+words and the meeting sides of its first and last word, and a payload another module may attach:
+`attach`, `payload`; lid.py keeps a span's fastText input rows there, so that a document's
+spans are looked up once for both), and an arena holding each entry's code points followed by its words
 (start, end, id | flags << 24): a span is found and read in two or three cache lines.
 Why arrays and numba: a Python object per word (str.split, a dict lookup, a list) is most of
 what splitting costs once the spans are known; here a 5 KB document is split with none.
@@ -135,6 +137,7 @@ def add(cps, classes, a, b, rel, slots, arena, wslots, warena, left, right, stat
     at = -1 - at
     slots[at, 0], slots[at, 1] = np.int64(h), start
     slots[at, 2] = (b - a) << 40 | n << (2 * _SIDES) | last << _SIDES | first
+    slots[at, 3] = _EMPTY  # the payload another module may attach (lid.py: fastText's rows)
     state[0] = w + 3 * n
     state[1] += 1
     return True
@@ -158,20 +161,23 @@ def _plain(cps, a, b):
 
 @numba.njit(cache=True)
 def split(cps, classes, slots, arena, wslots, warena, left, right, pairs, state):
-    """(status, starts, ends, ids, flags, missing): status _OK with the words; _FULL when the table
-    must be emptied first; else how many spans (or, once every span is known, runs) to learn, as
-    (start, end) rows of `missing`."""
+    """(status, starts, ends, ids, flags, missing, spans): status _OK with the words; _FULL when the
+    table must be emptied first; else how many spans (or, once every span is known, runs) to
+    learn, as (start, end) rows of `missing`. `spans`: each span's start, end and slot, and a last
+    row (odd, 0, 0): odd when the spans are not fastText's tokens (ts.NOT_FASTTEXT)."""
     n = cps.size
     ss = np.empty(n // 2 + 1, np.int64)
     se = np.empty(n // 2 + 1, np.int64)
-    m = i = 0
+    m = i = odd = 0
     while i < n:
         while i < n and (classes[cps[i]] & ts.SPACE) != 0:
+            odd |= classes[cps[i]] & ts.NOT_FASTTEXT
             i += 1
         if i >= n:
             break
         ss[m] = i
         while i < n and (classes[cps[i]] & ts.SPACE) == 0:
+            odd |= classes[cps[i]] & ts.NOT_FASTTEXT
             i += 1
         se[m] = i
         m += 1
@@ -188,7 +194,7 @@ def split(cps, classes, slots, arena, wslots, warena, left, right, pairs, state)
         if at < 0 and _plain(cps, a, b):  # not a special case: those are in the table
             one[0, 1] = b - a
             if not add(cps, classes, a, b, one, slots, arena, wslots, warena, left, right, state):
-                return _FULL, none, none, none, none.astype(np.uint8), missing[:0]
+                return _FULL, none, none, none, none.astype(np.uint8), missing[:0], missing[:0]
             at = _find(cps, a, b, h, slots, arena)
         if at < 0:
             missing[misses, 0], missing[misses, 1] = a, b
@@ -197,7 +203,11 @@ def split(cps, classes, slots, arena, wslots, warena, left, right, pairs, state)
             info[s] = slots[at, 2]
         entry[s] = at
     if misses:
-        return misses, none, none, none, none.astype(np.uint8), missing[:misses]
+        return misses, none, none, none, none.astype(np.uint8), missing[:misses], missing[:0]
+    spans = np.empty((m + 1, 3), np.int64)
+    for s in range(m):
+        spans[s, 0], spans[s, 1], spans[s, 2] = ss[s], se[s], entry[s]
+    spans[m, 0], spans[m, 1], spans[m, 2] = odd, 0, 0
     side = (1 << _SIDES) - 1
     run_end = np.full(m, -1, np.int64)  # at a run's first span: its last span
     s = runs = 0
@@ -221,7 +231,7 @@ def split(cps, classes, slots, arena, wslots, warena, left, right, pairs, state)
             count += (info[s] >> (2 * _SIDES)) & 0xFFFF
         s = e + 1
     if runs:
-        return runs, none, none, none, none.astype(np.uint8), missing[:runs]
+        return runs, none, none, none, none.astype(np.uint8), missing[:runs], missing[:0]
     starts = np.empty(count, np.int64)
     ends = np.empty(count, np.int64)
     ids = np.empty(count, np.int64)
@@ -236,7 +246,7 @@ def split(cps, classes, slots, arena, wslots, warena, left, right, pairs, state)
             flag[k] = arena[w + 3 * j + 2] >> 24
             k += 1
         s = max(s, run_end[s]) + 1
-    return _OK, starts, ends, ids, flag, missing[:0]
+    return _OK, starts, ends, ids, flag, missing[:0], spans
 
 
 class Table:
@@ -248,14 +258,19 @@ class Table:
         pairs): the words that can meet across whitespace, as pairs[left index, right index]."""
         self.fixed, (self.left_words, self.right_words, self.pairs) = fixed, members
         assert max(len(self.left_words), len(self.right_words)) < (1 << _SIDES) - 1
-        self.slots, self.arena = np.empty((slots, 3), np.int64), np.empty(arena, np.uint32)
+        self.slots, self.arena = np.empty((slots, 4), np.int64), np.empty(arena, np.uint32)
         self.wslots, self.warena = np.empty((slots, 3), np.int64), np.empty(arena // 2, np.uint32)
         self.left, self.right = np.empty(slots // 2, np.int64), np.empty(slots // 2, np.int64)
         self.state = np.zeros(4, np.int64)  # arena used, entries; word arena used, words
+        self.generation = 0  # how many times it was emptied: a span's slot is valid within one
+        self.payload = np.empty(arena // 2, np.int32)  # what spans' payloads (slot column 3) point into
+        self.payload_used = np.zeros(1, np.int64)
+        self.payload_owner = None
         self.reset()
 
     def reset(self) -> None:
         self.slots[:, 1], self.wslots[:, 1], self.state[:] = _EMPTY, _EMPTY, 0
+        self.payload_used[0], self.generation = 0, self.generation + 1
         self.left[:], self.right[:] = -1, -1
         for side, words in ((self.left, self.left_words), (self.right, self.right_words)):
             for number, word in enumerate(words):
@@ -269,12 +284,18 @@ class Table:
     def _arrays(self) -> tuple:
         return self.slots, self.arena, self.wslots, self.warena, self.left, self.right, self.pairs
 
+    def attach(self, owner) -> None:
+        """Let `owner` hang payloads on spans (one owner at a time: another's are dropped)."""
+        if self.payload_owner is not owner:
+            self.slots[:, 3], self.payload_used[0], self.payload_owner = _EMPTY, 0, owner
+
     def words(self, cps: np.ndarray, learn) -> tuple[np.ndarray, ...] | None:
+        """(starts, ends, ids, flags, spans) (split's), or None."""
         classes = ts.classes()
         for _ in range(4):  # learn spans, then runs, then (once) start again in an emptied table
-            status, starts, ends, ids, flag, missing = split(cps, classes, *self._arrays(), self.state)
+            status, starts, ends, ids, flag, missing, spans = split(cps, classes, *self._arrays(), self.state)
             if status == _OK:
-                return starts, ends, ids, flag
+                return starts, ends, ids, flag, spans
             if status == _FULL:
                 self.reset()
                 continue
