@@ -33,6 +33,8 @@ import re
 from pathlib import Path
 from typing import Iterator, NamedTuple
 
+import orjson
+
 from shardline.core.config import Source
 from shardline.core.errors import BadInput
 from shardline.data import compressed
@@ -159,7 +161,14 @@ def _jsonl(path: Path, rel: str, source: Source, stats: ReadStats, span: Span, w
             if not raw.strip():
                 continue
             stats.records += 1
-            where = f"{name}:{lineno}"
+            try:  # valid UTF-8 whose field is a string, the common case: orjson, ~3x json's speed
+                obj = orjson.loads(raw)
+                if isinstance(obj, dict) and isinstance(text := obj.get(key), str):
+                    yield f"{name}:{lineno}", text  # orjson refuses lone surrogates and invalid UTF-8
+                    continue
+            except orjson.JSONDecodeError:
+                pass
+            where = f"{name}:{lineno}"  # the rest exactly as json reads it: the same repairs and reasons
             try:
                 obj = json.loads(decode(raw, stats))
             except json.JSONDecodeError as e:

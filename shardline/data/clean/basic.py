@@ -17,6 +17,7 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Literal
 
+import numba
 import numpy as np
 from pydantic import Field
 
@@ -25,7 +26,6 @@ from shardline.data.clean.verdict import Drop, RuleEntry
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 _C1 = re.compile(rb"\xc2[\x80-\x9f]")  # U+0080-U+009F in UTF-8
 _MANY_BLANK = re.compile(r"\n{4,}")
-_ASCII = bytes(range(128))
 LETTER = r"[^\W\d_]"  # what min_alpha_fraction counts as a letter, and as whitespace: re's own classes
 SPACE = r"\s"
 
@@ -46,26 +46,27 @@ def _classes() -> tuple[np.ndarray, np.ndarray]:
 
 
 @functools.cache
-def _ascii_masks() -> np.ndarray:
-    """Rows: the ASCII letters and spaces as the tables class them, as 0/1 over the 256 byte values."""
+def _table() -> np.ndarray:
+    """Per code point: 1 for a LETTER, 2 for a SPACE, as re decides (`_classes`)."""
     letter, space = _classes()
-    masks = np.zeros((2, 256), np.int64)
-    masks[0, :128], masks[1, :128] = letter[:128], space[:128]
-    return masks
+    return letter.astype(np.uint8) | (space.astype(np.uint8) << 1)
+
+
+@numba.njit(cache=True)
+def _count(cps, table):
+    letters = spaces = 0
+    for c in cps:
+        t = table[c]
+        letters += t & 1
+        spaces += t >> 1
+    return letters, spaces
 
 
 def letters_and_spaces(text: str) -> tuple[int, int]:
-    # one histogram of the UTF-8 bytes counts both ASCII classes (2.7x faster than two
-    # bytes.translate passes), and counts them in UTF-8 too (every byte of a multi-byte character
-    # is >= 0x80): only the rest needs the tables
-    data = text.encode("utf-8", "surrogatepass")
-    n_letters, n_spaces = (int(n) for n in _ascii_masks() @ np.bincount(np.frombuffer(data, np.uint8), minlength=256))
-    if len(data) == len(text):
-        return n_letters, n_spaces
-    letter, space = _classes()
-    rest = data.translate(None, _ASCII).decode("utf-8", "surrogatepass")  # the other characters, whole
-    cps = np.frombuffer(rest.encode("utf-32-le", "surrogatepass"), np.uint32)
-    return n_letters + int(np.count_nonzero(letter[cps])), n_spaces + int(np.count_nonzero(space[cps]))
+    """What min_alpha_fraction counts: letters and spaces as re's classes have them, from one
+    table lookup per character (compiled: ~20x re.findall, the same numbers)."""
+    letters, spaces = _count(np.frombuffer(text.encode("utf-32-le", "surrogatepass"), np.uint32), _table())
+    return int(letters), int(spaces)
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,8 @@ class Samples:
         if not self.k:
             return
         heap = self.heaps.setdefault(rule, [])
+        if len(heap) >= self.k and -u < heap[0][0]:  # above every kept hash: it cannot enter
+            return
         # a max-heap of the k lowest: the root is the first to go. Two documents may share an id
         # (a URL crawled twice): their content breaks the tie, so rows are never compared as dicts
         item = (-u, row["id"], json.dumps(row, sort_keys=True, default=str), row)

@@ -1,0 +1,153 @@
+"""Where a clean part's seconds go, with the FineWeb-like rules on: one 64 MB part of bench.data's
+corpus cleaned in one process (one core), by an engine tree (this checkout, or another commit's).
+
+    python -m bench.cleanprofile [--mb 64] [--baseline 881c38e]
+
+The part is planned and cleaned by the engine's own stage code (`clean_part`), with timers put
+around what it calls: reading the records (readers.read, JSON included), each rule of the chain,
+the words (spaCy's, words.py: counted once per document, where the first rule asks), the parquet
+write and the rest (hashes, the split's hash, the row's columns, the dropped samples). The word
+split is taken out of the rule that first asked for it, so each rule set's line is its own
+measures. A timer costs ~0.3 us a call; the rows say what share of the part's wall each took.
+bench.curation prints it for this tree and for --baseline, the engine before the rules were
+compiled (issue 41).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+WEB = {"language": {}, "gopher_repetition": {}, "gopher_quality": {}, "c4": {}, "fineweb": {}}
+
+
+def _profile(tree: str, root: str) -> dict:
+    """In a child whose sys.path starts with `tree`: clean the project's first part, timed by piece."""
+    sys.path.insert(0, tree)
+    config, layout_mod = importlib.import_module("shardline.core.config"), importlib.import_module("shardline.core.layout")
+    stage, rules = importlib.import_module("shardline.data.clean.stage"), importlib.import_module("shardline.data.clean.rules")
+    readers, words = importlib.import_module("shardline.data.readers"), importlib.import_module("shardline.data.clean.words")
+    pq = importlib.import_module("pyarrow.parquet")
+    params, layout = config.load(Path(root) / "params.yaml"), layout_mod.Layout.at(root)
+    part = stage.plan(params, layout)[0]
+    spent: dict[str, float] = {}
+    current = [None]  # the rule running now: the words it asks for first are taken out of its time
+
+    def timed(name: str, fn):
+        def call(*a, **k):
+            t0 = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                spent[name] = spent.get(name, 0.0) + time.perf_counter() - t0
+        return call
+
+    split_name = "analyse" if hasattr(words, "analyse") else "split"
+    t0 = time.perf_counter()  # once per worker process: spaCy's special cases, the models, the compiled code
+    warm = importlib.import_module("pydoc_data.topics").topics["assert"]  # English prose every Python has
+    getattr(words, split_name)(warm)
+    rules.apply(rules.build(params.clean_for(params.sources[0])), warm, {})
+    start = time.perf_counter() - t0
+    inner = getattr(words, split_name)
+
+    def word_split(text, *a, **k):  # the first call per text is the split; a cached one costs nothing
+        t0 = time.perf_counter()
+        out = inner(text, *a, **k)
+        took = time.perf_counter() - t0
+        if current[0] is not None:
+            spent[current[0]] = spent.get(current[0], 0.0) - took
+        spent["words (spaCy's, per document)"] = spent.get("words (spaCy's, per document)", 0.0) + took
+        return out
+
+    setattr(words, split_name, word_split)  # the module every rule reaches it through
+    build = rules.build
+
+    def wrapped_build(*a, **k):
+        def wrap(rule):
+            name = getattr(rule, "name", getattr(rule, "__name__", type(rule).__name__))
+
+            def call(text):
+                current[0] = name
+                t0 = time.perf_counter()
+                try:
+                    return rule(text)
+                finally:
+                    spent[name] = spent.get(name, 0.0) + time.perf_counter() - t0
+                    current[0] = None
+            call.name = name  # type: ignore[attr-defined]
+            return call
+        return [wrap(r) for r in build(*a, **k)]
+
+    rules.build = wrapped_build
+    read = readers.read
+
+    def timed_read(*a, **k):
+        it = read(*a, **k)
+        while True:
+            t0 = time.perf_counter()
+            try:
+                item = next(it)
+            except StopIteration:
+                spent["read records (+JSON)"] = spent.get("read records (+JSON)", 0.0) + time.perf_counter() - t0
+                return
+            spent["read records (+JSON)"] = spent.get("read records (+JSON)", 0.0) + time.perf_counter() - t0
+            yield item
+
+    stage.readers.read = timed_read
+    stage.pq.write_table = timed("parquet write", pq.write_table)
+    t0 = time.perf_counter()
+    _, stats = stage.clean_part(part)
+    wall = time.perf_counter() - t0
+    spent = {k: v for k, v in spent.items() if abs(v) > 1e-4}
+    return {"wall": wall, "mb": stats["bytes_in"] / 1e6, "docs": stats["docs_in"], "spent": spent, "start": start}
+
+
+def profile(tree: Path, corpus: Path) -> dict:
+    from bench import data as bd
+
+    root = bd.project(corpus, tree)
+    p = bd.yaml.safe_load((root / "params.yaml").read_text())
+    p["clean"].update(WEB)
+    (root / "params.yaml").write_text(bd.yaml.safe_dump(p, sort_keys=False))
+    bd.run_stage(root, "download", tree)
+    try:
+        with ProcessPoolExecutor(1) as ex:
+            return ex.submit(_profile, str(tree), str(root)).result()
+    finally:
+        bd.shutil.rmtree(root, ignore_errors=True)
+
+
+def table(name: str, r: dict) -> list[str]:
+    out = [f"{name}: {r['mb']:.0f} MB, {r['docs']:,} documents in {r['wall']:.1f} s on one core "
+           f"({r['mb'] / r['wall']:.2f} MB/s), after {r['start']:.1f} s of start-up (once per worker process)",
+           "| where | s | share | us per document |", "|---|---|---|---|"]
+    rest = r["wall"] - sum(r["spent"].values())
+    for k, v in sorted({**r["spent"], "the rest (hashes, columns, samples, the loop)": rest}.items(),
+                       key=lambda kv: -kv[1]):
+        out.append(f"| {k} | {v:.2f} | {v / r['wall']:.1%} | {v / r['docs'] * 1e6:.0f} |")
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict:
+    from bench import data as bd
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--mb", type=float, default=64)
+    ap.add_argument("--baseline", default="881c38e", help="the engine commit to profile beside this tree ('' for none)")
+    a = ap.parse_args(argv)
+    corpus = bd.corpus(a.mb / 1000, 0)[0]
+    found = {"this tree": profile(bd.REPO, corpus)}
+    if a.baseline and (tree := bd.baseline(a.baseline)) is not None:
+        found[f"engine {a.baseline}"] = profile(tree, corpus)
+    for name, r in found.items():
+        print("\n".join(table(name, r)) + "\n")
+    return found
+
+
+if __name__ == "__main__":
+    print(json.dumps({k: {"wall": v["wall"]} for k, v in main().items()}))
