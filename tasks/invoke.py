@@ -23,6 +23,7 @@ stage` imports this on every run, and Prefect only when the stage's parts go to 
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Callable
 
@@ -30,6 +31,7 @@ from shardline import registry
 from shardline.context import RunContext
 from shardline.core.config import Params
 from shardline.core.layout import Layout
+from shardline.core.parallel import process_map, thread_map
 from shardline.core.progress import Sink
 
 
@@ -54,13 +56,17 @@ def run_context(name: str, layout: Layout, *, log: Callable[[str], None], progre
 
 def invoke(name: str, params: Params, layout: Layout, ctx: RunContext):
     """Run stage `name` in this process with `ctx`: train takes it whole; the others take its log,
-    its mapper (when set; else their own pool) and, the data stages, its sink."""
+    its mapper (when set; else their own pool, of `parts.workers` when that is set) and, the data
+    stages, its sink."""
     run = registry.entry_point(name)
     if name == "train":
         return run(params, layout, ctx)
     kw: dict = {"log": ctx.log}
     if ctx.mapper is not None:
         kw["mapper"] = ctx.mapper
+    elif name in registry.PARTED and params.parts.workers:  # the engine's own pool, of parts.workers
+        pool = process_map if name in registry.GIL_BOUND else thread_map
+        kw["mapper"] = functools.partial(pool, workers=params.parts.workers)
     if name in registry.DATA:
         kw["sink"] = ctx.sink
     return run(params, layout, **kw)

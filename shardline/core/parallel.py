@@ -4,7 +4,7 @@ item order`, calling `on_done(i, result)` in the caller's thread as each item fi
 The engine has two: `thread_map` for work that releases the GIL (encoders, parquet and file
 I/O) and `process_map` for work that holds it (the clean stage's per-document Python). Both
 run a lone item in the caller, and `process_map` a batch too small to pay for spawning
-workers (`worth_a_pool`), so a small stage starts no pool. Orchestrators pass their own
+workers (`worth_a_pool`) or a pool of one worker, so a small stage starts no pool. Orchestrators pass their own
 mapper (Prefect tasks, Dask, Ray) without the engine knowing. The first failure is raised
 after the work already started has finished, so no part is left half-written by an abandoned
 worker.
@@ -125,7 +125,7 @@ def worth_a_pool(items: Sequence) -> bool:
 def process_map(fn: Callable[[T], R], items: Sequence[T], workers: int | None = None,
                 on_done: OnDone | None = None) -> list[R]:
     items = list(items)
-    if not worth_a_pool(items):
+    if not worth_a_pool(items) or workers_for(len(items), workers) == 1:  # one worker: this process is it
         return _inline(fn, items, on_done)
     with ProcessPool(workers_for(len(items), workers)) as pool:
         try:

@@ -159,3 +159,33 @@ def test_clean_on_worker_processes_writes_the_same_bytes(tmp_path, code_dir, mon
     files = sorted(p.relative_to(inline.clean) for p in inline.clean.rglob("*") if p.is_file())
     assert len(files) > 3 and files == sorted(p.relative_to(pooled.clean) for p in pooled.clean.rglob("*") if p.is_file())
     assert all((inline.clean / f).read_bytes() == (pooled.clean / f).read_bytes() for f in files)
+
+
+def test_parts_workers_sizes_the_clean_stages_own_pool(tmp_path, monkeypatch):
+    """parts.workers on the default runner: one worker is this process (no pool spawned), two a
+    pool of two. Before, the clean stage ignored it and spawned one process per core."""
+    from shardline.context import RunContext
+    from shardline.data import download
+    from tasks.invoke import invoke
+    from tests.conftest import make_project
+
+    text = tmp_path / "corpus.txt"
+    text.write_text("".join(f"Paragraph {i}: a few words of plain text to keep.\n\n" for i in range(400)))
+    pools = []
+
+    class Counted(parallel.ProcessPool):
+        def __init__(self, workers):
+            pools.append(workers)
+            super().__init__(workers)
+
+    monkeypatch.setattr(parallel, "ProcessPool", Counted)
+    monkeypatch.setattr(parallel, "POOL_MIN_BYTES", 0)  # a pool for the small corpus too
+    for workers, spawned in ((1, []), (2, [2])):
+        pools.clear()
+        params, layout = make_project(tmp_path / f"w{workers}", [{"name": "t", "uri": str(text), "format": "txt",
+                                                                     "txt_unit": "blank_lines"}],
+                                      clean={"part_mb": 0.005, "dedup": False},
+                                      parts={"workers": workers})
+        download.run(params, layout, log=lambda _: None)
+        summary = invoke("clean", params, layout, RunContext(log=lambda _: None))
+        assert summary["sources"]["t"]["parts"] > 2 and pools == spawned
