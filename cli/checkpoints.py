@@ -2,7 +2,10 @@
 
 Contract: a CHECKPOINT argument is a step-NNNNNNNNN directory, its name under data/checkpoints, or
 `latest` (the newest valid one); an invalid one is refused with why, one that does not exist with
-the names that do, each with the command that lists them. Each command reads only, but for
+the names that do, each with the command that lists them. When params.yaml sets
+train.checkpoint_uri, names and `latest` are the store's, each read from a verified copy under
+.shardline/fetched/ (shardline.training.storage.fetch), and `checkpoints` lists the store. Each
+command reads only, but for
 `eval --tasks`, which keeps its results in data/metrics (shardline.results.judge_tasks); the engine's
 results/ and training/ modules do the work, imported (torch with them) only once the checkpoint
 is found, so a mistyped one is refused at once.
@@ -22,9 +25,36 @@ from shardline.core.layout import MANIFEST, Layout, step_dirs
 CHECKPOINT_HELP = "a step-NNNNNNNNN directory (or its name, or 'latest')"
 
 
-def _checkpoint(layout: Layout, name: str) -> Path:
+def _store(layout: Layout, args: argparse.Namespace) -> str | None:
+    """train.checkpoint_uri, when params.yaml sets one: the checkpoints are in that store."""
+    path = Path(layout.root, args.params)
+    return config.load(path).train.checkpoint_uri if path.exists() else None
+
+
+def _from_store(layout: Layout, name: str, uri: str) -> Path:
+    from shardline.training import bucket, storage
+
+    if name == "latest":
+        url = bucket.latest_valid(uri, log)
+        if url is None:
+            raise ShardlineError(f"latest: no valid checkpoint under train.checkpoint_uri {uri}; train one, or "
+                                 "'shardline checkpoints' lists what is there")
+    else:
+        there = bucket.step_dirs(uri)
+        url = next((u for u in there if u.name == Path(name).name), None)
+        if url is None:
+            raise ShardlineError(f"{name}: no such checkpoint (under train.checkpoint_uri {uri}: "
+                                 f"{'... ' if len(there) > 5 else ''}{', '.join(u.name for u in there[-5:]) or 'none'})"
+                                 "; 'shardline checkpoints' lists them")
+    return storage.fetch(url, layout.fetched)
+
+
+def _checkpoint(layout: Layout, name: str, args: argparse.Namespace) -> Path:
     from shardline.training import checkpoint
 
+    uri = _store(layout, args)
+    if uri and not Path(name).exists():  # a folder given by its path is read where it is
+        return _from_store(layout, name, uri)
     if name == "latest":
         path = checkpoint.latest_valid(layout.checkpoints, log)
         if path is None:
@@ -47,9 +77,15 @@ def cmd_checkpoints(args: argparse.Namespace) -> int:
     from shardline.training import checkpoint
 
     layout = Layout.at(args.root)
-    rows = checkpoint.entries(layout.checkpoints)
+    uri = _store(layout, args)
+    if uri:
+        from shardline.training import bucket
+
+        rows = bucket.entries(uri)
+    else:
+        rows = checkpoint.entries(layout.checkpoints)
     if not rows:
-        print(f"no checkpoints under {layout.checkpoints}")
+        print(f"no checkpoints under {uri or layout.checkpoints}")
     for e in rows:
         print(f"{e.path.name}  {'valid  ' if e.valid else 'INVALID'}  {e.why}")
     for path in checkpoint.tidy_kept(layout.kept, layout.checkpoints, None, log=lambda _: None):
@@ -62,7 +98,7 @@ def cmd_checkpoints(args: argparse.Namespace) -> int:
 def cmd_lineage(args: argparse.Namespace) -> int:
     from shardline.training import lineage
 
-    path = _checkpoint(Layout.at(args.root), args.checkpoint)
+    path = _checkpoint(Layout.at(args.root), args.checkpoint, args)
     manifest = json.loads((path / MANIFEST).read_text())
     print(json.dumps(manifest["lineage"], indent=2) if args.json else lineage.describe(manifest))
     return 0
@@ -73,7 +109,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.tasks:
         return _eval_tasks(args, layout)
     params = config.load(Path(layout.root, args.params))
-    path = _checkpoint(layout, args.checkpoint)  # refused in a blink: before torch is imported
+    path = _checkpoint(layout, args.checkpoint, args)  # refused in a blink: before torch is imported
 
     from shardline.results import judge
 
@@ -89,7 +125,7 @@ def _eval_tasks(args: argparse.Namespace, layout: Layout) -> int:
             raise ShardlineError(f"{flag}: {n}; give a whole number >= 1")
     if not specs:
         raise ShardlineError("--tasks: no task named; give lm-eval task names or task YAML paths, comma-separated")
-    path = _checkpoint(layout, args.checkpoint)
+    path = _checkpoint(layout, args.checkpoint, args)
 
     from shardline.results.judge_tasks import judge_tasks
     from shardline.training.downstream import describe
@@ -107,7 +143,7 @@ def _eval_tasks(args: argparse.Namespace, layout: Layout) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     layout = Layout.at(args.root)
-    path = _checkpoint(layout, args.checkpoint)
+    path = _checkpoint(layout, args.checkpoint, args)
 
     from shardline.results import export
 
@@ -118,7 +154,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def cmd_sample(args: argparse.Namespace) -> int:
     layout = Layout.at(args.root)
-    path = _checkpoint(layout, args.checkpoint)
+    path = _checkpoint(layout, args.checkpoint, args)
 
     from shardline.results import sample
 

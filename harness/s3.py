@@ -85,12 +85,19 @@ def s3_env() -> Iterator[dict]:
 
 
 @pytest.fixture
-def aws(s3_env, monkeypatch) -> dict:
-    """s3_env applied to this process (restored afterwards), for in-process s3fs clients."""
+def aws(s3_env, monkeypatch) -> Iterator[dict]:
+    """s3_env applied to this process (restored afterwards), for in-process s3fs clients. fsspec
+    keeps one S3FileSystem per set of arguments, its endpoint read from the environment when it
+    was made: dropped before and after, or a client made for another module's server (another
+    port, in the same pytest worker) would be handed to this test."""
+    import s3fs
+
     for k, v in s3_env.items():
         if k.startswith("AWS_"):
             monkeypatch.setenv(k, v)
-    return s3_env
+    s3fs.S3FileSystem.clear_instance_cache()
+    yield s3_env
+    s3fs.S3FileSystem.clear_instance_cache()
 
 
 class CountingServer:

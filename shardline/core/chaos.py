@@ -1,7 +1,9 @@
 """Named kill points for crash tests: `point(name)` SIGKILLs this process when the
 comma-separated env var SHARDLINE_CHAOS names it. An entry is `name` (first hit), `name#k`
 (the k-th hit in this process; in a stage's worker process, in that worker) or a full name with a qualifier such as `checkpoint.files@20`.
-SHARDLINE_CHAOS_LOG names a file that gets the point that fired. A real SIGKILL at an exact moment (mid-part, mid-checkpoint-write, mid-retention) that a test
+SHARDLINE_CHAOS_LOG names a file that gets the point that fired. SHARDLINE_CHAOS_SIGNAL=STOP freezes the
+process there (SIGSTOP) instead, for a test that then kills what the failure takes with it (a whole
+node's process groups). A real SIGKILL at an exact moment (mid-part, mid-checkpoint-write, mid-retention) that a test
 or the chaos suite could not hit by timing alone, and that a seed can replay; a no-op costing
 one env lookup otherwise.
 
@@ -71,6 +73,9 @@ def _named(name: str, qualifier: str | None) -> bool:
 def point(name: str, qualifier: str | None = None, group: bool = False) -> None:
     """SIGKILL this process (`group`: its whole process group) if SHARDLINE_CHAOS names this hit."""
     if _named(name, qualifier):
+        if os.environ.get("SHARDLINE_CHAOS_SIGNAL") == "STOP":  # frozen here, until killed from outside
+            os.kill(os.getpid(), signal.SIGSTOP)
+            return
         if group:
             os.killpg(os.getpgid(0), signal.SIGKILL)
         if _worker:

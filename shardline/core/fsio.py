@@ -95,6 +95,32 @@ def copy_file(src: str | os.PathLike, final: str | os.PathLike) -> str:
     return h.hexdigest()
 
 
+class Hashing:
+    """A write-only stream over `f` that hashes what passes through: one pass over the bytes, no
+    copy, no second read. `tell` is the bytes written so far (DCP's offsets in a new file)."""
+
+    def __init__(self, f):
+        self.f, self.h, self.n = f, hashlib.sha256(), 0
+
+    def write(self, b) -> int:
+        self.h.update(b)
+        self.n += memoryview(b).nbytes
+        return self.f.write(b)
+
+    def tell(self) -> int:
+        return self.n
+
+    def flush(self) -> None:
+        self.f.flush()
+
+    def close(self) -> None:
+        self.f.close()
+
+    def meta(self) -> dict:
+        """What a manifest records of the bytes written: {bytes, sha256}."""
+        return {"bytes": self.n, "sha256": self.h.hexdigest()}
+
+
 def sha256_file(path: str | os.PathLike) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:

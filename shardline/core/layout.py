@@ -169,6 +169,11 @@ class Layout:
         return self.root / ".shardline" / "kept"
 
     @property
+    def fetched(self) -> Path:
+        """Verified local copies of checkpoints read from train.checkpoint_uri (a command's CHECKPOINT)."""
+        return self.root / ".shardline" / "fetched"
+
+    @property
     def trackers(self) -> Path:
         """Per run identity, what each tracker holds (outside data/: a checkout cannot rewind it)."""
         return self.root / ".shardline" / "trackers"

@@ -40,6 +40,22 @@ class Parts(_Section):
     connect_timeout_s: float = Field(60.0, gt=0)
     """How long to wait for the cluster, and for every worker to import the project, before the
     stage fails with a message naming the worker (instead of hanging)."""
+    store: str | None = None
+    """An object store the workers share instead of a filesystem (any fsspec URL: s3://bucket/data):
+    a part's inputs are fetched from it into the worker's own scratch folder (in its working
+    directory), its outputs put there, its done-marker last; the driver puts the inputs there and
+    takes the outputs back into its data/. Unset: workers read and write data/ at the driver's
+    path (a shared filesystem). Credentials and endpoint from each process's environment (AWS_*)."""
+
+    @model_validator(mode="after")
+    def _check(self) -> "Parts":
+        uri = self.store  # refused here by the field's name, not by fsspec at the first part
+        if uri is not None and "://" not in uri:
+            raise ValueError(f"store: {uri!r} is not a URL; give s3://bucket/prefix (or gs://, file://...), or leave it "
+                             "unset for workers that share data/ on a filesystem")
+        if uri is not None and (problem := stores.uri_problem(uri, local=False)):
+            raise ValueError(f"store: {problem}")
+        return self
 
 
 class Loader(_Section):
@@ -277,11 +293,27 @@ class Train(_Section):
     everything into one host's memory); sharded: every rank writes its own shards through
     torch.distributed.checkpoint, and any world size reads them back resharded. Unset: sharded
     under fsdp with more than one process, else full. Resume reads either."""
+    checkpoint_uri: str | None = None
+    """Write and resume checkpoints under this fsspec URL (`s3://bucket/run/checkpoints`, `gs://...`)
+    instead of data/checkpoints, so nodes need share nothing but the store (with loader.shards_uri):
+    every object of step-N/ first, its manifest.json last (no rename on a store: a prefix without a
+    manifest that verifies is no checkpoint). Credentials and endpoint from the environment (AWS_*)."""
     dist_timeout_s: float = Field(60.0, gt=0)
     """Process-group timeout: a dead rank fails the job after this, not after 30 minutes."""
     profile: Profile | None = None
     """`{start_step, steps}`: a torch.profiler trace of those steps (Chrome trace format) under
     data/reports/profile/, linked from the evidence card. Unset: nothing profiled."""
+
+    @model_validator(mode="after")
+    def _check(self) -> "Train":
+        uri = self.checkpoint_uri  # refused here by the field's name, not by fsspec at the first save
+        if uri is not None and "://" not in uri:
+            raise ValueError(f"checkpoint_uri: {uri!r} is not a URL; give s3://bucket/prefix (or gs://, file://...), "
+                             "or leave it unset for data/checkpoints (on a filesystem every node shares)")
+        problem = stores.uri_problem(uri, local=False) if uri else None
+        if problem:
+            raise ValueError(f"checkpoint_uri: {problem}")
+        return self
 
 
 class Retrain(_Section):

@@ -37,9 +37,10 @@ def aws_env(env: MutableMapping[str, str] | None = None) -> MutableMapping[str, 
     return env
 
 
-def uri_problem(uri: str) -> str | None:
+def uri_problem(uri: str, local: bool = True) -> str | None:
     """Why fsspec cannot open `uri` in this environment, or None: each scheme of it (a chained
-    URL has several) must be one fsspec knows, and its package must import."""
+    URL has several) must be one fsspec knows, and its package must import. `local`: whether a
+    local path would do instead (the message offers one)."""
     import fsspec
     from fsspec.core import split_protocol
 
@@ -50,8 +51,8 @@ def uri_problem(uri: str) -> str | None:
         try:
             fsspec.get_filesystem_class(scheme)  # imports the package: a missing one fails here, not mid-run
         except ValueError:
-            return (f"{uri!r}: {scheme}:// is not a scheme fsspec knows; use s3://, gs://, file://, another fsspec "
-                    "URL, or a local path")
+            return (f"{uri!r}: {scheme}:// is not a scheme fsspec knows; use s3://, gs://, file://"
+                    + (", another fsspec URL, or a local path" if local else " or another fsspec URL"))
         except ImportError as e:
             install = INSTALL.get(scheme) or f"install the package fsspec names ({e})"
             return f"{uri!r}: {scheme}:// needs a package that is not installed here; {install}"

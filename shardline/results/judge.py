@@ -4,10 +4,11 @@ Contract: `judge(path, params, layout)` loads the model of a verified checkpoint
 (`trained.load_model`: its shape from the tensors and the lineage), evaluates it as training does
 (`shardline.training.evaluate`, eval.blocks per source, the precision and per-rank batch it was trained
 with; on CPU, one process: a run trained on more ranks may differ in the last bits) on the
-held-out shards of the sources params.yaml names now, and says what it was trained on beside
-what it is judged on. A checkpoint trained on another data version or mix is judged (that is
-how two runs are compared on one held-out set) and flagged; one whose tokenizer differs from the
-held-out shards' is refused, since its ids would mean other text.
+held-out shards of the sources params.yaml names now (from loader.shards_uri when the shards
+stream), and says what it was trained on beside what it is judged on. A checkpoint trained on
+another data version or mix is judged (that is how two runs are compared on one held-out set)
+and flagged; one whose tokenizer differs from the held-out shards' is refused, since its ids
+would mean other text.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from shardline.core import fsio
 from shardline.training.evaluate import HeldOut, boundary_ids, evaluate
 from shardline.core.layout import Layout
 from shardline.stream.loader import data_version, open_sources
+from shardline.stream.remote import Remote
 from shardline.training.session import autocast_for
 from shardline.results.trained import load_model
 
@@ -31,7 +33,10 @@ def judge(path: Path, params: Params, layout: Layout, device: torch.device | Non
     gcfg, lin = model.cfg, manifest["lineage"]
     names = [s.name for s in params.sources]
     meta = fsio.read_json(layout.tokenizer_meta) if layout.tokenizer_meta.exists() else {}
-    held = HeldOut.open(layout.shards, names, params.eval.blocks, layout.tokenizer_json, boundaries=boundary_ids(meta))
+    c = params.loader  # a node that streams its shards judges on the store's held-out shards
+    remote = Remote(c.shards_uri, str(layout.under_root(c.cache_dir)), c.cache_mb, c.prefetch) if c.shards_uri else None
+    held = HeldOut.open(layout.shards, names, params.eval.blocks, layout.tokenizer_json, remote,
+                        boundaries=boundary_ids(meta))
     if not any(len(b.ids) for b in held.blocks):
         raise BadInput(f"{layout.rel(layout.shards)}: no source has a held-out block (val/ holds fewer tokens than "
                        "one block): nothing to judge on; raise eval.fraction or eval.min_docs and re-run 'dvc repro'")
@@ -44,7 +49,7 @@ def judge(path: Path, params: Params, layout: Layout, device: torch.device | Non
     if held.seq_len > gcfg.seq_len:
         raise BadInput(f"{path.name} has {gcfg.seq_len} positions; the held-out blocks are {held.seq_len} tokens "
                        "long (shard.seq_len): re-shard with its seq_len to judge it")
-    now = data_version(open_sources(layout.shards, names))
+    now = data_version(open_sources(layout.shards, names, remote))
     trained = lin["data_version"]["shards_sha256"]
     device = device or torch.device("cpu")
     model.to(device)

@@ -23,13 +23,15 @@ Contract:
   process saves them) and "sharded" (shardline.training.sharded: every rank's shards under dcp/,
   written by the ranks into the temp dir rank 0 names; `save` then adds rank 0's files and the
   manifest, listing the gathered ranks' files too). Both verify, retain, keep and remove alike.
+- On an object store (train.checkpoint_uri), where nothing can be renamed,
+  shardline.training.bucket keeps this contract (objects first, the manifest last), sharing
+  `manifest_of`, `check_version` and retention's choice (`prune`) with this module.
 
 Design: docs/architecture.md (Data contracts: Checkpoints).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import platform
@@ -52,7 +54,7 @@ FORMAT_VERSION = 1  # of the manifest and the files it lists (module docstring);
 @dataclass(frozen=True)
 class Entry:
     step: int
-    path: Path
+    path: Path  # or a store's URL (shardline.training.bucket)
     valid: bool
     why: str  # "ok" or the reason it is not valid
 
@@ -65,28 +67,20 @@ def versions() -> dict:
             "shardline": __version__}
 
 
-class _Hashing:
-    """A write-only stream that hashes what passes through: one pass over the bytes, no copy."""
-
-    def __init__(self, f):
-        self.f, self.h, self.n = f, hashlib.sha256(), 0
-
-    def write(self, b) -> int:
-        self.h.update(b)
-        self.n += len(b)
-        return self.f.write(b)
-
-    def flush(self) -> None:
-        self.f.flush()
-
-
 def _write(path: Path, fill: Callable[[Any], None]) -> dict:
     with open(path, "wb") as f:
-        out = _Hashing(f)
+        out = fsio.Hashing(f)
         fill(out)
         f.flush()
         os.fsync(f.fileno())
-    return {"bytes": out.n, "sha256": out.h.hexdigest()}
+    return out.meta()
+
+
+def manifest_of(step: int, files: dict, lineage: dict, eval: dict | None, shards: list | None) -> dict:
+    """A checkpoint's manifest (what `save` writes last, here or on a store: shardline.training.bucket)."""
+    return {"format_version": FORMAT_VERSION, "step": step, "format": "full" if shards is None else "sharded",
+            "files": files, "lineage": lineage, "eval": eval, "versions": versions(), "created": time.time(),
+            **({"ranks": [sorted(mine) for mine in shards]} if shards is not None else {})}
 
 
 def temp_dir(root: Path, step: int) -> Path:
@@ -124,10 +118,7 @@ def save(root: Path, step: int, tensors: dict[str, Any], state: dict, lineage: d
         files[TRAIN_STATE] = _write(tmp / TRAIN_STATE,
                                     lambda out: out.write(json.dumps(state, indent=2, sort_keys=True).encode()))
         chaos.point("checkpoint.files", str(step))
-        manifest = {"format_version": FORMAT_VERSION, "step": step, "format": "full" if shards is None else "sharded",
-                    "files": files,
-                    "lineage": lineage, "eval": eval, "versions": versions(), "created": time.time(),
-                    **({"ranks": [sorted(mine) for mine in shards]} if shards is not None else {})}
+        manifest = manifest_of(step, files, lineage, eval, shards)
         # compact: the C encoder (indent= forces the pure-Python one, ~5x slower on a big lineage)
         _write(tmp / MANIFEST, lambda out: out.write(json.dumps(manifest, sort_keys=True).encode()))
         fsio.fsync_dir(tmp)
@@ -186,15 +177,17 @@ def _verify(path: Path) -> tuple[bool, str]:
     return True, "ok"
 
 
-def check_version(manifest: dict, path: Path) -> dict:
-    """`manifest` (of checkpoint `path`) when this release reads its format, else BadInput naming
-    the release that wrote it. No field: version 1 (written before the field existed)."""
+def check_version(manifest: dict, path: Path | str) -> dict:
+    """`manifest` (of checkpoint `path`, a folder or a store's URL) when this release reads its
+    format, else BadInput naming the release that wrote it. No field: version 1 (written before
+    the field existed)."""
     found = manifest.get("format_version", 1)
     if found != FORMAT_VERSION:
         wrote = (manifest.get("versions") or {}).get("shardline", "unknown")
-        raise BadInput(f"{path / MANIFEST}: format_version {found!r}, but this shardline ({__version__}) reads "
-                       f"format {FORMAT_VERSION}; it was written by shardline {wrote}: use that release for it, or "
-                       f"move {path.name} out of {path.parent} to resume from an older checkpoint")
+        parent, _, name = str(path).rstrip("/").rpartition("/")
+        raise BadInput(f"{parent}/{name}/{MANIFEST}: format_version {found!r}, but this shardline ({__version__}) "
+                       f"reads format {FORMAT_VERSION}; it was written by shardline {wrote}: use that release for it, "
+                       f"or move {name} out of {parent} to resume from an older checkpoint")
     return manifest
 
 
@@ -242,7 +235,12 @@ def remove(path: Path) -> None:
 def retain(root: Path, keep_last: int, keep_every: int, log: Log = print, before: int | None = None) -> list[int]:
     """Apply retention; returns the steps removed. `before`: also keep the newest valid checkpoint
     older than this step (the one a rollback of trouble starting there returns to)."""
-    all_ = entries(root, cached=True)
+    return prune(entries(root, cached=True), remove, keep_last, keep_every, log, before)
+
+
+def prune(all_: list[Entry], remove: Callable[[Any], None], keep_last: int, keep_every: int, log: Log,
+          before: int | None) -> list[int]:
+    """Retention over `all_` (a folder's or a store's entries), `remove` taking each one that goes."""
     valid = [e for e in all_ if e.valid]
     keep = {e.step for e in valid[-max(keep_last, 1):]}
     keep |= {e.step for e in valid if keep_every and e.step % keep_every == 0}

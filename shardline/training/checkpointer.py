@@ -2,7 +2,9 @@
 train.checkpoint_format names, as torchtitan's CheckpointManager does.
 
 Contract:
-- `Checkpointer(cfg, dist, root, parts)`: `parts` maps a name to a stateful part
+- `Checkpointer(cfg, dist, store, parts)`: `store` is where checkpoints live
+  (shardline.training.storage: data/checkpoints, a folder, or train.checkpoint_uri's object
+  store); `parts` maps a name to a stateful part
   (shardline.training.state: `state_dict()` / `load_state_dict()`). Where each lives in a
   checkpoint is fixed (the files every checkpoint so far has): "model" and "optimizer" in
   model.pt and optimizer.pt (full) or in dcp/ as "model" and "optim" (sharded); "scaler" and
@@ -15,8 +17,9 @@ Contract:
   under fsdp a collective, on rank 0 the whole model and optimizer); sharded: each rank's own
   shards. The writes run on each rank's saver thread:
   full: rank 0 writes the checkpoint (checkpoint.save);
-  sharded: every rank writes and hashes its shards into the temp dir rank 0 named
-  (shardline.training.sharded), the ranks' file lists are gathered to rank 0 on a gloo group
+  sharded: every rank writes and hashes its shards into the temp dir rank 0 named, or on a
+  store into the prefix rank 0 cleared (shardline.training.sharded), the ranks' file lists are
+  gathered to rank 0 on a gloo group
   of the checkpoint's own, and rank 0 writes scaler, RNG, state and the manifest last: a
   manifest exists only once every rank's files are durable. A rank whose write fails still
   joins the gather with its error, so rank 0 writes no manifest and names that rank at once.
@@ -38,7 +41,6 @@ Contract:
 from __future__ import annotations
 
 import json
-import shutil
 import threading
 from pathlib import Path
 from typing import Any, Callable
@@ -48,8 +50,8 @@ import torch
 from shardline.core import chaos
 from shardline.core.errors import ShardlineError
 from shardline.core.config import Train
-from shardline.core.layout import CHECKPOINT_MODEL, CHECKPOINT_OPTIMIZER, CHECKPOINT_RNG, CHECKPOINT_SCALER, step_dir
-from shardline.training import checkpoint, sharded
+from shardline.core.layout import CHECKPOINT_MODEL, CHECKPOINT_OPTIMIZER, CHECKPOINT_RNG, CHECKPOINT_SCALER
+from shardline.training import sharded, storage
 from shardline.training.dist import Dist
 from shardline.training.state import Stateful
 
@@ -60,8 +62,8 @@ TRAIN = "train"  # the part whose state is train_state.json's top level
 
 
 class Checkpointer:
-    def __init__(self, cfg: Train, dist: Dist, root: Path, parts: dict[str, Stateful]):
-        self.dist, self.root, self.parts = dist, Path(root), parts
+    def __init__(self, cfg: Train, dist: Dist, store: storage.Store | Path, parts: dict[str, Stateful]):
+        self.dist, self.store, self.parts = dist, storage.of(store), parts
         self.format = cfg.checkpoint_format or ("sharded" if dist.strategy == "fsdp" else "full")
         self.group = dist.side_group()  # every rank builds its Checkpointer at the same point: a collective
         self.saver = AsyncSaver()
@@ -75,7 +77,7 @@ class Checkpointer:
         return tensors, state
 
     def save(self, step: int, lineage: dict, eval: dict | None, then: Callable[[Path], None]) -> Path | None:
-        dist, root, parts = self.dist, self.root, self.parts
+        dist, store, parts = self.dist, self.store, self.parts
         held = [k for k in SHARDED if k in parts]
         self.wait()  # the previous save is over on every rank (or its failure raises on every rank)
         if self.format == "full":
@@ -83,17 +85,17 @@ class Checkpointer:
             if dist.rank != 0:
                 return None
             tensors, state = self._rank0()
-            return self.saver.submit(root, step, {**full, **tensors}, state, lineage, then=then, eval=eval)
-        tmp = Path(dist.share(str(checkpoint.temp_dir(root, step)) if dist.rank == 0 else None))
+            return self.saver.submit(store, step, {**full, **tensors}, state, lineage, then=then, eval=eval)
+        tmp = dist.share(store.staging(step) if dist.rank == 0 else None)
         local = snapshot({SHARDED[k]: parts[k].state_dict() for k in held})
         tensors, state, lineage, eval = frozen(*(self._rank0() if dist.rank == 0 else ({}, {})), lineage, eval)
         group, rank, world = self.group, dist.rank, dist.world
 
         def work() -> None:
             if rank == 0:
-                shutil.rmtree(tmp, ignore_errors=True)
+                store.clear(tmp)
             if group is not None:
-                torch.distributed.barrier(group=group)  # rank 0 has cleared the temp dir
+                torch.distributed.barrier(group=group)  # rank 0 has cleared the temp dir (the prefix)
             failed: Exception | None = None
             try:
                 mine = sharded.write(tmp, local, rank, group, f"{step}:rank{rank}")
@@ -113,16 +115,16 @@ class Checkpointer:
                 raise ShardlineError(f"checkpoint step {step}: rank {r} could not write its shards ({why}); "
                                      "the previous checkpoint stays the newest valid")
             if rank == 0:
-                then(checkpoint.save(root, step, tensors, state, lineage, eval, shards=[m for m, _ in every]))
+                then(store.save(step, tensors, state, lineage, eval, shards=[m for m, _ in every]))
 
         self.saver.run(work, f"checkpoint-{step}")
-        return step_dir(root, step) if rank == 0 else None
+        return store.step_path(step) if rank == 0 else None
 
     def load(self, path: Path, parts: dict[str, Stateful] | None = None) -> dict:
         dist, parts = self.dist, self.parts if parts is None else parts
         # fsdp ranks > 0 get the model and optimizer broadcast by rank 0: not a full copy in each one's memory
         skip = () if dist.holds_full_state else tuple(FILES[k] for k in SHARDED)
-        tensors, state, manifest = checkpoint.load(path, skip=skip)
+        tensors, state, manifest = self.store.load(path, skip=skip)
         for k, p in parts.items():
             if k == TRAIN:
                 p.load_state_dict(state)
@@ -182,7 +184,7 @@ class AsyncSaver:
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
 
-    def submit(self, root: Path, step: int, tensors: dict, state: dict, lineage: dict,
+    def submit(self, store: storage.Store, step: int, tensors: dict, state: dict, lineage: dict,
                then: Callable[[Path], None] | None = None, eval: dict | None = None) -> Path:
         self.wait()
         # the lineage is never changed in place (the loop rebinds it for the next checkpoint), so the
@@ -190,12 +192,12 @@ class AsyncSaver:
         snap, state, eval = frozen(tensors, state, eval)
 
         def work() -> None:
-            path = checkpoint.save(root, step, snap, state, lineage, eval)
+            path = store.save(step, snap, state, lineage, eval)
             if then:
                 then(path)
 
         self.run(work, f"checkpoint-{step}")
-        return step_dir(root, step)
+        return store.step_path(step)
 
     def run(self, work: Callable[[], None], name: str) -> None:
         """Run `work` on the background thread (after the previous one); its error surfaces at `wait`."""

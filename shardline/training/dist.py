@@ -3,7 +3,8 @@
 Contract:
 - `Dist` is this process's place in a torchrun job, read from torchrun's env (RANK, WORLD_SIZE,
   LOCAL_RANK); without torchrun it is one process and every collective is a no-op. RANK is the
-  global rank: only rank 0 writes checkpoints and metrics, so nodes must share data/.
+  global rank: rank 0 writes metrics and checkpoint manifests, so nodes share data/ (a shared
+  filesystem), or a bucket (loader.shards_uri and train.checkpoint_uri: shardline.training.bucket).
 - The process group gets train.dist_timeout_s: a collective that a hung rank never joins fails
   after that, not after torch's 30 minutes. A rank that dies is seen sooner: its torchrun agent
   stops at once (no restarts) and the survivors' collectives fail on the closed connection.

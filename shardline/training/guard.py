@@ -9,7 +9,8 @@ Contract:
   train.spike_patience spikes or train.max_skipped skipped steps.
 - A spike is a loss above train.spike_factor x the median of the last train.spike_window good
   (unflagged) steps, judged once that window is full. One good step ends a run.
-- The ledger, data/checkpoints/rollbacks.json, lists every rollback of this run in order:
+- The ledger, rollbacks.json beside the checkpoints (data/checkpoints/, or train.checkpoint_uri's
+  store: shardline.training.storage), lists every rollback of this run in order:
   its number `n`, `reason`, the flagged `steps` [first, last], the global `batches` consumed in
   them, the step rolled back `to` (the newest valid checkpoint before the first flagged step,
   or 0: the start), and the losses seen. It is written (atomically) before anything else
@@ -28,11 +29,13 @@ import statistics
 from collections import deque
 from pathlib import Path
 
-from shardline.core import chaos, fsio
-from shardline.training import checkpoint
+from shardline.core import chaos
+from shardline.training import storage
 from shardline.core.config import Train
 from shardline.core.errors import ShardlineError
-from shardline.core.layout import MANIFEST, ROLLBACKS, STEP_DIRS, step_dirs, step_of
+from shardline.core.layout import MANIFEST, ROLLBACKS, step_dirs, step_of
+
+Where = storage.Store | Path  # the checkpoints: a store, or a folder of them
 
 
 class Trouble(Exception):
@@ -51,17 +54,20 @@ class Diverged(ShardlineError):
     """Trouble again after train.max_rollbacks rollbacks: the message names steps and batches."""
 
 
-def read_ledger(ckpts: Path) -> list[dict]:
+def read_ledger(ckpts: Where) -> list[dict]:
     """The ledger: rollbacks.json, or the longer list a checkpoint's lineage holds (the file lost,
     or checkpoints restored from elsewhere): entries only ever append, so the longest is the truth."""
-    path = Path(ckpts) / ROLLBACKS
-    found = [fsio.read_json(path)["rollbacks"] if path.exists() else []]
-    found += [_recorded(p) or [] for p in sorted(Path(ckpts).glob(STEP_DIRS))]
+    store = storage.of(ckpts)
+    try:
+        found = [store.read_json(store.root, ROLLBACKS)["rollbacks"]]
+    except FileNotFoundError:
+        found = [[]]
+    found += [_recorded(store, p) or [] for p in store.step_dirs()]
     return max(found, key=len)
 
 
-def write_ledger(ckpts: Path, ledger: list[dict]) -> None:
-    fsio.write_json(Path(ckpts) / ROLLBACKS, {"rollbacks": ledger})
+def write_ledger(ckpts: Where, ledger: list[dict]) -> None:
+    storage.of(ckpts).write_json(ROLLBACKS, {"rollbacks": ledger})
 
 
 def tainted(step: int, known: int, ledger: list[dict]) -> bool:
@@ -70,45 +76,47 @@ def tainted(step: int, known: int, ledger: list[dict]) -> bool:
     return any(e["n"] > known and step >= e["steps"][0] for e in ledger)
 
 
-def _recorded(path: Path) -> list[dict] | None:
+def _recorded(store: storage.Store, path) -> list[dict] | None:
     """The ledger the checkpoint at `path` was saved with (None: no readable manifest)."""
     try:
-        return fsio.read_json(path / MANIFEST)["lineage"].get("rollbacks") or []
+        return store.read_json(path, MANIFEST)["lineage"].get("rollbacks") or []
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
 
-def _known(path: Path) -> int | None:
+def _known(store: storage.Store, path) -> int | None:
     """How many ledger entries the checkpoint at `path` was saved with (None: no readable manifest)."""
-    got = _recorded(path)
+    got = _recorded(store, path)
     return None if got is None else len(got)
 
 
-def drop_tainted(ckpts: Path, ledger: list[dict], kept: Path, log, first: int | None = None) -> None:
+def drop_tainted(ckpts: Where, ledger: list[dict], kept: Path, log, first: int | None = None) -> None:
     """Remove the checkpoints (and their kept links) a rollback abandoned; with `first`, also
     every one from that step on (the trouble training stops at: none of it is kept)."""
     if not ledger and first is None:
         return
+    store, links = storage.of(ckpts), storage.Local(kept)
     # manifests only (no hashing at every start); the kept links apart, so a kill between the two
     # removals leaves nothing behind
-    for path in step_dirs(ckpts) + step_dirs(kept):
-        known, step = _known(path), step_of(path)
+    for where, path in [(store, p) for p in store.step_dirs()] + [(links, p) for p in step_dirs(kept)]:
+        known, step = _known(where, path), step_of(path)
         if known is None:
             continue
         if tainted(step, known, ledger) or (first is not None and step >= first):
-            checkpoint.remove(path)
-            if path.parent == Path(ckpts):
+            where.remove(path)
+            if where is store:
                 log(f"train: removed {path.name}: saved {'after' if first is None else 'in'} the trouble "
                     f"{'a rollback undid' if first is None else 'training stops at'}")
 
 
-def base_step(ckpts: Path, first: int, ledger: list[dict]) -> int:
+def base_step(ckpts: Where, first: int, ledger: list[dict]) -> int:
     """The step a rollback of trouble starting at `first` returns to: the newest valid checkpoint
     before it that no earlier rollback abandoned, or 0 (the start)."""
-    older = [p for p in step_dirs(ckpts) if step_of(p) < first]
+    store = storage.of(ckpts)
+    older = [p for p in store.step_dirs() if step_of(p) < first]
     for path in sorted(older, reverse=True):  # newest first: hash only until one verifies
         step = step_of(path)
-        if not tainted(step, _known(path) or 0, ledger) and checkpoint.verify(path, cached=True)[0]:
+        if not tainted(step, _known(store, path) or 0, ledger) and store.verify(path, cached=True)[0]:
             return step
     return 0
 
@@ -131,10 +139,10 @@ def describe(e: dict) -> str:
             f"({', '.join(e['batches'])})")
 
 
-def diverged(trouble: Trouble, ledger: list[dict], cfg: Train, ckpts: Path, counted: int) -> Diverged:
+def diverged(trouble: Trouble, ledger: list[dict], cfg: Train, ckpts: Where, counted: int) -> Diverged:
     run = trouble.run
     past = "".join(f"\n  {describe(e)}" for e in ledger)
-    newest = checkpoint.latest_valid(ckpts, lambda _: None)
+    newest = storage.of(ckpts).latest_valid(lambda _: None)
     return Diverged(
         f"train: {trouble.reason} at step(s) {run[0]['step']}-{run[-1]['step']} (batches "
         f"{', '.join(b for r in run for b in r['batches'])}), after {counted} rollback(s) on this data version "
@@ -184,7 +192,7 @@ class Guard:
         self.run, self.skipped = list(state["run"]), state["skipped"]
 
 
-def roll_back(t: Trouble, ckpts: Path, kept: Path, ledger: list[dict], cfg: Train, *, since: int, rank: int,
+def roll_back(t: Trouble, ckpts: Where, kept: Path, ledger: list[dict], cfg: Train, *, since: int, rank: int,
               barrier, log) -> None:
     """Record the rollback in the ledger and raise RolledBack; past train.max_rollbacks (counted
     since step `since`, this data version's start), raise Diverged instead. Every rank calls it

@@ -37,6 +37,7 @@ SHAPING = ("grad_accum", "lr", "min_lr", "warmup_steps", "schedule", "decay_frac
 # how far to train, and how to run and keep it: a change continues the same run
 RUNNING = ("steps", "compile", "deterministic", "device", "threads", "nproc_per_node", "checkpoint_every",
            "keep_last", "keep_every", "allow_data_change", "fresh_on_data_change", "slow_step_factor", "strategy", "checkpoint_format",
+           "checkpoint_uri",  # where checkpoints are kept: the same run, on a filesystem or a bucket
            "dist_timeout_s", "spike_factor", "spike_patience", "spike_window", "max_skipped", "max_rollbacks",
            # recompute changes memory, not one bit of what is computed; init_from's identity is its weights' sha256
            "activation_checkpointing", "init_from",

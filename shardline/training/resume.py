@@ -1,9 +1,10 @@
 """Where a run starts, and getting back to where a checkpoint left off.
 
 Contract:
-- `find_start(...)` names the checkpoint a run starts from: the newest valid one, unless its
+- `find_start(...)` names the checkpoint a run starts from: the newest valid one in the run's
+  store (shardline.training.storage: data/checkpoints or train.checkpoint_uri), unless its
   identity (shardline.training.identity) differs and that is refused, or calls for a fresh model
-  (the old checkpoints are then set aside first).
+  (the old checkpoints are then set aside first). Rank 0 first sweeps what a killed save left.
 - `resume(checkpointer, latest, changes, rolled_back)` loads a verified checkpoint of either
   format into the checkpointer's stateful parts (shardline.training.checkpointer: model,
   optimizer, GradScaler, RNGs, loader, guards, the train counters) and returns the `Origin`: what
@@ -20,11 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from shardline.context import RunContext
-from shardline.core import fsio
 from shardline.core.config import Params
 from shardline.core.layout import MANIFEST, TRAIN_STATE, Layout
 from shardline.stream.loader import Loader
-from shardline.training import checkpoint, guard, identity
+from shardline.training import guard, identity, storage
 from shardline.training.checkpointer import TRAIN, Checkpointer
 from shardline.training.dist import Dist
 
@@ -71,33 +71,35 @@ def resume(checkpointer: Checkpointer, latest: Path, changes: list[str], rolled_
     return Origin(latest.name, changes, origin, len(lin.get("rollbacks") or []), lin.get("init"))
 
 
-def find_start(params: Params, layout: Layout, ctx: RunContext, dist: Dist, ident: dict,
-           kept: Path) -> tuple[Path | None, list[str], list[dict]]:
+def find_start(params: Params, layout: Layout, store: storage.Store, ctx: RunContext, dist: Dist, ident: dict,
+               kept: Path) -> tuple[Path | None, list[str], list[dict]]:
     """(the checkpoint to resume from or None, the identity changes allowed at it, the rollback
     ledger); every rank calls it. Rank 0 first sweeps what a kill or a rollback left, and sets
     aside the checkpoints of another identity when that starts a fresh model."""
-    cfg, log, ckpts = params.train, ctx.log, layout.checkpoints
-    ledger = dist.share(guard.read_ledger(ckpts) if dist.rank == 0 else None)
-    if dist.rank == 0 and ckpts.exists():
-        fsio.remove_temps(ckpts)
-        guard.drop_tainted(ckpts, ledger, kept, log)
+    cfg, log = params.train, ctx.log
+    ledger = dist.share(guard.read_ledger(store) if dist.rank == 0 else None)
     if dist.rank == 0:
-        checkpoint.tidy_kept(layout.kept, ckpts, ctx.recoverable, log)
+        store.check()
+        store.sweep(log)
+        guard.drop_tainted(store, ledger, kept, log)
+        store.tidy_kept(layout.kept, ctx.recoverable, log)
     dist.barrier()
-    latest = dist.share(checkpoint.latest_valid(ckpts, log) if dist.rank == 0 else None)  # hashed once, not per rank
+    latest = dist.share(store.latest_valid(log) if dist.rank == 0 else None)  # hashed once, not per rank
     if latest is None:
         return None, [], ledger
     # verified: its JSON is what the tensors were saved with
-    old = identity.saved(fsio.read_json(latest / TRAIN_STATE), fsio.read_json(latest / MANIFEST))
+    old = identity.saved(store.read_json(latest, TRAIN_STATE), store.read_json(latest, MANIFEST))
     changes = identity.diff(old, ident)
     action = identity.decide(changes, latest.name, allow=cfg.allow_data_change,
                              fresh=cfg.fresh_on_data_change or ctx.new_run)
     if action != "fresh":
         return latest, changes, ledger
+    why = "new experiment" if ctx.new_run else "train.fresh_on_data_change"
+    if isinstance(store, storage.Bucket):  # every rank refuses: none waits at the barrier below for rank 0
+        raise store.no_archive(f"a new run ({why}): {'; '.join(changes)}")
     dist.barrier()  # every rank has read `latest` before rank 0 moves it
     if dist.rank == 0:
-        why = "new experiment" if ctx.new_run else "train.fresh_on_data_change"
         log(f"train: a new run ({why}): {'; '.join(changes)}")
-        identity.set_aside(ckpts, old, ctx.recoverable, log)
+        store.set_aside(old, ctx.recoverable, log)
     dist.barrier()
     return None, [], []

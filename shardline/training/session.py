@@ -24,7 +24,7 @@ from shardline.core.config import Params, Train
 from shardline.core.errors import BadInput
 from shardline.core.layout import Layout, step_dir
 from shardline.stream.loader import Loader
-from shardline.training import checkpoint, identity, lineage
+from shardline.training import checkpoint, identity, lineage, storage
 from shardline.training.checkpointer import Checkpointer
 from shardline.training.dist import Dist
 from shardline.training.evaluate import HeldOut, compact, evaluate
@@ -82,12 +82,12 @@ class Session:
     def retain(self, before: int | None) -> None:
         # inside a run of flagged steps, the checkpoint a rollback would return to stays
         cfg = self.params.train
-        for s in checkpoint.retain(self.checkpointer.root, cfg.keep_last, cfg.keep_every, self.ctx.log, before=before):
+        for s in self.checkpointer.store.retain(cfg.keep_last, cfg.keep_every, self.ctx.log, before=before):
             if step_dir(self.kept, s).exists():
                 checkpoint.remove(step_dir(self.kept, s))
 
     def after_save(self, path: Path, before: int | None) -> None:  # on the saver's thread
-        checkpoint.keep(path, self.kept)
+        self.checkpointer.store.keep(path, self.kept)
         self.retain(before)
 
 
@@ -101,7 +101,7 @@ def held_out(params: Params, loader: Loader, model, held: HeldOut, device: torch
 def start(params: Params, layout: Layout, ctx: RunContext, device: torch.device, dist: Dist,
           rolled_back: bool) -> Session:
     cfg, log = params.train, ctx.log
-    ckpts, metrics = layout.checkpoints, layout.train_log
+    store, metrics = storage.for_run(params, layout), layout.train_log
     loader = Loader.from_params(params, layout, rank=dist.rank, world=dist.world, log=log)
     network = Network.for_run(params, layout, loader.seq_len, share=dist.share, rank=dist.rank)
     held = (HeldOut.for_training(params, layout, loader.spec.remote, loader.seq_len,
@@ -109,7 +109,7 @@ def start(params: Params, layout: Layout, ctx: RunContext, device: torch.device,
             if params.eval.every else None)
     ident = identity.current(params, loader.state_dict(), network.section, network.init)
     kept = layout.kept / identity.tag(ident)
-    latest, changes, ledger = find_start(params, layout, ctx, dist, ident, kept)
+    latest, changes, ledger = find_start(params, layout, store, ctx, dist, ident, kept)
     model = network.build(cfg.seed, fresh=latest is None).to(device)
     prepare(model, cfg)
     net = dist.wrap(model, model.blocks)
@@ -119,7 +119,7 @@ def start(params: Params, layout: Layout, ctx: RunContext, device: torch.device,
     # under fsdp, bf16 is FSDP's mixed precision (bf16 parameters, fp32 reductions), not autocast
     autocast = contextlib.nullcontext() if dist.mixed_precision else autocast_for(cfg, device)
     state, guards = TrainState(grad_accum=cfg.grad_accum, world_size=dist.world, strategy=dist.strategy), Guard(cfg)
-    checkpointer = Checkpointer(cfg, dist, ckpts, {
+    checkpointer = Checkpointer(cfg, dist, store, {
         "model": ModelState(model, dist), "optimizer": OptimizerState(model, opt, dist), "scaler": scaler, "rng": RNG(),
         "loader": loader, "guard": guards, "train": state})
     evaluate_now = functools.partial(held_out, params, loader, model, held, device, autocast, dist)

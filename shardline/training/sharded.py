@@ -20,12 +20,16 @@ Contract:
 - `write` runs on the saver thread of every rank, over a gloo process group of its own (a
   checkpoint's collectives never interleave with training's). `load` reshards: any world size
   and strategy read any sharded checkpoint (DCP maps saved chunks onto the live layout).
+- A checkpoint given as a URL (a str: train.checkpoint_uri, shardline.training.bucket) is written
+  and read through DCP's fsspec writer and reader instead: each object hashed as it is sent, the
+  same restricted read of .metadata.
 - `full_state` reads the model (or the optimizer) alone into full tensors in one process
   (export, eval, sample, tests), without building a process group.
 """
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import functools
 import io
@@ -35,7 +39,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
-from shardline.core import chaos, fsio
+from shardline.core import chaos, fsio, stores
 from shardline.core.errors import BadInput, ShardlineError
 from shardline.core.layout import DCP, DCP_METADATA, dcp_shards
 
@@ -52,31 +56,42 @@ class RankFailed(ShardlineError):
         super().__init__(f"rank {rank} could not write its shards ({type(error).__name__}: {error})")
 
 
-def write(ckpt_tmp: Path, state: dict, rank: int, group, qualifier: str = "") -> dict[str, dict]:
+def write(ckpt_tmp: Path | str, state: dict, rank: int, group, qualifier: str = "") -> dict[str, dict]:
     """Save this rank's `state` into ckpt_tmp/dcp (every rank calls it; `group` None: one process);
     returns {file: {bytes, sha256}} for the files this rank wrote, each fsynced. A failure on any
     rank inside DCP's write raises on every rank (DCP gathers them): the failed rank's own error
-    there, RankFailed on the others."""
-    out, d = Path(ckpt_tmp) / DCP, _dcp()
-    writer = d.Writer(out, qualifier)
+    there, RankFailed on the others. `ckpt_tmp` a store's URL (str: shardline.training.bucket): DCP's
+    fsspec writer puts each file there, hashed as it is sent."""
+    d = _dcp()
+    remote = isinstance(ckpt_tmp, str)
+    out = f"{ckpt_tmp.rstrip('/')}/{DCP}" if remote else Path(ckpt_tmp) / DCP
+    writer = (d.BucketWriter if remote else d.Writer)(out, qualifier)
     with warnings.catch_warnings():  # one process: DCP says it assumes so, which is the point
         warnings.simplefilter("ignore", UserWarning)
         try:
             d.dcp.save(state, storage_writer=writer, process_group=group, no_dist=group is None)
         except d.CheckpointException as e:  # {rank: (exception, traceback)}, the same on every rank
             failed, (err, _) = min(e.failures.items())
+            if remote and not isinstance(err, ShardlineError):  # the store's, named by its URL
+                err = ShardlineError(f"train.checkpoint_uri {out}: {type(err).__name__}: {err}; check that the "
+                                     "bucket exists, the network, and the AWS_* credentials and endpoint")
             if failed == rank:  # its own: an ENOSPC stays an OSError, which the CLI explains in a line
                 raise err from None
             raise RankFailed(failed, err) from None
     chaos.disk_full("checkpoint.hash", qualifier)
+    if remote:  # what this rank sent (its shards; rank 0 also .metadata), hashed on the way
+        return {f"{DCP}/{name}": meta for name, meta in sorted(writer.fs.written.items())}
     mine = sorted(out.glob(dcp_shards(rank))) + ([out / DCP_METADATA] if rank == 0 else [])
     return {f"{DCP}/{p.name}": {"bytes": p.stat().st_size, "sha256": fsio.sha256_file(p)} for p in mine}
 
 
-def files_check(path: Path, manifest: dict) -> str | None:
-    """Why a sharded checkpoint's dcp/ disagrees with its manifest (None: it agrees)."""
+def files_check(path: Path | str, manifest: dict, present: set[str] | None = None) -> str | None:
+    """Why a sharded checkpoint's dcp/ disagrees with its manifest (None: it agrees); `present`:
+    the dcp/ files a store lists (a folder's are listed here)."""
     listed = {n for n in manifest["files"] if n.startswith(f"{DCP}/")}
-    present = {f"{DCP}/{p.name}" for p in (Path(path) / DCP).iterdir()} if (Path(path) / DCP).is_dir() else set()
+    if present is None:
+        d = Path(path) / DCP
+        present = {f"{DCP}/{p.name}" for p in d.iterdir()} if d.is_dir() else set()
     if f"{DCP}/{DCP_METADATA}" not in listed:
         return f"{DCP}/.metadata is not in the manifest"
     extra = sorted(present - listed)
@@ -120,29 +135,69 @@ _ALLOWED = {("torch.distributed.checkpoint.metadata", n) for n in (
 
 @functools.cache
 def _dcp() -> SimpleNamespace:
-    """DCP, and our writer and reader on it, imported on first use: torch.distributed.checkpoint
+    """DCP, and our writers and readers on it, imported on first use: torch.distributed.checkpoint
     brings DTensor, ~1.5 s at the start of every process that reads or writes no sharded
     checkpoint (eval, export, sample: most commands) otherwise."""
     import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint._fsspec_filesystem import FileSystem, FsspecReader, FsspecWriter
     from torch.distributed.checkpoint.api import CheckpointException
     from torch.distributed.checkpoint.metadata import Metadata, TensorStorageMetadata
 
-    class Writer(dcp.FileSystemWriter):
-        """DCP's file writer (each file fsynced), with chaos point checkpoint.dcp in its write phase."""
-
-        def __init__(self, path: Path, qualifier: str):
-            super().__init__(path, sync_files=True, thread_count=1)
-            self._qualifier = qualifier
+    class Planted:
+        """Chaos point checkpoint.dcp in DCP's write phase."""
 
         def write_data(self, plan, planner):
             chaos.disk_full("checkpoint.dcp", self._qualifier)
             return super().write_data(plan, planner)
 
-    class Reader(dcp.FileSystemReader):
+    class Writer(Planted, dcp.FileSystemWriter):
+        """DCP's file writer, each file fsynced."""
+
+        def __init__(self, path: Path, qualifier: str):
+            super().__init__(path, sync_files=True, thread_count=1)
+            self._qualifier = qualifier
+
+    class Sent(FileSystem):
+        """DCP's fsspec file system, hashing what each write sends (`written`: name -> {bytes,
+        sha256}), so a rank's file list costs no second read of what it stored."""
+
+        def __init__(self):
+            super().__init__()
+            self.written: dict[str, dict] = {}
+
+        @contextlib.contextmanager
+        def create_stream(self, path, mode: str):
+            with super().create_stream(path, mode) as stream:
+                if "w" not in mode:
+                    yield stream
+                    return
+                out = fsio.Hashing(stream)
+                yield out
+            self.written[str(path).rsplit("/", 1)[-1]] = out.meta()  # closed: the object is stored
+
+        def rename(self, path, new_path) -> None:  # .metadata.tmp -> .metadata (on a store: a copy, a delete)
+            super().rename(path, new_path)
+            self.written[str(new_path).rsplit("/", 1)[-1]] = self.written.pop(str(path).rsplit("/", 1)[-1])
+
+    class BucketWriter(Planted, FsspecWriter):
+        """DCP's fsspec writer into an object store. No sync_files: a PUT that returned is stored,
+        and DCP's stand-in for a stream without a file descriptor is os.sync(), of every disk here."""
+
+        def __init__(self, url: str, qualifier: str):
+            stores.aws_env()  # credentials from the environment only, as for every store (no metadata probe)
+            super().__init__(url, sync_files=False, thread_count=1)
+            self.fs = Sent()
+            self.path = self.fs.init_path(url)
+            self._qualifier = qualifier
+
+    class Safe:
+        """DCP's .metadata read by _MetadataUnpickler, from a folder or a store alike."""
+
         def read_metadata(self, *args, **kwargs) -> Metadata:
-            path = Path(self.path) / DCP_METADATA
+            path = self._get_metadata_path()
             try:
-                metadata = _MetadataUnpickler(io.BytesIO(path.read_bytes())).load()
+                with self.fs.create_stream(path, "rb") as f:
+                    metadata = _MetadataUnpickler(io.BytesIO(f.read())).load()
             except (pickle.UnpicklingError, EOFError, AttributeError, ImportError, OSError) as e:
                 raise BadInput(f"{path}: not DCP metadata this checkpoint can be read from ({e}); "
                                "nothing was loaded") from None
@@ -158,27 +213,42 @@ def _dcp() -> SimpleNamespace:
                 metadata.storage_meta.load_id = self.load_id
             return metadata
 
+    class Reader(Safe, dcp.FileSystemReader):
+        pass
+
+    class BucketReader(Safe, FsspecReader):
+        def __init__(self, url: str):
+            stores.aws_env()
+            super().__init__(url)
+
     return SimpleNamespace(dcp=dcp, CheckpointException=CheckpointException, Writer=Writer, Reader=Reader,
+                           BucketWriter=BucketWriter, BucketReader=BucketReader,
                            TensorStorageMetadata=TensorStorageMetadata)
 
 
-def metadata(path: Path) -> Metadata:
-    return _dcp().Reader(Path(path) / DCP).read_metadata()
+def _reader(path: Path | str):
+    """DCP's reader of checkpoint `path`'s dcp/: a folder, or a store's URL (str)."""
+    d = _dcp()
+    return d.BucketReader(f"{path.rstrip('/')}/{DCP}") if isinstance(path, str) else d.Reader(Path(path) / DCP)
 
 
-def load(path: Path, parts: dict, world: int) -> None:
+def metadata(path: Path | str) -> Metadata:
+    return _reader(path).read_metadata()
+
+
+def load(path: Path | str, parts: dict, world: int) -> None:
     """Load a sharded checkpoint into the live (possibly sharded) stateful `parts`, by their key in
     it ("model", "optim"); every rank calls it. Each part's own `state_dict()` is the template DCP
     loads into, in its live layout."""
     state, d = {key: part.state_dict() for key, part in parts.items()}, _dcp()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        d.dcp.load(state, storage_reader=d.Reader(Path(path) / DCP), no_dist=world == 1)
+        d.dcp.load(state, storage_reader=_reader(path), no_dist=world == 1)
     for key, part in parts.items():
         part.load_state_dict(state[key])
 
 
-def full_state(path: Path, what: str = "model") -> dict:
+def full_state(path: Path | str, what: str = "model") -> dict:
     """Full tensors of one part of a sharded checkpoint, in one process: "model" -> {name: tensor};
     "optim" -> {parameter name: {step, exp_avg, exp_avg_sq}}."""
     import torch
@@ -197,5 +267,5 @@ def full_state(path: Path, what: str = "model") -> dict:
     state = {"model": nested} if what == "model" else {"optim": {"state": nested}}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        d.dcp.load(state, storage_reader=d.Reader(Path(path) / DCP), no_dist=True)
+        d.dcp.load(state, storage_reader=_reader(path), no_dist=True)
     return nested

@@ -123,7 +123,7 @@ def run(params: Params, layout: Layout, ctx: RunContext = RunContext()) -> dict:
 def _train(params: Params, layout: Layout, ctx: RunContext, device: torch.device, dist: Dist,
            rolled_back: bool) -> dict:
     session = start(params, layout, ctx, device, dist, rolled_back)
-    cfg, log, ckpts, kept, held = params.train, ctx.log, layout.checkpoints, session.kept, session.held
+    cfg, log, kept, held = params.train, ctx.log, session.kept, session.held
     loader, model, net, opt, scaler, autocast = (session.loader, session.model, session.net, session.opt,
                                                  session.scaler, session.autocast)
     state, guards, checkpointer, monitor = session.state, session.guards, session.checkpointer, session.monitor
@@ -177,7 +177,7 @@ def _train(params: Params, layout: Layout, ctx: RunContext, device: torch.device
             monitor.close()
             session.trackers.close()  # what they hold past the step rolled back to is dropped as they reopen
             session.profiler.after(step, end=True)
-            guard.roll_back(t, ckpts, kept, ledger, cfg, since=state.version_start, rank=dist.rank,
+            guard.roll_back(t, checkpointer.store, kept, ledger, cfg, since=state.version_start, rank=dist.rank,
                             barrier=dist.barrier, log=log)
         if verdict != "skip":
             if cfg.grad_clip:

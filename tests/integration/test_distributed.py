@@ -67,17 +67,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def nodes(root: Path, n: int = 2, **env: str) -> list[subprocess.Popen]:
+def nodes(root: Path | list[Path], n: int = 2, **env: str) -> list[subprocess.Popen]:
     """`n` torchrun agents, one process each, meeting at a c10d rendezvous on loopback: the
-    command a user runs once per node, with the first node's host for 127.0.0.1."""
+    command a user runs once per node, with the first node's host for 127.0.0.1. `root`: the
+    project folder they share, or each node's own (a list: node i runs in roots[i], its log there)."""
+    roots = root if isinstance(root, list) else [root] * n
     port = free_port()
-    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={n}", "--nproc_per_node=1",
-           "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-id={root.name}-{port}",
-           "--max-restarts=0", "--no-python", SL, "--root", str(root), "stage", "train"]
     procs = []
-    for i in range(n):
-        with open(root / f"node{i}.log", "w") as log:
-            procs.append(subprocess.Popen(cmd, cwd=root, env=env_for(**env), stdout=log, stderr=subprocess.STDOUT,
+    for i, here in enumerate(roots):
+        cmd = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={len(roots)}", "--nproc_per_node=1",
+               "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-id={roots[0].name}-{port}",
+               "--max-restarts=0", "--no-python", SL, "--root", str(here), "stage", "train"]
+        with open(here / f"node{i}.log", "w") as log:
+            procs.append(subprocess.Popen(cmd, cwd=here, env=env_for(**env), stdout=log, stderr=subprocess.STDOUT,
                                           start_new_session=True))
     return procs
 

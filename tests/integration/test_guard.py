@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from shardline.core import fsio
-from shardline.training import guard
+from shardline.training import bucket, guard, storage
 from shardline.core.config import Train
 from tests.conftest import env_for, run
 from tests.integration.test_train import SL, assert_same_state, built, final_state, project  # noqa: F401 (the fixture)
@@ -139,6 +139,21 @@ def test_kill_during_or_after_a_rollback_resumes_to_the_same_result(built, fault
     train(crash)
     assert_same_state(final_state(ref), final_state(crash))
     assert timeless(ref) == timeless(crash)
+
+
+def test_a_rollback_with_its_checkpoints_in_a_store_replays_as_in_a_folder(built, faulty, tmp_path):
+    """train.checkpoint_uri (file:// here: the object store's code, nothing renamed): the ledger, the
+    checkpoint saved inside the spike that the rollback drops and the one it returns to are all in the
+    store, and the run ends as it does with data/checkpoints."""
+    store = f"file://{tmp_path / 'store'}"
+    root = project(built, tmp_path / "p", train={**GUARDS, "checkpoint_uri": store})
+    train(root)
+    (e,) = guard.read_ledger(store)
+    assert e["steps"] == [16, 18] and e["to"] == 12 and [e] == guard.read_ledger(faulty / "data/checkpoints")
+    assert (tmp_path / "store/rollbacks.json").exists() and not (root / "data/checkpoints").exists()
+    got = storage.fetch(bucket.latest_valid(store), tmp_path / "got/data/checkpoints")
+    assert got.name == "step-000000040" and timeless(root) == timeless(faulty)
+    assert_same_state(final_state(tmp_path / "got"), final_state(faulty))
 
 
 def test_retention_keeps_the_checkpoint_a_rollback_returns_to(built, tmp_path):

@@ -6,7 +6,12 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import json
+import math
 import shutil
+import signal
+import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -83,9 +88,25 @@ def shards_uri(project, s3_env) -> str:
     return uri
 
 
+def raised_steps(root: Path, steps: int) -> Path:
+    raw = yaml.safe_load((root / "params.yaml").read_text())
+    raw["train"] = {**raw["train"], "steps": steps}
+    write_params(root, raw)
+    return root
+
+
+def judged(root: Path) -> dict:
+    """`shardline eval latest` as a user reads it: the checkpoint, data version and held-out losses."""
+    r = json.loads(run([str(BIN / "shardline"), "eval", "latest", "--json"], root).stdout)
+    return {k: r[k] for k in ("checkpoint", "step", "trained_on", "judged_on", "same_data", "total", "sources")}
+
+
 @pytest.mark.slow  # builds the tiny project with dvc repro (once per module)
-@pytest.mark.timeout(90)
-def test_dvc_remote_on_s3_push_then_clone_and_pull_gives_identical_files(project, s3_env, tmp_path, monkeypatch):
+@pytest.mark.timeout(240)
+def test_a_run_moves_to_another_machine_through_a_dvc_remote_on_s3(project, s3_env, tmp_path, monkeypatch):
+    """docs/scaling.md's commands: `dvc push` here; `git clone` and `dvc pull` in another directory
+    give identical files, on which `shardline lineage latest` and `eval latest` say what they say
+    here, and training continues there to the weights it continues to here, bit for bit."""
     from flows.pipeline import dvc_push
 
     for k, v in s3_env.items():
@@ -105,6 +126,33 @@ def test_dvc_remote_on_s3_push_then_clone_and_pull_gives_identical_files(project
     run([DVC, "pull", "--with-deps", "train"], clone)
     got, want = tree(clone), tree(project)
     assert got == want and any(k.startswith("data/checkpoints/step-") for k in got) and any(".bin" in k for k in got)
+
+    # the user's question there: what is this model, what was it trained on, how good is it?
+    first = tmp_path / "first"  # the first machine, continuing: a copy (other tests read `project` as it is)
+    shutil.copytree(project, first, symlinks=True)
+
+    def ask(root: Path) -> tuple:
+        lineage = json.loads(run([str(BIN / "shardline"), "lineage", "latest", "--json"], root).stdout)
+        return lineage, run([str(BIN / "shardline"), "lineage", "latest"], root).stdout, judged(root)
+
+    def go_on(root: Path) -> str:  # two more steps, from step 4
+        r = run([DVC, "repro", "train"], raised_steps(root, 6))
+        return r.stdout + r.stderr
+
+    with ThreadPoolExecutor(2) as machines:  # the two machines at once: each is one process at a time
+        here, there = machines.map(ask, (first, clone))
+        assert there == here
+        lineage, shown, ev = there
+        md5 = yaml.safe_load((clone / "dvc.lock").read_text())["stages"]["shard"]["outs"][0]["md5"]
+        assert lineage["data_version"]["dvc_md5"] == md5 and f"dvc md5 {md5}" in shown and "step 4" in shown
+        assert ev["step"] == 4 and ev["same_data"] and ev["trained_on"]["data_version"] == lineage["data_version"][
+            "shards_sha256"] and math.isfinite(ev["total"]["loss"])
+
+        # and training goes on there as it would have here
+        assert all("resuming from step-000000004" in out for out in machines.map(go_on, (first, clone)))
+    assert weights(clone) == weights(first) and "step-000000006" in weights(clone)
+    assert [json.loads(x)["loss"] for x in (clone / "data/metrics/train.jsonl").read_text().splitlines()] == \
+        [json.loads(x)["loss"] for x in (first / "data/metrics/train.jsonl").read_text().splitlines()]
 
 
 @pytest.mark.slow  # builds the tiny project with dvc repro (once per module)
@@ -258,3 +306,52 @@ def test_without_credentials_the_metadata_endpoint_is_never_probed(s3_env, monke
             read_indexes(tmp_path, ["a"], remote)
         assert imds.requests
     s3fs.S3FileSystem.clear_instance_cache()
+
+
+SAVE_8 = """
+import torch
+from shardline.training import bucket
+bucket.save({root!r}, 8, {{"model.pt": {{"w": torch.full((3,), 8.0)}}}}, {{"step": 8}}, {{"run": "x"}})
+"""
+
+
+@pytest.mark.timeout(60)
+def test_a_checkpoint_in_a_bucket_is_valid_iff_its_manifest_verifies(s3_env, aws, tmp_path):
+    """train.checkpoint_uri's store: the manifest is put last (a save SIGKILLed before it leaves a prefix
+    that is no checkpoint, and the next start sweeps it), verification reads what is stored, retention
+    and a corrupt object behave as in data/checkpoints, and a checkpoint comes back whole to a folder."""
+    import torch
+
+    from shardline.training import bucket, checkpoint, storage
+
+    root, prefix = f"s3://{BUCKET}/unit/checkpoints", "unit/checkpoints"
+    for step in (2, 4, 6):
+        bucket.save(root, step, {"model.pt": {"w": torch.full((3,), float(step))}}, {"step": step}, {"run": "x"})
+
+    def objects(step: int) -> list[str]:
+        listed = client(s3_env).list_objects_v2(Bucket=BUCKET, Prefix=f"{prefix}/step-{step:09d}/")
+        return sorted(o["Key"].rsplit("/", 1)[1] for o in listed.get("Contents", []))
+
+    assert objects(6) == ["manifest.json", "model.pt", "train_state.json"]
+    r = run([sys.executable, "-c", SAVE_8.format(root=root)], tmp_path, check=False,
+            env=env_for(SHARDLINE_CHAOS="checkpoint.files@8", **{k: v for k, v in s3_env.items() if "AWS" in k}))
+    assert r.returncode == -signal.SIGKILL and objects(8) == ["model.pt", "train_state.json"]  # no manifest yet
+    said: list[str] = []
+    assert bucket.latest_valid(root, said.append) == f"{root}/step-000000006"
+    assert said == ["checkpoint: skipping step-000000008: no manifest.json (torn or interrupted write)"]
+    assert bucket.sweep(root, said.append) == ["step-000000008"] and objects(8) == []
+
+    assert bucket.retain(root, keep_last=2, keep_every=0, log=said.append) == [2] and objects(2) == []
+
+    key = f"{prefix}/step-000000006/model.pt"
+    body = client(s3_env).get_object(Bucket=BUCKET, Key=key)["Body"].read()
+    client(s3_env).put_object(Bucket=BUCKET, Key=key, Body=body[:9] + bytes([body[9] ^ 1]) + body[10:])  # same size
+    assert [(e.step, e.valid, e.why) for e in bucket.entries(root)] == [
+        (4, True, "ok"), (6, False, "model.pt sha256 differs from the manifest (corrupt)")]
+    assert bucket.latest_valid(root, said.append) == f"{root}/step-000000004"
+
+    got = storage.fetch(bucket.step_url(root, 4), tmp_path / "here")
+    assert got == tmp_path / "here/step-000000004" and checkpoint.verify(got) == (True, "ok")
+    tensors, state, manifest = checkpoint.load(got)
+    assert torch.equal(tensors["model.pt"]["w"], torch.full((3,), 4.0)) and state == {"step": 4}
+    assert manifest["lineage"] == {"run": "x"} and manifest["format"] == "full"

@@ -1,22 +1,31 @@
 """Sharded checkpoints (torch.distributed.checkpoint) under torchrun on gloo: each rank writes its
 shards, a rank killed mid-save costs only that checkpoint, the same world size resumes bit-exact,
-and 1, 2 and 4 ranks read each other's checkpoints resharded; a save failing on one rank fails all at once.
-~2 minutes on 2 cores."""
+and 1, 2 and 4 ranks read each other's checkpoints resharded; a save failing on one rank fails all at once;
+two nodes that share only an S3 bucket (moto on loopback) lose one and resume from the bucket.
+~2.5 minutes on 2 cores."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import suppress
 from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
+from harness.s3 import BUCKET, aws, client, s3_env  # noqa: F401 (fixtures)
 from shardline.core.layout import MANIFEST
 from shardline.results.trained import load_model
-from shardline.training import checkpoint, sharded
-from tests.conftest import env_for, run
-from tests.integration.test_distributed import SL, batches, close, elastic, rewound
+from shardline.training import bucket, checkpoint, sharded, storage
+from tests.conftest import env_for, run, write_params
+from tests.integration.test_distributed import ELASTIC, SL, batches, children, close, elastic, kill_all, nodes, \
+    records, rewound
 from tests.integration.test_train import assert_same_state, built, final_state, losses  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.slow
@@ -154,3 +163,91 @@ def test_export_eval_and_lineage_read_a_sharded_checkpoint(fsdp2, tmp_path):
     hf = load_file(out / "model.safetensors")
     assert model.cfg.arch == "llama" and hf.keys() == model.state_dict().keys() - {"lm_head.weight"}  # tied
     assert all(torch.equal(hf[k], v) for k, v in model.state_dict().items() if k != "lm_head.weight")
+
+
+def bucket_node(built: Path, dest: Path, **sections: dict) -> Path:
+    """A node's own working directory: params.yaml and data/tokenizer/ (what a clone of the project
+    and `dvc pull data/tokenizer` give it), no data/shards, no data/checkpoints: the params send both
+    to the bucket. The run is fsdp2's, but for where it reads and writes."""
+    (dest / "data").mkdir(parents=True)
+    shutil.copytree(built / "data/tokenizer", dest / "data/tokenizer")
+    p = yaml.safe_load((built / "params.yaml").read_text())
+    for k in {*ELASTIC, *sections}:
+        p[k] = {**p[k], **ELASTIC.get(k, {}), **sections.get(k, {})}
+    write_params(dest, p)
+    return dest
+
+
+def stopped(pid: int) -> bool:
+    with suppress(OSError):
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
+    return False
+
+
+@pytest.mark.timeout(240)
+def test_two_nodes_sharing_only_a_bucket_lose_one_and_resume_from_it_bit_exact(built, fsdp2, s3_env, aws, tmp_path):
+    creds = {k: v for k, v in s3_env.items() if k.startswith("AWS_")}  # the nodes' env (`aws`: this process's)
+    shards, ckpts = f"s3://{BUCKET}/nodes/shards", f"s3://{BUCKET}/nodes/checkpoints"
+    run([SL, "push-shards", shards], built, env=env_for(**creds))  # the data line's machine publishes them
+    roots = [bucket_node(built, tmp_path / f"node{i}", loader={"shards_uri": shards},
+                         train={"nproc_per_node": 2, "strategy": "fsdp", "checkpoint_uri": ckpts}) for i in range(2)]
+
+    # rank 1 freezes at step 8's save, its shards in the bucket, before rank 0 can gather their hashes;
+    # then its node dies: a SIGKILL of the torchrun agent's process group and of its worker's
+    fired = tmp_path / "fired"
+    procs = nodes(roots, SHARDLINE_CHAOS="checkpoint.shard@8:rank1", SHARDLINE_CHAOS_SIGNAL="STOP",
+                  SHARDLINE_CHAOS_LOG=str(fired), **creds)
+    try:
+        t0, dead = time.monotonic(), None
+        while dead is None and time.monotonic() - t0 < 120:
+            assert all(p.poll() is None for p in procs), "\n".join((r / f"node{i}.log").read_text()[-3000:]
+                                                                for i, r in enumerate(roots))
+            dead = next((p for p in procs if any(stopped(w) for w in children(p.pid))), None)
+            time.sleep(0.02)
+        assert dead is not None and fired.read_text() == "checkpoint.shard#2\n"
+        for pgid in [dead.pid] + children(dead.pid):
+            os.killpg(pgid, signal.SIGKILL)
+        dead.wait()
+        survivor = next(p for p in procs if p is not dead)
+        assert survivor.wait(timeout=60) != 0  # its rank's collectives fail on the closed connection
+    finally:
+        kill_all(procs, [])
+    torn = [o["Key"] for o in client(s3_env).list_objects_v2(Bucket=BUCKET, Prefix="nodes/checkpoints/step-000000008/")
+            .get("Contents", [])]
+    assert "nodes/checkpoints/step-000000008/dcp/__1_0.distcp" in torn and not any(k.endswith(MANIFEST) for k in torn)
+    assert [(e.step, e.valid) for e in bucket.entries(ckpts)] == [(4, True), (8, False)]
+
+    procs = nodes(roots, **creds)  # both nodes again, as they were: no shared folder, only the bucket
+    try:
+        rcs = [p.wait(timeout=150) for p in procs]
+    finally:
+        kill_all(procs, [])
+    logs = [(r / f"node{i}.log").read_text() for i, r in enumerate(roots)]
+    assert rcs == [0, 0], "\n".join(log[-3000:] for log in logs)
+    lead = next(i for i, log in enumerate(logs) if "resuming from step-000000004" in log)  # global rank 0's node
+    assert f"removed step-000000008 from {ckpts}: no manifest" in logs[lead]
+    assert [(e.step, e.valid) for e in bucket.entries(ckpts)] == [(4, True), (8, True)]
+
+    # the weights, optimizer and loader of the uninterrupted run at the same world size, bit for bit
+    got = storage.fetch(bucket.step_url(ckpts, 8), tmp_path / "got/data/checkpoints")
+    assert_same_state(state(tmp_path / "got"), state(fsdp2))
+    after = [r for r in records(roots[lead]) if r["step"] > 4]
+    assert [r["loss"] for r in after] == losses(fsdp2)[4:] and [r["batches"] for r in after] == batches(fsdp2)[4:]
+    mine, theirs = (json.loads((p / MANIFEST).read_text()) for p in (got, latest(fsdp2)))
+    held_out = [{k: m["eval"][k] for k in ("total", "sources")} for m in (mine, theirs)]  # not its timing
+    assert held_out[0] == held_out[1] and mine["step"] == 8  # the held-out losses, bit for bit
+    # the lineage says what was trained on: the bucket's shards (their content hash, as local ones), and where
+    lin = mine["lineage"]
+    assert lin["data_version"] == theirs["lineage"]["data_version"] and lin["mix"] == theirs["lineage"]["mix"]
+    assert lin["params"]["loader"]["shards_uri"] == shards and lin["params"]["train"]["checkpoint_uri"] == ckpts
+    assert not (roots[0] / "data/checkpoints").exists() and not (roots[1] / "data/shards").exists()
+
+    # a node asks what it made: the commands read the bucket (a verified copy under .shardline/fetched/)
+    asked = [["checkpoints"], ["lineage", "latest", "--json"], ["eval", "latest", "--json"]]
+    with ThreadPoolExecutor(3) as pool:  # each node its own copies: nothing shared but the bucket
+        listed, told, ev = pool.map(lambda i: run([SL, *asked[i]], roots[i % 2], env=env_for(**creds)).stdout, range(3))
+    assert listed.splitlines() == ["step-000000004  valid    ok", "step-000000008  valid    ok"]
+    assert json.loads(told) == lin
+    ev = json.loads(ev)  # judged on the bucket's held-out shards, in one process (not two ranks: close, not equal)
+    assert ev["step"] == 8 and ev["same_data"] and ev["recorded"] == mine["eval"]
+    assert close([ev["total"]["loss"]], [mine["eval"]["total"]["loss"]], rel=1e-5)

@@ -30,6 +30,7 @@ or a counted quarantine, and nothing valid is lost or overwritten.
 | archive entry with ../             | not applicable: archives are not a supported source format     |
 | OSError on a path a user chose     | here: test_each_errno_is_one_line..., test_an_unwritable_* (export OUT_DIR, push-shards, loader.cache_dir, full cache disk); test_cli_errors (CLI) |
 | loader.shards_uri scheme / extra   | here: test_a_shards_uri_*                                      |
+| train.checkpoint_uri not a URL / scheme | here: test_a_checkpoint_uri_*                             |
 | sources[].uri scheme               | here: test_a_source_uri_of_an_unknown_scheme_is_refused_by_its_field |
 | streaming node without data/tokenizer | here: test_a_streaming_node_without_data_tokenizer_is_told_to_copy_it |
 | explain after a killed clean stage | here: test_explain_after_a_clean_stage_killed_before_its_selections |
@@ -291,6 +292,18 @@ def test_a_shards_uri_of_an_unknown_scheme_is_refused_by_its_field(tmp_path):
     with pytest.raises(errors.ConfigError, match=r"loader.shards_uri: 'foo://bucket/x': foo:// is not a scheme "
                                                   r"fsspec knows"):
         config.parse(raw)
+
+
+@pytest.mark.parametrize("uri, said", [
+    ("data/elsewhere", "'data/elsewhere' is not a URL; give s3://bucket/prefix (or gs://, file://...), or leave "
+                       "it unset for data/checkpoints (on a filesystem every node shares)"),
+    ("foo://bucket/x", "'foo://bucket/x': foo:// is not a scheme fsspec knows; use s3://, gs://, file:// or "
+                       "another fsspec URL")])
+def test_a_checkpoint_uri_that_no_store_can_take_is_refused_by_its_field(uri, said):
+    raw = small_params([{"name": "s", "uri": "x", "format": "txt"}], train={"checkpoint_uri": uri})
+    with pytest.raises(errors.ConfigError) as e:
+        config.parse(raw)
+    assert str(e.value).splitlines()[1:] == [f"  train.checkpoint_uri: {said}"]
 
 
 def test_a_source_uri_of_an_unknown_scheme_is_refused_by_its_field():
