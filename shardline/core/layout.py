@@ -144,6 +144,11 @@ class Layout:
         return self.tokenizer / "meta.json"
 
     @property
+    def staged_record(self) -> Path:
+        """What an object store (parts.store) holds of the driver's data/ files (shardline.data.staging)."""
+        return self.root / ".shardline" / "staged.json"
+
+    @property
     def tokens(self) -> Path:
         return self.data / "tokens"
 

@@ -79,9 +79,16 @@ def parse_index(data: bytes, where: object) -> dict:
 
 
 def write_index(folder: str | Path, index: dict) -> Path:
-    """Write a folder's index (atomically; the last file written into it)."""
-    fsio.write_json(index_of(folder), index)
-    return index_of(folder)
+    """Write a folder's index (atomically; the last file written into it), unless it holds exactly
+    this index already: an unchanged file keeps its mtime (parts.store puts only what changed)."""
+    path = index_of(folder)
+    try:
+        if fsio.read_json(path) == index:
+            return path
+    except (OSError, ValueError):
+        pass
+    fsio.write_json(path, index)
+    return path
 
 
 def remove_index(folder: str | Path) -> None:

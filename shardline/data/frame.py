@@ -28,6 +28,8 @@ from typing import Any, Callable, Iterable, Sequence
 from shardline.core import chaos, fsio
 from shardline.core.parallel import Mapper
 from shardline.core.progress import Progress, Sink
+from shardline.data import staging as st
+from shardline.data.staging import Staging
 
 Do = Callable[["Part"], "tuple[list[Path], dict]"]
 
@@ -90,15 +92,41 @@ def _many(task: Task, do: Do) -> list[dict]:
     return [_one(part, do) for part in task.parts]
 
 
+@dataclass(frozen=True)
+class Staged:
+    """A task whose parts run on a worker that shares only the store: with what each part reads."""
+
+    task: Task
+    needs: tuple  # per part: [(path on the driver, byte span or None)]
+
+    @property
+    def name(self) -> str:
+        return self.task.name
+
+    @property
+    def size(self) -> int:
+        return self.task.size
+
+
+def _many_staged(item: Staged, worker) -> list[dict]:
+    return [worker(part, need) for part, need in zip(item.task.parts, item.needs)]
+
+
 def run(stage: str, parts: Sequence[Part], do: Do, mapper: Mapper, log: Callable[[str], None],
-        sink: Sink | None = None) -> tuple[list[dict], int]:
-    """Every part's marker, in part order, and how many were already done."""
+        sink: Sink | None = None, staging: "Staging | None" = None,
+        inputs: "Callable[[Part], list] | None" = None) -> tuple[list[dict], int]:
+    """Every part's marker, in part order, and how many were already done. With `staging`, parts
+    run on workers that share only its store (shardline.data.staging); `inputs(part)` says what
+    each reads: [(path, byte span or None)]."""
     progress = Progress(stage, len(parts), sum(p.size for p in parts), log, sink=sink)
     markers: list[dict | None] = [None] * len(parts)
     tasks: list[list[int]] = []
     where: dict[str, list[int]] = {}
+    record = staging and st.Record(staging)
     for i, part in enumerate(parts):
         markers[i] = finished(part)
+        if markers[i] is None and staging is not None and (m := st.finished_in_store(staging, part)) is not None:
+            markers[i] = st.take(staging, part, m, record)  # a worker finished it; the driver did not take it
         if markers[i] is not None:
             progress.advance(part.size, skipped=True)
         elif part.group is not None and part.group in where:
@@ -108,11 +136,24 @@ def run(stage: str, parts: Sequence[Part], do: Do, mapper: Mapper, log: Callable
             if part.group is not None:
                 where[part.group] = tasks[-1]
 
-    def on_done(j: int, _markers: list) -> None:  # progress only: the results come back in order below
-        for i in tasks[j]:
+    items = [Task(tuple(parts[i] for i in t)) for t in tasks]
+    fn: Callable = functools.partial(_many, do=do)
+    if staging is not None and tasks:
+        needs = {i: inputs(parts[i]) for t in tasks for i in t}  # type: ignore[misc]
+        st.put_inputs(staging, [f for need in needs.values() for f, _ in need], record)
+        record.save()
+        fn = functools.partial(_many_staged, worker=st.Worker(staging, do))
+        items = [Staged(task, tuple(needs[i] for i in t)) for task, t in zip(items, tasks)]
+
+    def on_done(j: int, got: list) -> None:  # progress, and the driver takes staged parts as they finish
+        for i, marker in zip(tasks[j], got):
+            if staging is not None:
+                st.take(staging, parts[i], marker, record)
             progress.advance(parts[i].size)
 
-    done = mapper(functools.partial(_many, do=do), [Task(tuple(parts[i] for i in t)) for t in tasks], on_done=on_done)
+    done = mapper(fn, items, on_done=on_done)
+    if staging is not None:
+        record.save()
     for task, got in zip(tasks, done):
         for i, marker in zip(task, got):
             markers[i] = marker

@@ -34,8 +34,8 @@ import numpy as np
 from shardline.core import chaos, fsio, shardformat
 from shardline.core.config import Params, Source
 from shardline.core.errors import BadInput, ShardCorrupt
-from shardline.core.layout import TOKEN_PARTS, Layout, shard_name, side_dir, staged_of
-from shardline.data import frame
+from shardline.core.layout import SIDES, TOKEN_PARTS, Layout, shard_name, side_dir, staged_of
+from shardline.data import frame, staging
 from shardline.core.parallel import Mapper, thread_map
 from shardline.core.progress import Progress, Sink
 
@@ -133,9 +133,78 @@ def shard_source(source: Source, params: Params, layout: Layout) -> tuple[dict, 
     return {**index, "val": val}, written + val_written
 
 
+def _token_files(tok_dir: Path, layout: Layout) -> list[Path]:
+    """A token folder's index and the parts it lists."""
+    return [shardformat.index_of(tok_dir), *(tok_dir / p["file"] for p in _token_index(tok_dir, layout)["parts"])]
+
+
 def _token_index(tok_dir: Path, layout: Layout) -> dict:
     return shardformat.read_index(tok_dir, ": the tokenize stage did not finish (it was killed or the disk filled "
                                   "while it rewrote the parts); re-run 'dvc repro tokenize'", show=layout.rel)
+
+
+class StagedShards:
+    """shard_source on a worker that shares only a store with the driver (shardline.data.staging):
+    the source's token folders fetched into scratch, its shards made there and put in the store,
+    each side's index.json after its shards, the training side's last."""
+
+    def __init__(self, staged: staging.Staging, params: Params):
+        self.staged, self.params = staged, params
+
+    def __call__(self, source: Source) -> tuple[dict, int]:
+        st, fs = self.staged, self.staged.fs()
+        here, driver = staging.scratch(f"shard-{source.name}"), Layout.at(self.staged.root)
+        mine = Layout.at(here)
+        try:
+            for side in SIDES:
+                tok_dir, local = driver.tokens_of(source.name, side), mine.tokens_of(source.name, side)
+                staging.fetch(fs, st.remote(shardformat.index_of(tok_dir)), shardformat.index_of(local))
+                for p in fsio.read_json(shardformat.index_of(local))["parts"]:
+                    staging.fetch(fs, st.remote(tok_dir / p["file"]), local / p["file"])
+            index, written = shard_source(source, self.params, mine)
+            for side, ix in (("val", index["val"]), ("train", index)):  # shards, then their index
+                out, there = mine.shards_of(source.name, side), driver.shards_of(source.name, side)
+                try:  # what the store's index vouches for is in place: a shard it lists alike is not put again
+                    before = shardformat.parse_index(fs.cat_file(st.remote(shardformat.index_of(there))), there)
+                except (FileNotFoundError, ValueError, BadInput):
+                    before = {"shards": []}
+                held = {(s["file"], s["bytes"], s["sha256"]) for s in before["shards"]}
+                changed = [s for s in ix["shards"] if (s["file"], s["bytes"], s["sha256"]) not in held]
+                if changed and before["shards"]:  # no index may vouch for a mix of old and new, here either
+                    fs.rm(st.remote(shardformat.index_of(there)))
+                for s in changed:
+                    staging.put(fs, out / s["file"], st.remote(there / s["file"]))
+                if before != fsio.read_json(shardformat.index_of(out)):
+                    staging.put(fs, shardformat.index_of(out), st.remote(shardformat.index_of(there)))
+            return index, written
+        finally:
+            staging.shutil.rmtree(here, ignore_errors=True)
+
+
+def _take(staged: staging.Staging, source: str, index: dict, layout: Layout) -> None:
+    """A worker's shards into data/shards/<source>, switched as _pack switches them: a shard whose
+    bytes differ fetched whole beside it (.next) and checked against its sha256, then the index
+    removed, the shards renamed and the index written, for each side."""
+    fs, out_dir, keep = staged.fs(), layout.shards / source, set()
+    for side, ix in (("val", index["val"]), ("train", {k: v for k, v in index.items() if k != "val"})):
+        where = side_dir(out_dir, side)
+        where.mkdir(parents=True, exist_ok=True)
+        moves = []
+        for s in ix["shards"]:
+            path = where / s["file"]
+            if not (path.is_file() and path.stat().st_size == s["bytes"] and fsio.sha256_file(path) == s["sha256"]):
+                staging.fetch(fs, staged.remote(path), staged_of(path))
+                if fsio.sha256_file(staged_of(path)) != s["sha256"]:
+                    raise ShardCorrupt(f"{staged.remote(path)}: its bytes are not those its index names; the store "
+                                       "changed under the stage: re-run 'dvc repro shard'")
+                moves.append((staged_of(path), path))
+        if moves:
+            shardformat.remove_index(where)
+            for nxt, path in moves:
+                os.replace(nxt, path)
+            fsio.fsync_dir(where)
+        keep |= {where / s["file"] for s in ix["shards"]} | {shardformat.write_index(where, ix)}
+    frame.sweep(out_dir, keep)
 
 
 def run(params: Params, layout: Layout, log: Log = print, mapper: Mapper = thread_map,
@@ -144,8 +213,20 @@ def run(params: Params, layout: Layout, log: Log = print, mapper: Mapper = threa
     fsio.prune_dirs(layout.shards, {s.name for s in params.sources})
     sizes = [sum(f.stat().st_size for f in (layout.tokens / s.name).rglob(TOKEN_PARTS)) for s in params.sources]
     progress = Progress("shard", len(params.sources), sum(sizes), log, what="sources", sink=sink)
-    results = mapper(functools.partial(shard_source, params=params, layout=layout), params.sources,
-                     on_done=lambda i, _: progress.advance(sizes[i]))
+    fn: Callable = functools.partial(shard_source, params=params, layout=layout)
+    if (staged := staging.of(params, layout)) is not None:  # the token folders in the store, shards back from it
+        record = staging.Record(staged)
+        staging.put_inputs(staged, [f for s in params.sources for side in SIDES
+                                    for f in _token_files(side_dir(layout.tokens / s.name, side), layout)], record)
+        record.save()
+        fn = StagedShards(staged, params)
+
+    def on_done(i: int, result: tuple[dict, int]) -> None:
+        if staged is not None:
+            _take(staged, params.sources[i].name, result[0], layout)
+        progress.advance(sizes[i])
+
+    results = mapper(fn, params.sources, on_done=on_done)
     done = {s.name: r for s, r in zip(params.sources, results)}
     for name, (ix, written) in done.items():
         n = len(ix["shards"]) + len(ix["val"]["shards"])

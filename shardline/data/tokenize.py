@@ -37,11 +37,12 @@ from typing import Callable, Iterator
 import numpy as np
 
 from shardline.core import fsio, shardformat
-from shardline.data import frame, tokenizer
+from shardline.data import frame, staging, tokenizer
 from shardline.data.clean import stage as clean
 from shardline.core.config import Params
 from shardline.core.errors import BadInput
-from shardline.core.layout import CLEAN_PARTS, SIDES, Layout, side_dir, token_marker_of, token_part
+from shardline.core.layout import (CLEAN_PARTS, SIDES, Layout, clean_marker_of, clean_split_of, selection_of, side_dir,
+                                   token_marker_of, token_part)
 from shardline.core.parallel import Mapper, thread_map
 from shardline.core.progress import Sink
 
@@ -170,20 +171,26 @@ class Recipe:
     backend: str  # the backend the driver chose (and proved identical on its probe)
 
 
-_ENCODERS: dict[Recipe, "tokenizer.Encoder"] = {}
+_ENCODERS: dict[tuple[str, str], "tokenizer.Encoder"] = {}  # (sha256, backend) -> encoder
+_CHECKED: set[str] = set()  # tokenizer files found to hash to their recipe's sha256
 _ENCODERS_LOCK = threading.Lock()
 
 
 def encoder_for(recipe: Recipe) -> "tokenizer.Encoder":
-    """This process's encoder for `recipe`, built once (threads share it)."""
+    """This process's encoder for `recipe`, built once (threads share it). Kept by what it is,
+    not where its file lies (a worker sharing only a store fetches the file for each part); every
+    file it is asked for by is checked against the recipe's sha256 once."""
     with _ENCODERS_LOCK:
-        enc = _ENCODERS.get(recipe)
-        if enc is None:
+        if recipe.path not in _CHECKED:
             got = fsio.sha256_file(recipe.path)
             if got != recipe.sha256:
                 raise BadInput(f"{recipe.path}: sha256 {got[:12]} is not the tokenizer this stage started with "
                                f"({recipe.sha256[:12]}); was data/tokenizer changed mid-stage? re-run the stage")
-            enc = _ENCODERS[recipe] = tokenizer.Encoder.build(tokenizer.load(recipe.path), backend=recipe.backend)
+            _CHECKED.add(recipe.path)
+        enc = _ENCODERS.get((recipe.sha256, recipe.backend))
+        if enc is None:
+            enc = _ENCODERS[recipe.sha256, recipe.backend] = tokenizer.Encoder.build(tokenizer.load(recipe.path),
+                                                                                     backend=recipe.backend)
         return enc
 
 
@@ -206,6 +213,14 @@ def encode_part(part: frame.Part) -> tuple[list[Path], dict]:
             tokens += len(arr)
     return [Path(w.out)], {"tokens": tokens, "docs": docs, "sha256": fsio.sha256_file(w.out),
                            "format_version": shardformat.FORMAT_VERSION}
+
+
+def part_inputs(part: frame.Part) -> list[tuple[str, None]]:
+    """What encoding a part reads (shardline.data.staging): its clean part, the part's marker and
+    selection, the clean stage's split.json, the tokenizer."""
+    w: Work = part.work
+    return [(f, None) for f in (w.src, str(clean_marker_of(w.src)), str(selection_of(w.src)), str(clean_split_of(w.src)),
+                                w.recipe.path)]
 
 
 def _probe(parts: dict[str, list[Path]]) -> list[str]:
@@ -248,14 +263,15 @@ def run(params: Params, layout: Layout, log: Log = print, mapper: Mapper = threa
     log(f"tokenize: encoder {encoder.backend}: {encoder.reason}")
     recipe = Recipe(str(layout.tokenizer_json), tmeta["sha256"], encoder.backend)
     with _ENCODERS_LOCK:
-        _ENCODERS[recipe] = encoder  # in-process runners (threads) reuse the proven one
+        _ENCODERS[recipe.sha256, recipe.backend] = encoder  # in-process runners (threads) reuse the proven one
+        _CHECKED.add(recipe.path)
     jobs = plan(params, layout, parts, recipe, tmeta)
     for name in parts:
         layout.tokens_of(name, "val").mkdir(parents=True, exist_ok=True)
         fsio.remove_temps(layout.tokens / name)
         if any(frame.finished(j) is None for j in jobs if j.work.source == name):
             _unindex(layout.tokens / name)  # parts change in place: no index may vouch for old and new mixed
-    markers, skipped = frame.run("tokenize", jobs, encode_part, mapper, log, sink)
+    markers, skipped = frame.run("tokenize", jobs, encode_part, mapper, log, sink, staging.of(params, layout), part_inputs)
     log(f"tokenize: {len(jobs)} token part(s) of {sum(map(len, parts.values()))} clean part(s), {skipped} already "
         f"done, {len(jobs) - skipped} encoded")
     indexes = {}

@@ -23,7 +23,7 @@ PARTED = ("clean", "tokenize", "shard")
 
 
 def _project(root: Path, **parts) -> Path:
-    root.mkdir(parents=True)
+    root.mkdir(parents=True, exist_ok=True)
     src = root / "input"
     src.mkdir()
     for f in stdlib_files(24):
@@ -97,3 +97,45 @@ def test_a_worker_without_the_project_fails_the_stage_clearly(tmp_path, prefect_
     assert "No module named" in r.stderr and "pip install -e ." in r.stderr, r.stderr
     assert took < 120, took
     assert not list((root / "data").glob("clean/*/part-*.parquet"))  # nothing half-written
+
+
+_AWS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AWS_DEFAULT_REGION", "AWS_EC2_METADATA_DISABLED")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_workers_sharing_only_a_bucket_write_the_local_bytes_and_a_killed_worker_s_part_is_redone(tmp_path,
+                                                                                                 prefect_server):
+    """parts.store: two Dask workers, each in its own working directory, the driver's project
+    hidden from them (an empty tmpfs over it, in a mount namespace of their own), share only an
+    S3 bucket (moto_server) with the driver. The first dies mid-part (SIGKILL inside its second
+    clean part's parquet write, no nanny to restart it): the part is redone by the other, and every
+    file of the data half (clean parts, tokenizer, tokens, shards) is the local run's, byte for byte."""
+    from harness.s3 import BUCKET, client, moto_s3
+
+    ref = _project(tmp_path / "local")
+    _line(ref, env_for())
+    expected = _tree(ref)
+    root = tmp_path / "bucket"
+    root.mkdir()  # what the workers' tmpfs covers
+    hide = DaskCluster.can_hide()
+    with moto_s3() as s3:
+        aws = {k: s3[k] for k in _AWS}
+        fired = tmp_path / "chaos.log"
+        cluster = DaskCluster(tmp_path, env=env_for(**aws), own_dirs=True, hide=(root,) if hide else (),
+                              per_worker=[({"SHARDLINE_CHAOS": "clean.write#2", "SHARDLINE_CHAOS_LOG": str(fired)},
+                                           ["--no-nanny"])])
+        try:
+            _project(root, runner="dask", address=cluster.address, store=f"s3://{BUCKET}/line")
+            _line(root, {**prefect_server, **aws})
+        finally:
+            cluster.close()
+        keys = {o["Key"] for page in client(s3).get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix="line/")
+                for o in page.get("Contents", [])}
+    assert _tree(root) == expected
+    assert "clean.write" in fired.read_text()  # the first worker died mid-part
+    shards = {k for k in expected if k.startswith("data/shards/")}
+    assert shards and {f"line/{k}" for k in shards} <= keys  # the workers wrote them there
+    assert not list(tmp_path.glob("dask-worker-1/.shardline-parts/*"))  # the survivor's scratch is cleaned up
+    if not hide:
+        pytest.skip("ran, but could not hide the project from the workers here (unshare needs root)")

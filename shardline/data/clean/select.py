@@ -36,7 +36,7 @@ from shardline.core.config import Params
 from shardline.core.layout import selection_of, signatures_marker_of, signatures_of
 from shardline.core.parallel import Mapper
 from shardline.core.progress import Sink
-from shardline.data import frame
+from shardline.data import frame, staging
 from shardline.data.clean import minhash, split
 
 Log = Callable[[str], None]
@@ -67,14 +67,14 @@ def sign_plan(parts: list[frame.Part], params: Params) -> list[frame.Part]:
                        (p.work.out, cfg)) for p in parts]
 
 
-def near_clusters(parts: list[frame.Part], params: Params, log: Log, mapper: Mapper,
-                  sink: Sink | None) -> tuple[dict[int, int], list[frame.Part]]:
+def near_clusters(parts: list[frame.Part], params: Params, log: Log, mapper: Mapper, sink: Sink | None,
+                  staged: "staging.Staging | None" = None) -> tuple[dict[int, int], list[frame.Part]]:
     """(global number -> cluster root for clustered documents, the signature parts)."""
     cfg = params.clean.near_dedup
     if cfg is None:
         return {}, []
     signing = sign_plan(parts, params)
-    _, skipped = frame.run("minhash", signing, _sign, mapper, log, sink)
+    _, skipped = frame.run("minhash", signing, _sign, mapper, log, sink, staged, lambda p: [(p.work[0], None)])
     roots = minhash.clusters([signatures_of(p.work.out) for p in parts], cfg.bands, cfg.memory_mb)
     log(f"clean: near_dedup: {len(signing) - skipped} part(s) signed, {len(set(roots.values()))} cluster(s) "
         f"of {len(roots)} document(s)")
@@ -126,13 +126,14 @@ class _Pass:
         return [self.parts[g >> 32].name, g & 0xFFFFFFFF]
 
 
-def select(parts: list[frame.Part], params: Params, log: Log, mapper: Mapper,
-           sink: Sink | None = None) -> tuple[dict[str, split.Threshold], dict]:
-    """The held-out split, then dedup and near-dedup; one selection per part. Returns the
-    thresholds and the near_dedup summary ({} when off)."""
+def select(parts: list[frame.Part], params: Params, log: Log, mapper: Mapper, sink: Sink | None = None,
+           staged: "staging.Staging | None" = None) -> tuple[dict[str, split.Threshold], dict]:
+    """The held-out split, then dedup and near-dedup; one selection per part (the signatures on
+    workers that share only `staged`'s store, when given). Returns the thresholds and the
+    near_dedup summary ({} when off)."""
     thresholds = {s.name: split.threshold((_columns(p, "u")["u"] for p in parts if p.work.source.name == s.name),
                                           params.eval) for s in params.sources}
-    roots, signing = near_clusters(parts, params, log, mapper, sink)
+    roots, signing = near_clusters(parts, params, log, mapper, sink, staged)
     run = _Pass(parts, roots, params.clean.dedup)
     ctx = context(parts, params)
     held: dict[str, tuple[list[int], dict]] = {}

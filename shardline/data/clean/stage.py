@@ -31,6 +31,7 @@ Design: docs/architecture.md (The stage frame; Curation; Data contracts: Clean p
 from __future__ import annotations
 
 import hashlib
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
@@ -46,7 +47,7 @@ from shardline.core.layout import (Layout, clean_marker_of, clean_part_name, cle
                                    index_meta_of, selection_of)
 from shardline.core.parallel import Mapper, process_map
 from shardline.core.progress import Sink
-from shardline.data import download, frame, grouping, readers
+from shardline.data import compressed, download, frame, grouping, readers, staging
 from shardline.data.clean import dropped, inputs, ruleset, rules, select, split, urls
 from shardline.data.clean.settings import Clean
 from shardline.data.clean.verdict import Drop
@@ -102,6 +103,21 @@ def plan(params: Params, layout: Layout, known: dict | None = None) -> list[fram
                                          given.index),
                                     group=f"{source.name}/{cut[0]}" if cut else None))
     return parts
+
+
+def part_inputs(part: frame.Part) -> list[tuple[str, tuple[int, int] | None]]:
+    """What cleaning a part reads (shardline.data.staging): its raw files (a plain file's span as
+    its byte range: a compressed one is decoded from its start) and the rules' own files."""
+    w: Work = part.work
+    out: list[tuple[str, tuple[int, int] | None]] = []
+    for rel, _sha, span in w.files:
+        path = Path(w.raw_dir, rel)
+        out.append((str(path), None if span[1] < 0 or compressed.codec(path) else (span[0], span[1])))
+    if w.blocklist:
+        out.append((w.blocklist[0], None))
+    if w.index:
+        out += [(w.index, None), (str(index_meta_of(w.index)), None)]
+    return out
 
 
 def part_meta(path: str | Path) -> dict | None:
@@ -259,10 +275,13 @@ def run(params: Params, layout: Layout, log: Log = print, mapper: Mapper = proce
     parts = plan(params, layout, {**grouping.load_spans(layout), "new": known})
     spans = grouping.save_spans(layout, known)  # only the spans of today's files: what no plan needs goes
     indexes = {p for p in (inputs.build_index(params.clean_for(s), layout, log) for s in params.sources) if p}
-    markers, skipped = frame.run("clean", parts, clean_part, mapper, log, sink)
-    log(f"clean: {len(parts)} part(s), {skipped} already done, {len(parts) - skipped} cleaned")
+    staged = staging.of(params, layout)
+    t0 = time.perf_counter()
+    markers, skipped = frame.run("clean", parts, clean_part, mapper, log, sink, staged, part_inputs)
+    log(f"clean: {len(parts)} part(s), {skipped} already done, {len(parts) - skipped} cleaned in "
+        f"{time.perf_counter() - t0:.2f}s")
     check_bad_fraction(_summarise(parts, markers, params), params, layout)  # judged on input, before the split
-    thresholds, near = select.select(parts, params, log, mapper, sink)
+    thresholds, near = select.select(parts, params, log, mapper, sink, staged)
     samples = dropped.write(parts, params, layout, dropped_sample_of)
     outs = [Path(p.work.out) for p in parts]
     frame.sweep(layout.clean, {f for o in outs for f in (o, clean_marker_of(o), selection_of(o), dropped_sample_of(o))}
