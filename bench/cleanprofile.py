@@ -26,15 +26,19 @@ from pathlib import Path
 WEB = {"language": {}, "gopher_repetition": {}, "gopher_quality": {}, "c4": {}, "fineweb": {}}
 
 
-def _profile(tree: str, root: str) -> dict:
-    """In a child whose sys.path starts with `tree`: clean the project's first part, timed by piece."""
+def _profile(tree: str, root: str, warm: bool = False) -> dict:
+    """In a child whose sys.path starts with `tree`: clean the project's first part, timed by piece
+    (`warm`: its second, after the first untimed, as a worker's later parts run)."""
     sys.path.insert(0, tree)
     config, layout_mod = importlib.import_module("shardline.core.config"), importlib.import_module("shardline.core.layout")
     stage, rules = importlib.import_module("shardline.data.clean.stage"), importlib.import_module("shardline.data.clean.rules")
     readers, words = importlib.import_module("shardline.data.readers"), importlib.import_module("shardline.data.clean.words")
     pq = importlib.import_module("pyarrow.parquet")
     params, layout = config.load(Path(root) / "params.yaml"), layout_mod.Layout.at(root)
-    part = stage.plan(params, layout)[0]
+    parts = stage.plan(params, layout)
+    part = parts[1 if warm else 0]
+    if warm:
+        stage.clean_part(parts[0])
     spent: dict[str, float] = {}
     current = [None]  # the rule running now: the words it asks for first are taken out of its time
 
@@ -107,17 +111,17 @@ def _profile(tree: str, root: str) -> dict:
     return {"wall": wall, "mb": stats["bytes_in"] / 1e6, "docs": stats["docs_in"], "spent": spent, "start": start}
 
 
-def profile(tree: Path, corpus: Path) -> dict:
+def profile(tree: Path, corpus: Path, warm: bool = False, part_mb: float = 64) -> dict:
     from bench import data as bd
 
-    root = bd.project(corpus, tree)
+    root = bd.project(corpus, tree, part_mb=part_mb)
     p = bd.yaml.safe_load((root / "params.yaml").read_text())
     p["clean"].update(WEB)
     (root / "params.yaml").write_text(bd.yaml.safe_dump(p, sort_keys=False))
     bd.run_stage(root, "download", tree)
     try:
         with ProcessPoolExecutor(1) as ex:
-            return ex.submit(_profile, str(tree), str(root)).result()
+            return ex.submit(_profile, str(tree), str(root), warm).result()
     finally:
         bd.shutil.rmtree(root, ignore_errors=True)
 
@@ -139,11 +143,12 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--mb", type=float, default=64)
     ap.add_argument("--baseline", default="881c38e", help="the engine commit to profile beside this tree ('' for none)")
+    ap.add_argument("--warm", action="store_true", help="profile a worker's second part (its first untimed)")
     a = ap.parse_args(argv)
-    corpus = bd.corpus(a.mb / 1000, 0)[0]
-    found = {"this tree": profile(bd.REPO, corpus)}
+    corpus = bd.corpus(2 * a.mb / 1000 if a.warm else a.mb / 1000, 0)[0]
+    found = {"this tree": profile(bd.REPO, corpus, a.warm, a.mb)}
     if a.baseline and (tree := bd.baseline(a.baseline)) is not None:
-        found[f"engine {a.baseline}"] = profile(tree, corpus)
+        found[f"engine {a.baseline}"] = profile(tree, corpus, a.warm, a.mb)
     for name, r in found.items():
         print("\n".join(table(name, r)) + "\n")
     return found

@@ -436,3 +436,54 @@ def test_ngram_measures_are_datatroves_functions(words, n):
     cps = ts.code_points(text)
     assert ts.dup_ngram_chars(cps, starts, ends, np.array([n, n + 1], np.int64)).tolist() == [
         find_all_duplicate(words, n), find_all_duplicate(words, n + 1)]
+
+
+_LINES = st.lists(st.sampled_from(["a", "b", "ab", " ", "\t", "\n", "\n\n", "\r", "\r\n", "\x0b", "\x85", "\u00a0",
+                                   "\ufffd", "\x07", "\x9b", "é", "a b", "\u2028", "x" * 30]), max_size=40).map("".join)
+
+
+@settings(max_examples=500, deadline=None)
+@given(_LINES)
+def test_line_measures_are_the_python_they_replace(text):
+    """lines.py against the splits it replaces: datatrove's paragraphs and lines with its
+    find_duplicates, and the basic rules' own measures."""
+    from datatrove.pipeline.filters.gopher_repetition_filter import find_duplicates
+
+    from shardline.data.clean import basic, lines
+
+    for k, strip, pattern in ((2, True, r"\n{2,}"), (1, False, r"\n+")):
+        pieces = re.split(pattern, text.strip() if strip else text)
+        assert lines.piece_duplicates(text, k, strip) == (len(pieces), *find_duplicates(pieces))
+    stripped = [ln for ln in map(str.strip, text.split("\n")) if ln]
+    longest, n, repeats, letters, spaces, fffd, changes_ws, changes_ctl = lines.line_stats(text)
+    assert longest == max(map(len, text.split("\n")))
+    assert (n, n - repeats) == (len(stripped), len(set(stripped)))
+    assert (letters, spaces) == (len(re.findall(basic.LETTER, text)), len(re.findall(basic.SPACE, text)))
+    assert fffd == text.count("\ufffd")
+    ws = text.replace("\r\n", "\n").replace("\r", "\n")
+    ws = re.sub(r"\n{4,}", "\n\n\n", re.sub(r"[ \t]+\n", "\n", ws)).rstrip().lstrip("\n")
+    assert changes_ws == (ws != text)
+    assert changes_ctl == (basic._CONTROL.sub("", text) != text)
+
+
+def _whitespace_by_python(text: str) -> str:
+    """The whitespace rule as it was written in Python, before it was compiled."""
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    if " \n" in text or "\t\n" in text:
+        lines = text.split("\n")
+        last = lines.pop()
+        text = "\n".join([ln.rstrip(" \t") for ln in lines] + [last])
+    if "\n\n\n\n" in text:
+        text = re.sub(r"\n{4,}", "\n\n\n", text)
+    return text.rstrip().lstrip("\n")
+
+
+@settings(max_examples=800, deadline=None)
+@given(_LINES)
+def test_the_compiled_whitespace_rule_is_the_python_one(text):
+    from shardline.data.clean import basic
+
+    out = basic.whitespace(text)
+    assert out == _whitespace_by_python(text)
+    assert (out is text) == (out == text)  # unchanged: the same object, as before

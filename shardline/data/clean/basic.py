@@ -21,11 +21,10 @@ import numba
 import numpy as np
 from pydantic import Field
 
+from shardline.data.clean import lines as ls
 from shardline.data.clean.verdict import Drop, RuleEntry
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
-_C1 = re.compile(rb"\xc2[\x80-\x9f]")  # U+0080-U+009F in UTF-8
-_MANY_BLANK = re.compile(r"\n{4,}")
 LETTER = r"[^\W\d_]"  # what min_alpha_fraction counts as a letter, and as whitespace: re's own classes
 SPACE = r"\s"
 
@@ -46,7 +45,7 @@ def _classes() -> tuple[np.ndarray, np.ndarray]:
 
 
 @functools.cache
-def _table() -> np.ndarray:
+def re_table() -> np.ndarray:
     """Per code point: 1 for a LETTER, 2 for a SPACE, as re decides (`_classes`)."""
     letter, space = _classes()
     return letter.astype(np.uint8) | (space.astype(np.uint8) << 1)
@@ -65,7 +64,7 @@ def _count(cps, table):
 def letters_and_spaces(text: str) -> tuple[int, int]:
     """What min_alpha_fraction counts: letters and spaces as re's classes have them, from one
     table lookup per character (compiled: ~20x re.findall, the same numbers)."""
-    letters, spaces = _count(np.frombuffer(text.encode("utf-32-le", "surrogatepass"), np.uint32), _table())
+    letters, spaces = _count(np.frombuffer(text.encode("utf-32-le", "surrogatepass"), np.uint32), re_table())
     return int(letters), int(spaces)
 
 
@@ -78,29 +77,15 @@ class Normalize:
         return text if unicodedata.is_normalized(self.form, text) else unicodedata.normalize(self.form, text)
 
 
-_CONTROL_ASCII = bytes([*range(0x09), 0x0b, 0x0c, *range(0x0e, 0x20), 0x7f])
-
-
 def strip_control(text: str) -> str:
     """Control characters other than \\t \\n \\r (CR is handled by the whitespace rule)."""
-    # bytes.translate finds ASCII controls ~5x faster than a search; in UTF-8, \x80-\x9f are \xc2 \x80-\x9f
-    data = text.encode("utf-8", "surrogatepass")
-    if len(data.translate(None, _CONTROL_ASCII)) == len(data) and (b"\xc2" not in data or not _C1.search(data)):
-        return text
-    return _CONTROL.sub("", text)
+    return _CONTROL.sub("", text) if ls.line_stats(text)[7] else text  # most texts hold none
 
 
 def whitespace(text: str) -> str:
-    # each substitution only when a cheap test says it can match: most documents need none
-    if "\r" in text:
-        text = text.replace("\r\n", "\n").replace("\r", "\n")
-    if " \n" in text or "\t\n" in text:  # [ \t]+ before each \n, as a regex would: 5x faster by lines
-        lines = text.split("\n")
-        last = lines.pop()
-        text = "\n".join([ln.rstrip(" \t") for ln in lines] + [last])
-    if "\n\n\n\n" in text:
-        text = _MANY_BLANK.sub("\n\n\n", text)
-    return text.rstrip().lstrip("\n")
+    """CRLF and CR to LF, spaces and tabs before each LF out, at most three LFs in a row, then
+    rstrip() and lstrip("\\n"); compiled (lines.whitespace: the regular expressions' result)."""
+    return ls.whitespace(text)
 
 
 @dataclass(frozen=True)
@@ -127,12 +112,7 @@ class MaxLineChars:
     name = "max_line_chars"
 
     def __call__(self, text: str) -> "str | Drop":
-        # a line of 2b or more characters holds a whole aligned block of b = (n + 1) // 2: when
-        # every whole block has a newline, no line is longer than 2b - 1 <= n
-        b = max((self.n + 1) // 2, 1)
-        if all(text.find("\n", i, i + b) >= 0 for i in range(0, len(text) - b + 1, b)):
-            return text
-        longest = max(map(len, text.split("\n")))
+        longest = ls.line_stats(text)[0]  # of text.split("\n")
         return text if longest <= self.n else Drop(self.name, longest, self.n)
 
 
@@ -144,10 +124,10 @@ class RepeatedLines:
     name = "max_repeated_line_fraction"
 
     def __call__(self, text: str) -> "str | Drop":
-        lines = [ln for ln in map(str.strip, text.split("\n")) if ln]
-        if not lines:
+        _, n, repeats, *_ = ls.line_stats(text)  # non-blank stripped lines, and repeats among them
+        if not n:
             return text
-        repeated = 1 - len(set(lines)) / len(lines)
+        repeated = 1 - (n - repeats) / n
         return text if repeated <= self.limit else Drop(self.name, round(repeated, 4), self.limit)
 
 
@@ -157,7 +137,7 @@ class AlphaFraction:
     name = "min_alpha_fraction"
 
     def __call__(self, text: str) -> "str | Drop":
-        letters, spaces = letters_and_spaces(text)
+        letters, spaces = ls.line_stats(text)[3:5]
         visible = len(text) - spaces
         if visible == 0 or letters / visible >= self.limit:
             return text
@@ -170,7 +150,7 @@ class ReplacementFraction:
     name = "max_replacement_fraction"
 
     def __call__(self, text: str) -> "str | Drop":
-        share = text.count("\ufffd") / len(text) if text else 0.0
+        share = ls.line_stats(text)[5] / len(text) if text else 0.0
         return text if share <= self.limit else Drop(self.name, round(share, 4), self.limit)
 
 

@@ -37,12 +37,16 @@ class Samples:
         self.k = k
         self.heaps: dict[str, list] = {}
 
+    def wants(self, rule: str, u: int) -> bool:
+        """Whether a document of hash `u` dropped by `rule` may enter its sample (else its row
+        need not be made)."""
+        heap = self.heaps.get(rule)
+        return bool(self.k) and (heap is None or len(heap) < self.k or -u >= heap[0][0])
+
     def offer(self, rule: str, u: int, row: dict) -> None:
-        if not self.k:
+        if not self.wants(rule, u):
             return
         heap = self.heaps.setdefault(rule, [])
-        if len(heap) >= self.k and -u < heap[0][0]:  # above every kept hash: it cannot enter
-            return
         # a max-heap of the k lowest: the root is the first to go. Two documents may share an id
         # (a URL crawled twice): their content breaks the tie, so rows are never compared as dicts
         item = (-u, row["id"], json.dumps(row, sort_keys=True, default=str), row)

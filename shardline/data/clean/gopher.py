@@ -16,11 +16,13 @@ from dataclasses import dataclass
 from operator import methodcaller
 from typing import Annotated
 
+import numba
 import numpy as np
 from pydantic import Field, model_validator
 
 from shardline.core.section_base import _Section
 from shardline.data.clean import ruleset as rs
+from shardline.data.clean import lines as ls
 from shardline.data.clean import textstats as ts
 from shardline.data.clean import wordtable as wd
 from shardline.data.clean.ruleset import RuleSet
@@ -119,46 +121,66 @@ class GopherRepetitionRule(RuleSet):
         grams = tuple(f"{self.name}.{f}.{n}" for f in ("top_n_grams", "dup_n_grams") for n, _ in getattr(self.cfg, f) or ())
         return (f"{self.name}.empty", *super().checks, *grams)
 
+    @functools.cached_property
+    def _arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+        """The n-gram checks' n and limits as the compiled measures take them, and whether a
+        paragraph or line check is on (made once)."""
+        c = self.cfg
+        tops, dups = c.top_n_grams or (), c.dup_n_grams or ()
+        return (np.array([n for n, _ in tops], np.int64), np.array([x for _, x in tops], np.float64),
+                np.array([n for n, _ in dups], np.int64), any(getattr(c, f) is not None for f in self.FIELDS))
+
     def __call__(self, text: str) -> str | Drop:
         c, chars = self.cfg, len(text)
         if not chars:
             return self.drop("empty", 0, 1)
-        for kind, split in (("para", ts.paragraphs), ("line", ts.lines)):
+        w = rs.words(text)
+        top_ns, top_limits, dup_ns, lines_on = self._arrays
+        found, tops, dups = _measures(w.cps, ts.classes(), w.ids, w.starts, w.ends, w.flags, top_ns, top_limits,
+                                      dup_ns, chars, lines_on)
+        found = found.tolist()
+        for at, kind in enumerate(("para", "line")):  # datatrove's \n{2,} of the stripped text, then \n+
+            parts, n, dup_chars = found[3 * at:3 * at + 3]
             frac, char_frac = getattr(c, f"dup_{kind}_frac"), getattr(c, f"dup_{kind}_char_frac")
-            if frac is not None or char_frac is not None:
-                parts = split(text)
-                n, dup_chars = ts.duplicates(parts)
-                if frac is not None and n / len(parts) > frac:
-                    return self.drop(f"dup_{kind}_frac", n / len(parts), frac)
-                if char_frac is not None and dup_chars / chars > char_frac:
-                    return self.drop(f"dup_{kind}_char_frac", dup_chars / chars, char_frac)
-        if c.top_n_grams or c.dup_n_grams:
-            w = rs.words(text)
-            for (n, limit), share in zip(c.top_n_grams or (), _tops(text, w, c.top_n_grams or ())):
-                if share > limit:
-                    return self.drop(f"top_n_grams.{n}", share, limit)
-            ns = np.array([n for n, _ in c.dup_n_grams or ()], np.int64)
-            for (n, limit), dup in zip(c.dup_n_grams or (), ts.dup_ngram_chars(w.cps, w.starts, w.ends, ns).tolist()):
-                if dup / chars > limit:
-                    return self.drop(f"dup_n_grams.{n}", dup / chars, limit)
+            if frac is not None and n / parts > frac:
+                return self.drop(f"dup_{kind}_frac", n / parts, frac)
+            if char_frac is not None and dup_chars / chars > char_frac:
+                return self.drop(f"dup_{kind}_char_frac", dup_chars / chars, char_frac)
+        if c.top_n_grams and tops.size == 0:  # a word holds whitespace: ids no longer tell n-grams apart
+            tops = _tops_by_strings(text, w, c.top_n_grams)
+        for (n, limit), share in zip(c.top_n_grams or (), tops.tolist()):
+            if share > limit:
+                return self.drop(f"top_n_grams.{n}", share, limit)
+        for (n, limit), dup in zip(c.dup_n_grams or (), dups.tolist()):
+            if dup / chars > limit:
+                return self.drop(f"dup_n_grams.{n}", dup / chars, limit)
         return text
 
 
-def _tops(text: str, w, grams: NGrams) -> list[float]:
-    """Each top n-gram's share, counted by word ids; or, where a word holds whitespace (spaCy
-    joined a run of spans), by " ".join as datatrove does (ids no longer tell every n-gram apart)."""
-    if not grams:
-        return []
-    if not (w.flags & wd.HAS_SPACE).any():
-        ns, limits = (np.array(x) for x in zip(*grams))
-        return ts.top_ngrams(w.ids, w.ends - w.starts, ns.astype(np.int64), limits.astype(np.float64),
-                             len(text)).tolist()
+@numba.njit(cache=True)
+def _measures(cps, classes, ids, starts, ends, flags, top_ns, top_limits, dup_ns, chars, lines_on):
+    """Everything the rule set measures, in one call: (paragraphs, repeats, their characters,
+    lines, repeats, characters; the top n-gram shares, none where a word holds whitespace; the
+    duplicate n-grams' characters)."""
+    found = ls.pieces(cps, classes) if lines_on else np.ones(6, np.int64)
+    spaced = False
+    for i in range(flags.size):
+        spaced |= (flags[i] & wd.HAS_SPACE) != 0
+    tops = np.empty(0, np.float64)
+    if not spaced and top_ns.size:
+        tops = ts.top_ngrams(ids, ends - starts, top_ns, top_limits, chars)
+    return found, tops, ts.dup_ngram_chars(cps, starts, ends, dup_ns)
+
+
+def _tops_by_strings(text: str, w, grams: NGrams) -> np.ndarray:
+    """Each top n-gram's share by " ".join, as datatrove counts them (where a word holds whitespace,
+    after spaCy joined a run of spans)."""
     words, out = w.strings(text), []
     for n, _ in grams:
         counts = Counter(" ".join(words[i:i + n]) for i in range(len(words) - n + 1))
         gram, count = counts.most_common(1)[0] if counts else ("", 0)
         out.append(count * len(gram) / len(text) if counts else -1.0)
-    return out
+    return np.array(out, np.float64)
 
 
 @dataclass(frozen=True)
@@ -172,8 +194,7 @@ class GopherQualityRule(RuleSet):
         c = self.cfg
         w = rs.words(text)
         n_words = w.starts.size
-        kept = (w.flags & wd.NONSYMBOL) != 0  # words not made of punctuation alone
-        n, length = int(np.count_nonzero(kept)), int((w.ends - w.starts)[kept].sum())
+        n, length, alpha = _counts(w.starts, w.ends, w.flags)  # words not made of punctuation alone; with a letter
         if c.min_doc_words is not None and n < c.min_doc_words:
             return self.drop("min_doc_words", n, c.min_doc_words)
         if c.max_doc_words is not None and n > c.max_doc_words:
@@ -186,21 +207,35 @@ class GopherQualityRule(RuleSet):
         for symbols in (text.count("#"), ellipses) if c.max_symbol_word_ratio is not None else ():
             if ts.ratio(symbols, n_words) > c.max_symbol_word_ratio:
                 return self.drop("max_symbol_word_ratio", symbols / n_words, c.max_symbol_word_ratio)
-        lines = text.splitlines()
+        lines: list[str] | None = None
         for field, most, strip, test in (  # no more lines can qualify than the text has bullets or ellipses
                 ("max_bullet_lines_ratio", text.count("•") + text.count("-"), str.lstrip, ("startswith", ("•", "-"))),
                 ("max_ellipsis_lines_ratio", ellipses, str.rstrip, ("endswith", ("...", "…")))):
             limit = getattr(c, field)
-            if limit is not None and ts.ratio(most, len(lines)) > limit and \
+            if limit is None or not most:  # no line can qualify: the share is 0, within any limit
+                continue
+            lines = text.splitlines() if lines is None else lines
+            if ts.ratio(most, len(lines)) > limit and \
                     (share := sum(map(methodcaller(*test), map(strip, lines))) / len(lines)) > limit:
                 return self.drop(field, share, limit)
-        alpha = int(np.count_nonzero(w.flags & wd.LETTER))  # words with a letter
         if c.max_non_alpha_words_ratio is not None and n_words and alpha / n_words < c.max_non_alpha_words_ratio:
             return self.drop("max_non_alpha_words_ratio", alpha / n_words, c.max_non_alpha_words_ratio)
         if c.min_stop_words is not None and (found := ts.present(w.cps, w.starts, w.ends, *_targets(c.stop_words))) \
                 < c.min_stop_words:
             return self.drop("min_stop_words", found, c.min_stop_words)
         return text
+
+
+@numba.njit(cache=True)
+def _counts(starts, ends, flags):
+    """(words not made of punctuation alone, their characters, words holding a letter)."""
+    n = length = alpha = 0
+    for i in range(starts.size):
+        if flags[i] & wd.NONSYMBOL:
+            n += 1
+            length += ends[i] - starts[i]
+        alpha += (flags[i] & wd.LETTER) != 0
+    return n, length, alpha
 
 
 @functools.cache

@@ -145,7 +145,7 @@ def clean_part(part: frame.Part) -> tuple[list[Path], dict]:
     for rel, _sha, span in w.files:
         for doc_id, text in readers.read(Path(w.raw_dir, rel), rel, w.source, rstats, readers.Span(*span), meta):
             docs_in += 1
-            bytes_in += (size := len(raw := text.encode()))
+            bytes_in += (size := len(text) if text.isascii() else len(text.encode()))  # isascii: a flag, O(1)
             notes.clear()
             out = (w.blocklist and "url" in meta and urls.blocked(meta["url"], *w.blocklist)) or None
             if out is not None:
@@ -155,11 +155,12 @@ def clean_part(part: frame.Part) -> tuple[list[Path], dict]:
                 out = rules.apply(chain, text, counts, notes, size)
             u = split.hash_id(w.source.name, doc_id)
             if isinstance(out, Drop):
-                samples.offer(out.rule, u, {"id": doc_id, "value": out.value, "limit": out.limit,
-                                            **({"detail": out.detail} if out.detail else {}),
-                                            "head": text[:dropped.HEAD_CHARS]})
+                if samples.wants(out.rule, u):  # most drops cannot enter their sample: no row made
+                    samples.offer(out.rule, u, {"id": doc_id, "value": out.value, "limit": out.limit,
+                                                **({"detail": out.detail} if out.detail else {}),
+                                                "head": text[:dropped.HEAD_CHARS]})
                 continue
-            data = raw if out is text else out.encode()  # most documents leave the rules as they came
+            data = out.encode()
             row = {"id": doc_id, "text": out, "hash": hashlib.blake2b(data, digest_size=16).digest(),
                    "bytes": len(data), "u": u, "lang": notes.get("lang"), "lang_score": notes.get("score"),
                    "url": meta.get("url"), "date": meta.get("date")}

@@ -25,6 +25,8 @@ SPACE, PUNCTUATION, LETTER, SPACY_P, FINAL, ASCII_LETTER, ASCII_DIGIT, NOT_FASTT
 FASTTEXT_SPACE = " \n\r\t\x0b\x0c\x00"  # what fastText's tokenizer splits on
 BASE, MIX = np.uint64(0x100000001B3), np.uint64(0x9E3779B97F4A7C15)  # odd: FNV's prime, the golden ratio
 UNBASE = np.uint64(pow(int(BASE), -1, 2**64))  # BASE * UNBASE = 1 (mod 2**64)
+_POWERS = np.array([pow(int(BASE), k, 2**64) for k in range(64)], np.uint64)
+_UNPOWERS = np.array([pow(int(UNBASE), k, 2**64) for k in range(64)], np.uint64)
 
 
 @functools.cache
@@ -35,8 +37,9 @@ def classes() -> np.ndarray:
     (where str.split's spans are not fastText's tokens: whitespace to only one of them, as NUL or
     U+00A0, and surrogates, which have no UTF-8). Built once per process (~0.5 s);
     a lookup per character is ~15x faster than str methods per word."""
-    from spacy.pipeline.sentencizer import Sentencizer
+    from shardline.data.clean.words import _import_spacy
 
+    Sentencizer = _import_spacy().pipeline.sentencizer.Sentencizer
     every = list(map(chr, range(0x110000)))
     cls = np.fromiter(map(str.isspace, every), np.uint8, 0x110000)
     cls[[ord(c) for c in PUNCT_CHARS]] |= PUNCTUATION
@@ -208,41 +211,53 @@ def dup_ngram_chars(cps, starts, ends, ns):
     prefix = np.zeros(w + 1, np.uint64)
     power = np.ones(w + 1, np.uint64)
     unpower = np.ones(w + 1, np.uint64)
-    h, pw, upw = np.uint64(0), np.uint64(1), np.uint64(1)
+    cum = np.zeros(w + 1, np.int64)  # characters of words 0..i
+    up, down = _POWERS, _UNPOWERS  # BASE ** k and UNBASE ** k for short words: one multiply a character
+    h = np.uint64(0)
     for i in range(w):
-        for k in range(starts[i], ends[i]):
+        a, b = starts[i], ends[i]
+        for k in range(a, b):
             h = h * BASE + np.uint64(cps[k])
-            pw *= BASE
-            upw *= UNBASE
-        prefix[i + 1], power[i + 1], unpower[i + 1] = h, pw, upw
+        if b - a < up.size:
+            pw, upw = up[b - a], down[b - a]
+        else:
+            pw, upw = np.uint64(1), np.uint64(1)
+            for k in range(b - a):
+                pw *= BASE
+                upw *= UNBASE
+        prefix[i + 1], power[i + 1], unpower[i + 1] = h, power[i] * pw, unpower[i] * upw
+        cum[i + 1] = cum[i] + b - a
     out = np.zeros(ns.size, np.int64)
     size = 1
     while size < 2 * w + 2:
         size <<= 1
-    table = np.empty(size, np.int64)
-    held = np.empty(size, np.uint64)
+    held = np.empty(size, np.uint64)  # an n-gram's hash (0: empty; a hash of 0 is taken as 1)
+    first = np.empty(size, np.int64)  # where that n-gram was first seen
+    hs = np.empty(w + 1, np.uint64)
     for t in range(ns.size):
         n = ns[t]
         m = w - n + 1
         if m <= 0:
             continue
-        table[:] = -1
+        for i in range(m):  # every n-gram's hash first: independent, so the core overlaps them
+            hs[i] = prefix[i + n] - prefix[i] * power[i + n] * unpower[i]
+            hs[i] += hs[i] == 0
+        held[:] = 0
         idx = repeated = 0
         while idx < m:
-            h = prefix[idx + n] - prefix[idx] * power[idx + n] * unpower[idx]
+            h = hs[idx]
             at = np.int64((h * MIX) >> np.uint64(33)) & (size - 1)
             found = False
-            while table[at] != -1:
-                if held[at] == h and _same_chars(cps, starts, ends, table[at], idx, n):
+            while held[at] != 0:
+                if held[at] == h and _same_chars(cps, starts, ends, first[at], idx, n):
                     found = True
                     break
                 at = (at + 1) & (size - 1)
             if found:
-                for k in range(idx, idx + n):
-                    repeated += ends[k] - starts[k]
+                repeated += cum[idx + n] - cum[idx]
                 idx += n
             else:
-                table[at], held[at] = idx, h
+                held[at], first[at] = h, idx
                 idx += 1
         out[t] = repeated
     return out

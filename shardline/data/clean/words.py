@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import re
+import sys
 from typing import NamedTuple
 
 import numba
@@ -29,10 +30,25 @@ from shardline.data.clean import textstats, wordtable
 _LETTERS = re.compile(r"[A-Za-z]+")
 
 
+def _import_spacy():
+    """spaCy, imported without torch where torch is not imported yet: spaCy's thinc imports torch
+    when it can (1.6 s of every clean worker's start here), and a tokenizer never uses it. thinc
+    then runs without torch in this process; torch itself imports as usual afterwards."""
+    if "torch" in sys.modules or "spacy" in sys.modules:
+        import spacy
+        return spacy
+    sys.modules["torch"] = None  # type: ignore[assignment]  # `import torch` raises ImportError meanwhile
+    try:
+        import spacy
+    finally:
+        del sys.modules["torch"]
+    return spacy
+
+
 @functools.cache
 def pipeline():
     try:
-        import spacy
+        spacy = _import_spacy()
     except ImportError:
         raise ShardlineError("the quality rule sets count words as spaCy's English tokenizer does; "
                              "pip install -e . (spacy is a dependency of shardline)") from None
@@ -83,10 +99,9 @@ def _pairs() -> frozenset[tuple[str, str]]:
     """Where two spans can meet inside a match of spaCy's multi-word special cases (":" "(" of
     ":("), as the spans' words: the pattern's neighbours, and where a special case inside a span
     has already joined its words ("):" ends as ":" did), the words it made."""
-    import spacy
     from spacy.attrs import ORTH
 
-    bare = spacy.blank("en").tokenizer
+    bare = _import_spacy().blank("en").tokenizer
     bare.rules = {}  # a special case's pattern: its words without special cases, as spaCy makes it
     pairs, ends, starts = set(), {}, {}  # ends: a pattern's last word -> the last words made of it
     for special, made in pipeline().tokenizer.rules.items():
