@@ -64,7 +64,7 @@ def test_any_text_is_fasttexts(models, text):
 
 def test_a_full_token_cache_is_emptied_and_answers_stay_fasttexts(models):
     ours, _ = models
-    small = lid.Model(ours.labels, ours.arrays)
+    small = lid.Model(ours.labels, ours.inputs, ours.outputs)
     slots, keys, ids, state = small.cache
     object.__setattr__(small, "cache", (slots[:64].copy(), keys[:256].copy(), ids[:256].copy(), state.copy()))
     rng = np.random.default_rng(0)
@@ -78,3 +78,31 @@ def test_a_file_that_is_not_such_a_model_is_refused_by_name(tmp_path):
     bad.write_bytes(b"\x00" * 64)
     with pytest.raises(ShardlineError, match="lid.bin: not a fastText model"):
         lid.load(bad)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=200).map(lambda t: t.replace("\n", " ")),
+       st.lists(st.sampled_from(["en", "de", "fr", "ja", "zz", "sr", "hr"]), min_size=1, max_size=3))
+def test_judge_is_the_whole_trees_first_and_its_best_wanted(models, text, langs):
+    """What the language rule reads, from the part of the tree that can hold the top: the same
+    label, probability and best wanted probability as the whole tree's answer."""
+    ours, _ = models
+    wanted = np.array([i for i, lb in enumerate(ours.labels) if lb[9:] in langs], np.int32)
+    leaves, probs = ours.leaves(text)
+    top, prob, best = ours.judge(text, wanted)
+    assert (top, prob) == ((int(leaves[0]), float(probs[0])) if leaves.size else (-1, 0.0))
+    assert best == max((float(p) for i, p in zip(leaves.tolist(), probs) if i in wanted.tolist()), default=0.0)
+
+
+def test_a_tie_at_the_top_is_said_and_the_whole_tree_orders_it(models):
+    from shardline.data.clean import hsoftmax as hs
+
+    # two labels under one root whose sigmoid is 1/2 (zero weights): both leaves score log(1/2 + 1e-5)
+    out_rows, zero = np.zeros((1, 16), np.float32), np.zeros(16, np.float32)
+    left, right = np.array([-1, -1, 0], np.int32), np.array([-1, -1, 1], np.int32)
+    parent, height = np.array([2, 2, -1], np.int32), np.array([0, 0, 1], np.int32)
+    top, prob, tied, _ = hs.judge(zero, out_rows, left, right, parent, height, 2, np.zeros(0, np.int32))
+    ids, probs = hs.tree(zero, out_rows, left, right, 2)
+    assert tied and probs[0] == probs[1] == prob and top in ids.tolist()
+    ours, _ = models
+    assert ours._untie(top, prob, tied, 0.0, lambda: (ids, probs), None)[:2] == (int(ids[0]), float(probs[0]))

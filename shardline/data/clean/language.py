@@ -79,10 +79,19 @@ def _leaves(text: str) -> tuple[np.ndarray, np.ndarray]:
     return model().leaves(text.replace("\n", " "))
 
 
+def _judge(text: str, wanted: np.ndarray) -> tuple[int, float, float]:
+    """lid.Model.judge of the text, from its words where its spans are fastText's tokens (as _leaves)."""
+    w = words.analyse(text)
+    if w.spans is not None and not w.spans[-1, 0] and w.generation == words.table().generation:
+        return model().judge_spans(w.cps, w.spans, words.table(), wanted)
+    return model().judge(text.replace("\n", " "), wanted)
+
+
 @functools.lru_cache(maxsize=8)
 def _wanted(languages: tuple[str, ...]) -> np.ndarray:
-    """Per label number of the model: is it one of `languages`."""
-    return np.array([label.removeprefix("__label__") in languages for label in model().labels], np.bool_)
+    """The model's label numbers of `languages` (those it has)."""
+    return np.array([i for i, label in enumerate(model().labels) if label.removeprefix("__label__") in languages],
+                    np.int32)
 
 
 @dataclass(frozen=True)
@@ -92,10 +101,8 @@ class LanguageRule:
     checks = ("language",)
 
     def __call__(self, text: str) -> "Found | Drop":
-        leaves, probs = _leaves(text[:self.cfg.max_chars])
-        lang, score = (model().labels[leaves[0]].removeprefix("__label__"), float(probs[0])) if leaves.size else ("", 0.0)
-        mine = probs[_wanted(self.cfg.languages)[leaves]]
-        wanted = float(mine.max()) if mine.size else 0.0
+        top, score, wanted = _judge(text[:self.cfg.max_chars], _wanted(self.cfg.languages))
+        lang = model().labels[top].removeprefix("__label__") if top >= 0 else ""
         if wanted > self.cfg.min_score:  # datatrove's test: any wanted language above the limit
             return Found(text, lang, min(score, 1.0))
         return Drop("language", round(wanted, 4), self.cfg.min_score, f"detected {lang} ({score:.2f})")

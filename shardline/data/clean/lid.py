@@ -31,437 +31,45 @@ from pathlib import Path
 
 import numba
 import numpy as np
-from numba import types
 
 from shardline.core.errors import ShardlineError
+from shardline.data.clean import fasttext as ft
+from shardline.data.clean import hsoftmax as hs
 
 _MAGIC, _VERSION = 793712314, 12
 _HS, _SUPERVISED = 1, 3  # fastText's loss_name::hs and model_name::sup
 _EOS, _LABEL = b"</s>", b"__label__"
-_LABEL_BYTES = np.frombuffer(_LABEL, np.uint8)  # an unknown token starting so is a label, not an input
-
-
-# glibc's own, as fastText calls them (std::exp on a float, std::log on a double). The wheel binds
-# the old symbol versions (expf@GLIBC_2.2.5, log@GLIBC_2.2.5), wrappers over the same functions as
-# these: every 7th float32 of [-88, 88] (expf) and of (0, 1.5] (log) gave the same bits. As
-# numba's external functions they are bound when the code is loaded, so it can be cached.
-_expf = types.ExternalFunction("expf", types.float32(types.float32))
-_log = types.ExternalFunction("log", types.float64(types.float64))
 
 
 @numba.njit(cache=True)
-def _fnv(data, start, end, h):
-    """fastText's hash: FNV-1a over bytes read as signed chars (uint32)."""
-    for i in range(start, end):
-        b = np.uint32(data[i])
-        if b >= 128:
-            b |= np.uint32(0xFFFFFF00)
-        h = np.uint32((h ^ b) * np.uint32(16777619))
-    return h
+def _predict(data, inputs, outputs, cache):
+    return hs.tree(ft.hidden(data, *inputs, *cache), *outputs[:3], outputs[5])
 
 
 @numba.njit(cache=True)
-def _subwords(word, minn, maxn, bucket, prune, nwords, out, n_out):
-    """Dictionary::computeSubwords over `word` (the token between '<' and '>'), each n-gram's
-    bucket through the pruning map (pushHash), appended to out[n_out:]; returns the new length."""
-    size = word.size
-    for i in range(size):
-        if (word[i] & 0xC0) == 0x80:
-            continue
-        h = np.uint32(2166136261)
-        j, n = i, 1
-        while j < size and n <= maxn:
-            h = _fnv(word, j, j + 1, h)
-            j += 1
-            while j < size and (word[j] & 0xC0) == 0x80:
-                h = _fnv(word, j, j + 1, h)
-                j += 1
-            if n >= minn and not (n == 1 and (i == 0 or j == size)):
-                row = prune[np.int64(h % np.uint32(bucket))]
-                if row >= 0:
-                    out[n_out] = nwords + row
-                    n_out += 1
-            n += 1
-    return n_out
+def _predict_spans(cps, spans, slots, payload, used, inputs, outputs):
+    return hs.tree(ft.hidden_spans(cps, spans, slots, payload, used, *inputs), *outputs[:3], outputs[5])
 
 
 @numba.njit(cache=True)
-def _find(data, start, end, h, table, wbytes, wptr):
-    """Dictionary::find + word2int_: the word's id, or -1."""
-    size = table.size
-    at = np.int64(h % np.uint32(size))
-    while table[at] != -1:
-        w = table[at]
-        a, b = wptr[w], wptr[w + 1]
-        if b - a == end - start:
-            same = True
-            for k in range(end - start):
-                if wbytes[a + k] != data[start + k]:
-                    same = False
-                    break
-            if same:
-                return w
-        at = (at + 1) % size
-    return -1
+def _judge(data, inputs, outputs, cache, wanted):
+    return hs.judge(ft.hidden(data, *inputs, *cache), *outputs, wanted)
 
 
 @numba.njit(cache=True)
-def _is_space(c):
-    return c == 32 or c == 10 or c == 13 or c == 9 or c == 11 or c == 12 or c == 0
-
-
-@numba.njit(cache=True)
-def _cached(data, start, end, h, cache, keys, ids, state):
-    """The token's row ids from the per-process token cache: (where in `ids`, how many), or (-1, 0)."""
-    slots = cache.shape[0]
-    at = np.int64(h) & (slots - 1)
-    while cache[at, 0] != -1:
-        if cache[at, 1] == end - start and np.uint32(cache[at, 4]) == h:
-            k0 = cache[at, 0]
-            same = True
-            for k in range(end - start):
-                if keys[k0 + k] != data[start + k]:
-                    same = False
-                    break
-            if same:
-                return cache[at, 2], cache[at, 3]
-        at = (at + 1) & (slots - 1)
-    return -1, at
-
-
-@numba.njit(cache=True)
-def _remember(data, start, end, h, at, found, n, cache, keys, ids, state):
-    """Put a token's ids in the cache at free slot `at`; returns where they are, or -1 when the
-    cache was full and was emptied (then nothing is kept: the caller uses `found`)."""
-    if state[0] + end - start > keys.size or state[1] + n > ids.size or 2 * (state[2] + 1) > cache.shape[0]:
-        cache[:, 0] = -1
-        state[:] = 0
-        return -1
-    for k in range(end - start):
-        keys[state[0] + k] = data[start + k]
-    for k in range(n):
-        ids[state[1] + k] = found[k]
-    cache[at, 0], cache[at, 1], cache[at, 2], cache[at, 3], cache[at, 4] = state[0], end - start, state[1], n, h
-    state[0] += end - start
-    state[1] += n
-    state[2] += 1
-    return cache[at, 2]
-
-
-@numba.njit(cache=True)
-def _add_rows(hidden, rows, src, first, n):
-    """hidden[d] += rows[r, d] for each r of src[first:first + n], in order, in float32 (as
-    fastText's addRow). For 16 dimensions (lid.176's) the sums stay in registers (~25% faster than
-    the loop over d, which must store each one: numba's LLVM may not assume `hidden` and `rows` apart)."""
-    if rows.shape[1] == 16:
-        h0 = hidden[0]
-        h1 = hidden[1]
-        h2 = hidden[2]
-        h3 = hidden[3]
-        h4 = hidden[4]
-        h5 = hidden[5]
-        h6 = hidden[6]
-        h7 = hidden[7]
-        h8 = hidden[8]
-        h9 = hidden[9]
-        h10 = hidden[10]
-        h11 = hidden[11]
-        h12 = hidden[12]
-        h13 = hidden[13]
-        h14 = hidden[14]
-        h15 = hidden[15]
-        for k in range(first, first + n):
-            r = src[k]
-            h0 += rows[r, 0]
-            h1 += rows[r, 1]
-            h2 += rows[r, 2]
-            h3 += rows[r, 3]
-            h4 += rows[r, 4]
-            h5 += rows[r, 5]
-            h6 += rows[r, 6]
-            h7 += rows[r, 7]
-            h8 += rows[r, 8]
-            h9 += rows[r, 9]
-            h10 += rows[r, 10]
-            h11 += rows[r, 11]
-            h12 += rows[r, 12]
-            h13 += rows[r, 13]
-            h14 += rows[r, 14]
-            h15 += rows[r, 15]
-        hidden[0] = h0
-        hidden[1] = h1
-        hidden[2] = h2
-        hidden[3] = h3
-        hidden[4] = h4
-        hidden[5] = h5
-        hidden[6] = h6
-        hidden[7] = h7
-        hidden[8] = h8
-        hidden[9] = h9
-        hidden[10] = h10
-        hidden[11] = h11
-        hidden[12] = h12
-        hidden[13] = h13
-        hidden[14] = h14
-        hidden[15] = h15
-    else:
-        for k in range(first, first + n):
-            r = src[k]
-            for d in range(rows.shape[1]):
-                hidden[d] += rows[r, d]
-
-
-@numba.njit(cache=True)
-def _hidden(data, table, wbytes, wptr, wtype, sub_ptr, sub_ids, minn, maxn, bucket, prune, nwords, rows,
-            cache, keys, ids, state):
-    """Dictionary::getLine for `data` + "\n", then Model::computeHidden: the mean input row."""
-    dim = rows.shape[1]
-    hidden = np.zeros(dim, np.float32)
-    longest = 0
-    i, size = 0, data.size
-    word = np.empty(size + 2, np.uint8)
-    scratch = np.empty(3 * (size + 2) + 8, np.int32)  # a token of L bytes has < 3(L + 2) n-grams
-    count = 0
-    eos = False
-    while not eos:
-        while i < size and _is_space(data[i]):
-            i += 1
-        if i >= size:  # the "\n" fastText's wrapper appends: the end-of-sentence token
-            eos = True
-            src, first, n = sub_ids, sub_ptr[0], sub_ptr[1] - sub_ptr[0]  # "</s>" is word 0
-        else:
-            start = i
-            while i < size and not _is_space(data[i]):
-                i += 1
-            end = i
-            h = _fnv(data, start, end, np.uint32(2166136261))
-            wid = _find(data, start, end, h, table, wbytes, wptr)
-            if wid >= 0:
-                if wtype[wid] != 0:  # a label: not an input
-                    continue
-                eos = wid == 0  # a literal "</s>" ends the line too
-                src, first, n = sub_ids, sub_ptr[wid], sub_ptr[wid + 1] - sub_ptr[wid]
-            else:
-                if end - start >= 9:  # an unknown "__label__..." is a label too
-                    label = True
-                    for k in range(9):
-                        if data[start + k] != _LABEL_BYTES[k]:
-                            label = False
-                            break
-                    if label:
-                        continue
-                first, at = _cached(data, start, end, h, cache, keys, ids, state)
-                if first >= 0:
-                    src, n = ids, at
-                else:
-                    word[0] = 60  # '<'
-                    for k in range(end - start):
-                        word[k + 1] = data[start + k]
-                    word[end - start + 1] = 62  # '>'
-                    n = _subwords(word[:end - start + 2], minn, maxn, bucket, prune, nwords, scratch, 0)
-                    first = _remember(data, start, end, h, at, scratch, n, cache, keys, ids, state)
-                    src = ids
-                    if first < 0:
-                        src, first = scratch, 0
-        _add_rows(hidden, rows, src, first, n)
-        count += n
-    scale = np.float32(1.0 / count)
-    for d in range(dim):
-        hidden[d] *= scale
-    return hidden
-
-
-@numba.njit(cache=True)
-def _before(a_score, b_score):
-    return a_score > b_score  # comparePairs: the heap's "less" is the higher score
-
-
-@numba.njit(cache=True)
-def _push_heap(scores, ids, hole, top, score, ident):
-    parent = (hole - 1) // 2
-    while hole > top and _before(scores[parent], score):
-        scores[hole], ids[hole] = scores[parent], ids[parent]
-        hole = parent
-        parent = (hole - 1) // 2
-    scores[hole], ids[hole] = score, ident
-
-
-@numba.njit(cache=True)
-def _adjust_heap(scores, ids, hole, length, score, ident):
-    top = hole
-    second = hole
-    while second < (length - 1) // 2:
-        second = 2 * (second + 1)
-        if _before(scores[second], scores[second - 1]):
-            second -= 1
-        scores[hole], ids[hole] = scores[second], ids[second]
-        hole = second
-    if (length & 1) == 0 and second == (length - 2) // 2:
-        second = 2 * (second + 1)
-        scores[hole], ids[hole] = scores[second - 1], ids[second - 1]
-        hole = second - 1
-    _push_heap(scores, ids, hole, top, score, ident)
-
-
-@numba.njit(cache=True)
-def _std_log(x):
-    return np.float32(_log(np.float64(x) + 1e-5))
-
-
-@numba.njit(cache=True)
-def _tree(hidden, out_rows, left, right, osz):
-    """HierarchicalSoftmaxLoss::predict with k = all and threshold 0, then the probabilities: the
-    labels (as leaf numbers) and probabilities, in fastText's order."""
-    floor = _std_log(np.float32(0.0))  # std_log(threshold 0)
-    scores = np.empty(osz, np.float32)
-    ids = np.empty(osz, np.int32)
-    n = 0
-    stack_node = np.empty(2 * osz, np.int32)
-    stack_score = np.empty(2 * osz, np.float32)
-    sp = 0
-    stack_node[0], stack_score[0] = 2 * osz - 2, np.float32(0.0)
-    sp = 1
-    while sp:  # HierarchicalSoftmaxLoss::dfs, left child first
-        sp -= 1
-        node, score = stack_node[sp], stack_score[sp]
-        if score < floor:
-            continue
-        if n == osz and score < scores[0]:
-            continue
-        if left[node] == -1 and right[node] == -1:
-            _push_heap(scores, ids, n, 0, score, node)
-            n += 1
-            continue
-        f = np.float32(0.0)
-        r = node - osz
-        for d in range(hidden.size):
-            f += out_rows[r, d] * hidden[d]
-        f = np.float32(1.0 / np.float64(np.float32(1.0) + _expf(-f)))
-        # pushed right first, so the left subtree is walked first
-        stack_node[sp], stack_score[sp] = right[node], score + _std_log(f)
-        stack_node[sp + 1], stack_score[sp + 1] = left[node], score + _std_log(
-            np.float32(1.0 - np.float64(f)))
-        sp += 2
-    last = n
-    while last > 1:  # std::sort_heap
-        last -= 1
-        s, i = scores[last], ids[last]
-        scores[last], ids[last] = scores[0], ids[0]
-        _adjust_heap(scores, ids, 0, last, s, i)
-    probs = np.empty(n, np.float32)
-    for k in range(n):
-        probs[k] = _expf(scores[k])
-    return ids[:n], probs
-
-
-@numba.njit(cache=True)
-def _predict(data, table, wbytes, wptr, wtype, sub_ptr, sub_ids, minn, maxn, bucket, prune, nwords, rows,
-             out_rows, left, right, osz, cache, keys, ids, state):
-    hidden = _hidden(data, table, wbytes, wptr, wtype, sub_ptr, sub_ids, minn, maxn, bucket, prune, nwords, rows,
-                     cache, keys, ids, state)
-    return _tree(hidden, out_rows, left, right, osz)
-
-
-@numba.njit(cache=True)
-def _token_rows(data, size, word, table, wbytes, wptr, wtype, sub_ptr, sub_ids, minn, maxn, bucket, prune, nwords,
-                out):
-    """fastText's input rows for the token data[:size] into `out`: (how many, whether it ends the
-    line: "</s>")."""
-    h = _fnv(data, 0, size, np.uint32(2166136261))
-    wid = _find(data, 0, size, h, table, wbytes, wptr)
-    if wid >= 0:
-        if wtype[wid] != 0:  # a label: not an input
-            return 0, False
-        n = sub_ptr[wid + 1] - sub_ptr[wid]
-        out[:n] = sub_ids[sub_ptr[wid]:sub_ptr[wid + 1]]
-        return n, wid == 0
-    if size >= 9:  # an unknown "__label__..." is a label too
-        label = True
-        for k in range(9):
-            if data[k] != _LABEL_BYTES[k]:
-                label = False
-                break
-        if label:
-            return 0, False
-    word[0] = 60  # '<'
-    word[1:size + 1] = data[:size]
-    word[size + 1] = 62  # '>'
-    return _subwords(word[:size + 2], minn, maxn, bucket, prune, nwords, out, 0), False
-
-
-@numba.njit(cache=True)
-def _utf8(cps, a, b, out):
-    """cps[a:b] (no surrogates) in UTF-8, into `out`; its length."""
-    n = 0
-    for i in range(a, b):
-        c = cps[i]
-        if c < 0x80:
-            out[n] = c
-            n += 1
-        elif c < 0x800:
-            out[n], out[n + 1] = 0xC0 | (c >> 6), 0x80 | (c & 0x3F)
-            n += 2
-        elif c < 0x10000:
-            out[n], out[n + 1], out[n + 2] = 0xE0 | (c >> 12), 0x80 | ((c >> 6) & 0x3F), 0x80 | (c & 0x3F)
-            n += 3
-        else:
-            out[n], out[n + 1] = 0xF0 | (c >> 18), 0x80 | ((c >> 12) & 0x3F)
-            out[n + 2], out[n + 3] = 0x80 | ((c >> 6) & 0x3F), 0x80 | (c & 0x3F)
-            n += 4
-    return n
-
-
-@numba.njit(cache=True)
-def _predict_spans(cps, spans, slots, payload, used, table, wbytes, wptr, wtype, sub_ptr, sub_ids, minn, maxn, bucket,
-                   prune, nwords, rows, out_rows, left, right, osz):
-    """_predict on a text given as its str.split spans (wordtable.split's, where they are fastText's
-    tokens too) and their slots, whose payloads keep each span's rows: start << 21 | count << 1 |
-    ends-the-line, in `payload` (filled as spans are first met, while it has room)."""
-    dim = rows.shape[1]
-    hidden = np.zeros(dim, np.float32)
-    longest = 1
-    for s in range(spans.shape[0] - 1):
-        longest = max(longest, spans[s, 1] - spans[s, 0])
-    data = np.empty(4 * longest, np.uint8)
-    word = np.empty(4 * longest + 2, np.uint8)
-    scratch = np.empty(12 * longest + 8, np.int32)
-    count = 0
-    stop = False
-    for s in range(spans.shape[0] - 1):
-        e = spans[s, 2]
-        held = slots[e, 3]
-        if held >= 0:
-            src, first, n, stop = payload, held >> 21, (held >> 1) & 0xF_FFFF, (held & 1) == 1
-        else:
-            size = _utf8(cps, spans[s, 0], spans[s, 1], data)
-            n, stop = _token_rows(data, size, word, table, wbytes, wptr, wtype, sub_ptr, sub_ids, minn, maxn, bucket,
-                                  prune, nwords, scratch)
-            src, first = scratch, 0
-            if used[0] + n <= payload.size and n < 1 << 20:
-                payload[used[0]:used[0] + n] = scratch[:n]
-                slots[e, 3] = used[0] << 21 | n << 1 | (1 if stop else 0)
-                used[0] += n
-        _add_rows(hidden, rows, src, first, n)
-        count += n
-        if stop:
-            break
-    if not stop:  # the "\n" fastText's wrapper appends: the end-of-sentence token, word 0
-        for k in range(sub_ptr[0], sub_ptr[1]):
-            for d in range(dim):
-                hidden[d] += rows[sub_ids[k], d]
-        count += sub_ptr[1] - sub_ptr[0]
-    scale = np.float32(1.0 / count)
-    for d in range(dim):
-        hidden[d] *= scale
-    return _tree(hidden, out_rows, left, right, osz)
+def _judge_spans(cps, spans, slots, payload, used, inputs, outputs, wanted):
+    return hs.judge(ft.hidden_spans(cps, spans, slots, payload, used, *inputs), *outputs, wanted)
 
 
 @dataclass(frozen=True)
 class Model:
-    """A loaded .ftz/.bin supervised model, as arrays."""
+    """A loaded .ftz/.bin supervised model, as arrays: `inputs` (the dictionary, its subwords,
+    the pruned buckets, the input rows), `outputs` (the output rows, the tree: left, right,
+    parent, height, and the number of labels)."""
 
     labels: tuple[str, ...]
-    arrays: tuple
+    inputs: tuple
+    outputs: tuple
     # the token cache: (slots: key start, key length, ids start, ids count, hash), key bytes, ids,
     # and (key bytes used, ids used, tokens); emptied when full. 2**18 slots, at most half full.
     cache: tuple = ()
@@ -478,16 +86,40 @@ class Model:
 
     def leaves(self, line: str) -> tuple[np.ndarray, np.ndarray]:
         """predict's answer with the labels as their numbers in `labels`."""
-        if "\n" in line:
-            raise ValueError("predict processes one line at a time (remove '\\n')")
-        return _predict(np.frombuffer(line.encode(), np.uint8), *self.arrays, *self.cache)
+        return _predict(self._bytes(line), self.inputs, self.outputs, self.cache)
 
     def leaves_of_spans(self, cps: np.ndarray, spans: np.ndarray, table) -> tuple[np.ndarray, np.ndarray]:
         """leaves(text with newlines as spaces) for a text whose str.split spans, found in the
         wordtable.Table `table` as wordtable.split gives them, are fastText's tokens too (no odd
         whitespace, no surrogate): each span's rows are looked up in the table with its words."""
         table.attach(self)
-        return _predict_spans(cps, spans, table.slots, table.payload, table.payload_used, *self.arrays)
+        return _predict_spans(cps, spans, table.slots, table.payload, table.payload_used, self.inputs, self.outputs)
+
+    def judge(self, line: str, wanted: np.ndarray) -> tuple[int, float, float]:
+        """(the top label's number, its probability, the highest probability among the `wanted`
+        labels' numbers): leaves()'s first and the best of `wanted` in it; (-1, 0, 0) for none."""
+        top, prob, tied, best = _judge(self._bytes(line), self.inputs, self.outputs, self.cache, wanted)
+        return self._untie(top, prob, tied, best, lambda: self.leaves(line), wanted)
+
+    def judge_spans(self, cps: np.ndarray, spans: np.ndarray, table, wanted: np.ndarray) -> tuple[int, float, float]:
+        """judge() from a text's spans in the word table, as leaves_of_spans."""
+        table.attach(self)
+        top, prob, tied, best = _judge_spans(cps, spans, table.slots, table.payload, table.payload_used,
+                                             self.inputs, self.outputs, wanted)
+        return self._untie(top, prob, tied, best, lambda: self.leaves_of_spans(cps, spans, table), wanted)
+
+    @staticmethod
+    def _untie(top, prob, tied, best, leaves, wanted) -> tuple[int, float, float]:
+        if tied:  # two labels share the top score: fastText's heap orders them, so ask the whole tree
+            ids, probs = leaves()
+            top, prob = (int(ids[0]), probs[0]) if ids.size else (-1, 0.0)
+        return int(top), float(prob), float(best)
+
+    @staticmethod
+    def _bytes(line: str) -> np.ndarray:
+        if "\n" in line:
+            raise ValueError("predict processes one line at a time (remove '\\n')")
+        return np.frombuffer(line.encode(), np.uint8)
 
 
 class _Reader:
@@ -575,7 +207,7 @@ def load(path: str | Path) -> Model:
     wbytes = np.frombuffer(b"".join(words), np.uint8)
     table = np.full(int(np.ceil(size / 0.7)), -1, np.int32)
     for i, w in enumerate(words):  # Dictionary::load's word2int_
-        at = int(_fnv(np.frombuffer(w, np.uint8), 0, len(w), np.uint32(2166136261))) % table.size
+        at = int(ft.fnv(np.frombuffer(w, np.uint8), 0, len(w), np.uint32(2166136261))) % table.size
         while table[at] != -1:
             at = (at + 1) % table.size
         table[at] = i
@@ -586,15 +218,26 @@ def load(path: str | Path) -> Model:
         if w != _EOS:
             word = np.frombuffer(b"<" + w + b">", np.uint8)
             buf = scratch if 4 * word.size + 8 <= scratch.size else np.empty(4 * word.size + 8, np.int32)
-            k = _subwords(word, minn, maxn, bucket, prune, nwords, buf, 0)
+            k = ft.subwords(word, minn, maxn, bucket, prune, nwords, buf, 0)
             ids += buf[:k].tolist()
         subs += ids
         sub_ptr.append(len(subs))
     left, right = _huffman([c for c, t in zip(counts, types) if t == 1], nlabels)
+    parent, height = _shape(left, right)
     labels = tuple(w.decode() for w, t in zip(words, types) if t == 1)
     return Model(labels, (table, wbytes, wptr, np.array(types, np.int8), np.array(sub_ptr, np.int64),
-                          np.array(subs, np.int32), minn, maxn, bucket, prune, nwords, rows, out_rows,
-                          left, right, nlabels))
+                          np.array(subs, np.int32), minn, maxn, bucket, prune, nwords, rows),
+                 (out_rows, left, right, parent, height, nlabels))
+
+
+def _shape(left: np.ndarray, right: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each node's parent (-1 at the root) and the most levels below it to a leaf."""
+    parent, height = np.full(left.size, -1, np.int32), np.zeros(left.size, np.int32)
+    for node in range(left.size):  # children come before their parents (buildTree)
+        if left[node] != -1:
+            parent[left[node]] = parent[right[node]] = node
+            height[node] = 1 + max(height[left[node]], height[right[node]])
+    return parent, height
 
 
 def _huffman(counts: list[int], osz: int) -> tuple[np.ndarray, np.ndarray]:

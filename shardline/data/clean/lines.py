@@ -16,6 +16,7 @@ Equal pieces are found by hash and compared character by character: hashes only 
 from __future__ import annotations
 
 import functools
+import re
 
 import numba
 import numpy as np
@@ -23,6 +24,30 @@ import numpy as np
 from shardline.data.clean import textstats as ts
 
 NL = 10
+LETTER = r"[^\W\d_]"  # what min_alpha_fraction counts as a letter, and as whitespace: re's own classes
+SPACE = r"\s"
+
+
+@functools.cache
+def _classes() -> tuple[np.ndarray, np.ndarray]:
+    """Per code point: is it a LETTER, is it a SPACE, as re decides (built once per process, ~0.3 s):
+    counting through these tables is ~18x faster than re.findall and gives the same numbers."""
+    every = "".join(map(chr, range(0x110000)))
+
+    def where(pattern: str) -> np.ndarray:  # each match becomes NUL, so positions stay code points
+        left = re.sub(pattern, "\x00", every).encode("utf-32-le", "surrogatepass")
+        hit = np.frombuffer(left, np.uint32) == 0
+        hit[0] = re.match(pattern, "\x00") is not None  # NUL was NUL before the substitution too
+        return hit
+
+    return where(LETTER), where(SPACE)
+
+
+@functools.cache
+def re_table() -> np.ndarray:
+    """Per code point: 1 for a LETTER, 2 for a SPACE, as re decides (`_classes`)."""
+    letter, space = _classes()
+    return letter.astype(np.uint8) | (space.astype(np.uint8) << 1)
 
 
 @numba.njit(cache=True, inline="always")
@@ -239,8 +264,6 @@ def whitespace(text: str) -> str:
 
 @functools.cache
 def _tables() -> tuple[np.ndarray, np.ndarray]:
-    from shardline.data.clean.basic import re_table  # basic's rules ask line_stats: imported here
-
     table = re_table()
     return table, _low(table.tobytes())
 

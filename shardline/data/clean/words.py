@@ -18,41 +18,19 @@ from __future__ import annotations
 
 import functools
 import re
-import sys
 from typing import NamedTuple
 
 import numba
 import numpy as np
 
-from shardline.core.errors import ShardlineError
-from shardline.data.clean import textstats, wordtable
+from shardline.data.clean import spacylib, textstats, wordtable
 
 _LETTERS = re.compile(r"[A-Za-z]+")
 
 
-def _import_spacy():
-    """spaCy, imported without torch where torch is not imported yet: spaCy's thinc imports torch
-    when it can (1.6 s of every clean worker's start here), and a tokenizer never uses it. thinc
-    then runs without torch in this process; torch itself imports as usual afterwards."""
-    if "torch" in sys.modules or "spacy" in sys.modules:
-        import spacy
-        return spacy
-    sys.modules["torch"] = None  # type: ignore[assignment]  # `import torch` raises ImportError meanwhile
-    try:
-        import spacy
-    finally:
-        del sys.modules["torch"]
-    return spacy
-
-
 @functools.cache
 def pipeline():
-    try:
-        spacy = _import_spacy()
-    except ImportError:
-        raise ShardlineError("the quality rule sets count words as spaCy's English tokenizer does; "
-                             "pip install -e . (spacy is a dependency of shardline)") from None
-    return spacy.blank("en")
+    return spacylib.spacy().blank("en")
 
 
 def _offsets(tokens: list[tuple[int, str]], start: int, end: int) -> np.ndarray:
@@ -101,7 +79,7 @@ def _pairs() -> frozenset[tuple[str, str]]:
     has already joined its words ("):" ends as ":" did), the words it made."""
     from spacy.attrs import ORTH
 
-    bare = _import_spacy().blank("en").tokenizer
+    bare = spacylib.spacy().blank("en").tokenizer
     bare.rules = {}  # a special case's pattern: its words without special cases, as spaCy makes it
     pairs, ends, starts = set(), {}, {}  # ends: a pattern's last word -> the last words made of it
     for special, made in pipeline().tokenizer.rules.items():
