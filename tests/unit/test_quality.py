@@ -434,7 +434,8 @@ def test_ngram_measures_are_datatroves_functions(words, n):
     exact = find_top_duplicate(grams_after) / chars if (grams_after := get_n_grams(words, n + 1)) else -1.0
     assert after == exact or (after == 0.0 and exact <= 0.05) or (after == -1.0 and share > 1.0)
     cps = ts.code_points(text)
-    assert ts.dup_ngram_chars(cps, starts, ends, np.array([n, n + 1], np.int64)).tolist() == [
+    polys = ts.word_polys(cps, starts, ends)
+    assert ts.dup_ngram_chars(cps, starts, ends, polys, np.array([n, n + 1], np.int64)).tolist() == [
         find_all_duplicate(words, n), find_all_duplicate(words, n + 1)]
 
 

@@ -57,6 +57,7 @@ def test_equal_words_equal_ids_and_flags_as_their_characters_say():
     assert strings == spacy_words(text)
     for (a, ia), (b, ib) in itertools.combinations(zip(strings, w.ids.tolist()), 2):
         assert (a == b) == (ia == ib), (a, b)
+    assert w.polys.tolist() == textstats.word_polys(w.cps, w.starts, w.ends).tolist()  # as the table keeps them
     flags = dict(zip(strings, w.flags.tolist()))
     assert flags["cat"] == wordtable.NONSYMBOL | wordtable.LETTER
     assert flags["."] == wordtable.FINAL | wordtable.PUNCT

@@ -136,8 +136,8 @@ class GopherRepetitionRule(RuleSet):
             return self.drop("empty", 0, 1)
         w = rs.words(text)
         top_ns, top_limits, dup_ns, lines_on = self._arrays
-        found, tops, dups = _measures(w.cps, ts.classes(), w.ids, w.starts, w.ends, w.flags, top_ns, top_limits,
-                                      dup_ns, chars, lines_on)
+        found, tops, dups = _measures(w.cps, ts.classes(), w.ids, w.starts, w.ends, w.flags, w.polys, top_ns,
+                                      top_limits, dup_ns, chars, lines_on)
         found = found.tolist()
         for at, kind in enumerate(("para", "line")):  # datatrove's \n{2,} of the stripped text, then \n+
             parts, n, dup_chars = found[3 * at:3 * at + 3]
@@ -158,7 +158,7 @@ class GopherRepetitionRule(RuleSet):
 
 
 @numba.njit(cache=True)
-def _measures(cps, classes, ids, starts, ends, flags, top_ns, top_limits, dup_ns, chars, lines_on):
+def _measures(cps, classes, ids, starts, ends, flags, polys, top_ns, top_limits, dup_ns, chars, lines_on):
     """Everything the rule set measures, in one call: (paragraphs, repeats, their characters,
     lines, repeats, characters; the top n-gram shares, none where a word holds whitespace; the
     duplicate n-grams' characters)."""
@@ -169,7 +169,7 @@ def _measures(cps, classes, ids, starts, ends, flags, top_ns, top_limits, dup_ns
     tops = np.empty(0, np.float64)
     if not spaced and top_ns.size:
         tops = ts.top_ngrams(ids, ends - starts, top_ns, top_limits, chars)
-    return found, tops, ts.dup_ngram_chars(cps, starts, ends, dup_ns)
+    return found, tops, ts.dup_ngram_chars(cps, starts, ends, polys, dup_ns)
 
 
 def _tops_by_strings(text: str, w, grams: NGrams) -> np.ndarray:

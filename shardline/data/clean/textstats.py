@@ -199,11 +199,24 @@ def _same_chars(cps, starts, ends, p, q, n):
 
 
 @numba.njit(cache=True)
-def dup_ngram_chars(cps, starts, ends, ns):
+def word_polys(cps, starts, ends):
+    """Each word's polynomial hash of its characters (BASE: h * BASE + c), as the word table keeps it."""
+    out = np.empty(starts.size, np.uint64)
+    for i in range(starts.size):
+        h = np.uint64(0)
+        for k in range(starts[i], ends[i]):
+            h = h * BASE + np.uint64(cps[k])
+        out[i] = h
+    return out
+
+
+@numba.njit(cache=True)
+def dup_ngram_chars(cps, starts, ends, polys, ns):
     """datatrove's find_all_duplicate(words, n) for each n of `ns`: scanning left to right, an
     n-gram whose characters ("".join: "ab c" is "a bc") equal those of one seen is counted and
     its words skipped, else remembered. Exact: an n-gram found by its polynomial hash (that of its
-    characters run together) is compared character by character before it counts."""
+    characters run together, from each word's: `polys`) is compared character by character
+    before it counts."""
     w = starts.size
     # prefix[i]: the polynomial hash of words 0..i run together; power[i], unpower[i]: BASE to the
     # power of (and to minus) their characters, so that words p..p+n hash in O(1) (BASE is odd,
@@ -212,21 +225,18 @@ def dup_ngram_chars(cps, starts, ends, ns):
     power = np.ones(w + 1, np.uint64)
     unpower = np.ones(w + 1, np.uint64)
     cum = np.zeros(w + 1, np.int64)  # characters of words 0..i
-    up, down = _POWERS, _UNPOWERS  # BASE ** k and UNBASE ** k for short words: one multiply a character
-    h = np.uint64(0)
+    up, down = _POWERS, _UNPOWERS  # BASE ** k and UNBASE ** k for short words: no loop over characters
     for i in range(w):
-        a, b = starts[i], ends[i]
-        for k in range(a, b):
-            h = h * BASE + np.uint64(cps[k])
-        if b - a < up.size:
-            pw, upw = up[b - a], down[b - a]
+        size = ends[i] - starts[i]
+        if size < up.size:
+            pw, upw = up[size], down[size]
         else:
             pw, upw = np.uint64(1), np.uint64(1)
-            for k in range(b - a):
+            for k in range(size):
                 pw *= BASE
                 upw *= UNBASE
-        prefix[i + 1], power[i + 1], unpower[i + 1] = h, power[i] * pw, unpower[i] * upw
-        cum[i + 1] = cum[i] + b - a
+        prefix[i + 1], power[i + 1], unpower[i + 1] = prefix[i] * pw + polys[i], power[i] * pw, unpower[i] * upw
+        cum[i + 1] = cum[i] + size
     out = np.zeros(ns.size, np.int64)
     size = 1
     while size < 2 * w + 2:

@@ -107,7 +107,7 @@ def table() -> wordtable.Table:
 
 class Words(NamedTuple):
     """A text's words: its code points, and per word its start and end in them, an id (equal
-    words, equal ids) and its flags (wordtable's); `spans`: its str.split spans with their slots
+    words, equal ids), its flags (wordtable's) and its polynomial hash; `spans`: its str.split spans with their slots
     in table() while it holds `generation` (wordtable.split's; None when spaCy split it whole)."""
 
     cps: np.ndarray
@@ -115,6 +115,7 @@ class Words(NamedTuple):
     ends: np.ndarray
     ids: np.ndarray
     flags: np.ndarray
+    polys: np.ndarray  # each word's polynomial hash (textstats.word_polys)
     spans: np.ndarray | None = None
     generation: int = -1
 
@@ -129,7 +130,8 @@ def _analyse(text: str) -> Words:
         rows = _offsets(_tokens(text), 0, len(text))
         ids = np.unique([text[a:b] for a, b in rows.tolist()], return_inverse=True)[1].astype(np.int64)
         flags = np.array([wordtable.flags(cps, textstats.classes(), a, b) for a, b in rows.tolist()], np.uint8)
-        return Words(cps, rows[:, 0].copy(), rows[:, 1].copy(), ids.reshape(-1), flags)
+        starts, ends = rows[:, 0].copy(), rows[:, 1].copy()
+        return Words(cps, starts, ends, ids.reshape(-1), flags, textstats.word_polys(cps, starts, ends))
     return Words(cps, *found, table().generation)
 
 

@@ -6,7 +6,7 @@ spans that spaCy must see whole) to its words, each as (start, end) in the span,
 flags (`NONSYMBOL`, `LETTER`, `FINAL`, `PUNCT`, `HAS_SPACE`, below). Equal words get equal ids
 and different words different ones within a document (the table may be emptied between
 documents, never during one). `Table.words(cps, learn)` returns a text's words as words.py's
-contract says (spaCy's tokens, stripped, empty ones left out): (starts, ends, ids, flags), one
+contract says (spaCy's tokens, stripped, empty ones left out): (starts, ends, ids, flags, polys), one
 entry per word, in code points; None when the text holds more than an empty table can. What it
 has not seen it asks `learn` for: `learn(cps, missing)` gives each missing span's or run's words
 as (start, end) pairs (spaCy's answers, words.py). Two kinds of span are answered here without
@@ -45,6 +45,11 @@ def _hash(cps, a, b):
     h = np.uint64(0xCBF29CE484222325)
     for i in range(a, b):
         h = (h ^ np.uint64(cps[i])) * np.uint64(0x100000001B3)
+    return _mix(h)
+
+
+@numba.njit(cache=True, inline="always")
+def _mix(h):
     h = (h ^ (h >> np.uint64(33))) * np.uint64(0xFF51AFD7ED558CCD)
     h = (h ^ (h >> np.uint64(33))) * np.uint64(0xC4CEB9FE1A85EC53)
     return h ^ (h >> np.uint64(33))
@@ -89,7 +94,7 @@ def flags(cps, classes, a, b):
 
 
 @numba.njit(cache=True)
-def _word(cps, a, b, wslots, warena, state):
+def _word(cps, a, b, wslots, warena, wpoly, state):
     """The id of the word cps[a:b], added if new; -1 when the word table is full."""
     h = _hash(cps, a, b)
     at = _find(cps, a, b, h, wslots, warena)
@@ -102,13 +107,17 @@ def _word(cps, a, b, wslots, warena, state):
     for i in range(b - a):
         warena[state[2] + i] = cps[a + i]
     wslots[at, 0], wslots[at, 1], wslots[at, 2] = np.int64(h), state[2], (b - a) << 40 | wid
+    poly = np.uint64(0)
+    for i in range(a, b):  # its polynomial hash, as textstats hashes n-grams' characters run together
+        poly = poly * ts.BASE + np.uint64(cps[i])
+    wpoly[wid] = poly
     state[2] += b - a
     state[3] += 1
     return wid
 
 
 @numba.njit(cache=True)
-def add(cps, classes, a, b, rel, slots, arena, wslots, warena, left, right, state):
+def add(cps, classes, a, b, rel, slots, arena, wslots, warena, wpoly, left, right, state):
     """Put span (or run) cps[a:b] with its words (`rel`: (start, end) pairs in it) in the table;
     False when it is full (what it added then is left unreferenced until the table is emptied)."""
     h = _hash(cps, a, b)
@@ -124,7 +133,7 @@ def add(cps, classes, a, b, rel, slots, arena, wslots, warena, left, right, stat
     w = start + b - a
     first = last = 0
     for k in range(n):
-        wid = _word(cps, a + rel[k, 0], a + rel[k, 1], wslots, warena, state)
+        wid = _word(cps, a + rel[k, 0], a + rel[k, 1], wslots, warena, wpoly, state)
         if wid < 0:
             return False
         arena[w + 3 * k] = rel[k, 0]
@@ -160,8 +169,9 @@ def _plain(cps, a, b):
 
 
 @numba.njit(cache=True)
-def split(cps, classes, slots, arena, wslots, warena, left, right, pairs, state):
-    """(status, starts, ends, ids, flags, missing, spans): status _OK with the words; _FULL when the
+def split(cps, classes, slots, arena, wslots, warena, wpoly, left, right, pairs, state):
+    """(status, starts, ends, ids, flags, polys, missing, spans): status _OK with the words (and
+    each word's polynomial hash: textstats.word_polys); _FULL when the
     table must be emptied first; else how many spans (or, once every span is known, runs) to
     learn, as (start, end) rows of `missing`. `spans`: each span's start, end and slot, and a last
     row (odd, 0, 0): odd when the spans are not fastText's tokens (ts.NOT_FASTTEXT)."""
@@ -169,6 +179,7 @@ def split(cps, classes, slots, arena, wslots, warena, left, right, pairs, state)
     ss = np.empty(n // 2 + 1, np.int64)
     se = np.empty(n // 2 + 1, np.int64)
     m = i = odd = 0
+    hs = np.empty(n // 2 + 1, np.uint64)  # each span's _hash, made as it is read
     while i < n:
         while i < n and (classes[cps[i]] & ts.SPACE) != 0:
             odd |= classes[cps[i]] & ts.NOT_FASTTEXT
@@ -176,10 +187,16 @@ def split(cps, classes, slots, arena, wslots, warena, left, right, pairs, state)
         if i >= n:
             break
         ss[m] = i
-        while i < n and (classes[cps[i]] & ts.SPACE) == 0:
-            odd |= classes[cps[i]] & ts.NOT_FASTTEXT
+        h = np.uint64(0xCBF29CE484222325)
+        while i < n:
+            c = classes[cps[i]]
+            if c & ts.SPACE:
+                break
+            odd |= c & ts.NOT_FASTTEXT
+            h = (h ^ np.uint64(cps[i])) * np.uint64(0x100000001B3)
             i += 1
         se[m] = i
+        hs[m] = _mix(h)
         m += 1
     none = np.empty(0, np.int64)
     entry = np.empty(m, np.int64)
@@ -189,12 +206,12 @@ def split(cps, classes, slots, arena, wslots, warena, left, right, pairs, state)
     one = np.zeros((1, 2), np.int64)
     for s in range(m):
         a, b = ss[s], se[s]
-        h = _hash(cps, a, b)
+        h = hs[s]
         at = _find(cps, a, b, h, slots, arena)
         if at < 0 and _plain(cps, a, b):  # not a special case: those are in the table
             one[0, 1] = b - a
-            if not add(cps, classes, a, b, one, slots, arena, wslots, warena, left, right, state):
-                return _FULL, none, none, none, none.astype(np.uint8), missing[:0], missing[:0]
+            if not add(cps, classes, a, b, one, slots, arena, wslots, warena, wpoly, left, right, state):
+                return _FULL, none, none, none, none.astype(np.uint8), none.astype(np.uint64), missing[:0], missing[:0]
             at = _find(cps, a, b, h, slots, arena)
         if at < 0:
             missing[misses, 0], missing[misses, 1] = a, b
@@ -203,7 +220,7 @@ def split(cps, classes, slots, arena, wslots, warena, left, right, pairs, state)
             info[s] = slots[at, 2]
         entry[s] = at
     if misses:
-        return misses, none, none, none, none.astype(np.uint8), missing[:misses], missing[:0]
+        return misses, none, none, none, none.astype(np.uint8), none.astype(np.uint64), missing[:misses], missing[:0]
     spans = np.empty((m + 1, 3), np.int64)
     for s in range(m):
         spans[s, 0], spans[s, 1], spans[s, 2] = ss[s], se[s], entry[s]
@@ -231,11 +248,12 @@ def split(cps, classes, slots, arena, wslots, warena, left, right, pairs, state)
             count += (info[s] >> (2 * _SIDES)) & 0xFFFF
         s = e + 1
     if runs:
-        return runs, none, none, none, none.astype(np.uint8), missing[:runs], missing[:0]
+        return runs, none, none, none, none.astype(np.uint8), none.astype(np.uint64), missing[:runs], missing[:0]
     starts = np.empty(count, np.int64)
     ends = np.empty(count, np.int64)
     ids = np.empty(count, np.int64)
     flag = np.empty(count, np.uint8)
+    poly = np.empty(count, np.uint64)
     k = s = 0
     while s < m:
         w = slots[entry[s], 1] + (info[s] >> 40)
@@ -244,9 +262,10 @@ def split(cps, classes, slots, arena, wslots, warena, left, right, pairs, state)
             ends[k] = ss[s] + arena[w + 3 * j + 1]
             ids[k] = arena[w + 3 * j + 2] & 0xFF_FFFF
             flag[k] = arena[w + 3 * j + 2] >> 24
+            poly[k] = wpoly[ids[k]]
             k += 1
         s = max(s, run_end[s]) + 1
-    return _OK, starts, ends, ids, flag, missing[:0], spans
+    return _OK, starts, ends, ids, flag, poly, missing[:0], spans
 
 
 class Table:
@@ -260,6 +279,7 @@ class Table:
         assert max(len(self.left_words), len(self.right_words)) < (1 << _SIDES) - 1
         self.slots, self.arena = np.empty((slots, 4), np.int64), np.empty(arena, np.uint32)
         self.wslots, self.warena = np.empty((slots, 3), np.int64), np.empty(arena // 2, np.uint32)
+        self.wpoly = np.empty(slots // 2, np.uint64)  # per word id: textstats' polynomial hash of it
         self.left, self.right = np.empty(slots // 2, np.int64), np.empty(slots // 2, np.int64)
         self.state = np.zeros(4, np.int64)  # arena used, entries; word arena used, words
         self.generation = 0  # how many times it was emptied: a span's slot is valid within one
@@ -275,14 +295,14 @@ class Table:
         for side, words in ((self.left, self.left_words), (self.right, self.right_words)):
             for number, word in enumerate(words):
                 cps = ts.classed(word)[0]
-                side[_word(cps, 0, len(cps), self.wslots, self.warena, self.state)] = number
+                side[_word(cps, 0, len(cps), self.wslots, self.warena, self.wpoly, self.state)] = number
         for span, rel in self.fixed:
             cps = ts.classed(span)[0]
             if not add(cps, ts.classes(), 0, len(cps), rel, *self._arrays()[:-1], self.state):
                 raise AssertionError("the word table cannot hold spaCy's special cases")
 
     def _arrays(self) -> tuple:
-        return self.slots, self.arena, self.wslots, self.warena, self.left, self.right, self.pairs
+        return self.slots, self.arena, self.wslots, self.warena, self.wpoly, self.left, self.right, self.pairs
 
     def attach(self, owner) -> None:
         """Let `owner` hang payloads on spans (one owner at a time: another's are dropped)."""
@@ -290,12 +310,12 @@ class Table:
             self.slots[:, 3], self.payload_used[0], self.payload_owner = _EMPTY, 0, owner
 
     def words(self, cps: np.ndarray, learn) -> tuple[np.ndarray, ...] | None:
-        """(starts, ends, ids, flags, spans) (split's), or None."""
+        """(starts, ends, ids, flags, polys, spans) (split's), or None."""
         classes = ts.classes()
         for _ in range(4):  # learn spans, then runs, then (once) start again in an emptied table
-            status, starts, ends, ids, flag, missing, spans = split(cps, classes, *self._arrays(), self.state)
+            status, starts, ends, ids, flag, poly, missing, spans = split(cps, classes, *self._arrays(), self.state)
             if status == _OK:
-                return starts, ends, ids, flag, spans
+                return starts, ends, ids, flag, poly, spans
             if status == _FULL:
                 self.reset()
                 continue
