@@ -5,12 +5,14 @@
 Runs bench.tokenize, bench.loader, bench.train (which includes the checkpoint benchmark),
 bench.trackers (a default run with TensorBoard, W&B and MLflow on, against none),
 bench.pipeline (no-op and full `dvc repro` vs the Prefect pipeline flow, on the default line
-with 10 training steps), bench.scale (tokenize on 2 Dask workers vs 1; the loader streaming
+with 10 training steps), bench.scale (the clean stage with FineWeb's rules on 2 Dask workers vs 1, and
+the local pool; the loader streaming
 from a local S3 server vs local disk), bench.sharded (sharded vs full checkpoints under FSDP:
 peak memory and save time per rank) and bench.data (the data stages as processes on a generated
 1 GB and 4 GB JSONL corpus; two interleaved runs per size, ~17 minutes here), bench.curation (the clean
-stage with FineWeb's rule sets, and near-dedup, on the 1 GB corpus; ~10 minutes here; its 4 GB run, an
-hour at today's clean speed, is `python -m bench.curation`) and bench.gpu (the CUDA
+stage with FineWeb's rule sets, and near-dedup, on the 1 GB corpus; ~10 minutes here; its 4 GB run is
+`python -m bench.curation`), bench.cleanprofile (where a clean part's seconds go, this tree and the
+engine before the rules were compiled) and bench.gpu (the CUDA
 paths: at most 8 minutes on one GPU; says it has not run where there is none) and bench.chaos (40 SIGKILLs
 on each of two seeds: every kill point fired, nothing differing) one after another, each in its own
 process, and writes their full output plus the headline lines to bench/REPORT.md. Every figure
@@ -34,7 +36,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 BENCHES = [("tokenize", []), ("loader", []), ("train", []), ("trackers", []), ("pipeline", []), ("scale", []),
            ("sharded", []), ("mixsearch", []),
-           ("data", ["--no-sources"]), ("sources", []), ("curation", ["--no-scale"]), ("gpu", []),
+           ("data", ["--no-sources"]), ("sources", []), ("curation", ["--no-scale"]),
+           ("cleanprofile", []), ("gpu", []),
            # the chaos suite on two seeds: each a different plan of 40 kills (name@seed: one section each)
            ("chaos@1", ["--kills", "40", "--seed", "1"]), ("chaos@2", ["--kills", "40", "--seed", "2"])]
 HEADLINE = re.compile(r"^\s*ratio |\(target|\((full|no-op)\)|identical: |^summary: |parts phase: |^\s+[1-9]\. .*\(info\)$"

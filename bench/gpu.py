@@ -13,8 +13,9 @@ the pydoc topics; vocab 16384, seq_len 1024), then trains with the real trainer
      embeddings), bf16, torch.compile per block, global batch 32 x 1024 tokens, with document
      attention (FlexAttention, block mask) and with causal (SDPA): tokens/s and MFU (the trainer's
      own train.jsonl, median over the steps after compilation), peak memory
-     (torch.cuda.max_memory_allocated), with train.deterministic off (the checks below keep it on).
-     Goal: MFU >= 40% on an H200 (dense bf16 peak 989 TFLOP/s).
+     (torch.cuda.max_memory_allocated) and data wait (the share of step time spent waiting for the
+     loader), with train.deterministic off (the checks below keep it on). Fails below 40% MFU on
+     an H100/H200-class device (dense bf16 peak 989 TFLOP/s).
   2. resume on the same GPU: 16 steps straight vs a run SIGKILLed after step 12 (a real kill, in a
      process of its own) and resumed from its newest checkpoint (bf16, document attention,
      train.deterministic): the losses must be bit-identical.
@@ -24,7 +25,7 @@ the pydoc topics; vocab 16384, seq_len 1024), then trains with the real trainer
   4. sharded checkpoints on CUDA: check 2 with train.checkpoint_format sharded: the manifest says
      sharded, and the resumed losses equal the straight run's.
 
-Prints a table and writes it as JSON (--out); exits 1 when a check fails. Without a CUDA device it
+Prints a table (and writes it as JSON with --out); exits 1 when a check fails. Without a CUDA device it
 says so and exits 0 (nothing was measured). --dry-run runs the same
 script on the CPU with a tiny model (fp16 and FlexAttention are CUDA's: skipped and said so), to
 test the script itself where no GPU is. One GPU runs one process: NCCL and multi-GPU FSDP are not
@@ -92,6 +93,7 @@ class Bench:
         print(f"shards built in {time.monotonic() - t:.0f}s at {self.layout.shards}", flush=True)
 
     def train(self, steps: int, fresh: bool = True, faults: str | None = None, **train) -> list[dict]:
+        from shardline.context import RunContext
         from shardline.training import train as T
 
         if fresh:
@@ -102,7 +104,7 @@ class Bench:
         if faults:
             os.environ["SHARDLINE_FAULTS"] = faults
         try:
-            T.run(params, self.layout, log=lambda m: print(f"    {m}", flush=True) if "error" in m else None)
+            T.run(params, self.layout, RunContext(log=lambda m: print(f"    {m}", flush=True) if "error" in m else None))
         finally:
             os.environ.pop("SHARDLINE_FAULTS", None)
         return [json.loads(ln) for ln in self.layout.train_log.read_text().splitlines() if ln]
@@ -133,10 +135,12 @@ class Bench:
             return False, "no steps recorded"
         tps = statistics.median(r["tokens_per_s"] for r in steady)
         mfu = statistics.median(r["mfu"] for r in steady)
+        wait = 100 * sum(r["data_wait_s"] for r in steady) / sum(r["step_s"] for r in steady)
         peak = torch.cuda.max_memory_allocated() / 2**30 if self.cuda else float("nan")
         ok = all(map(lambda r: r["loss"] == r["loss"], rows)) and (mfu >= MFU_GOAL or not self.cuda)
         return ok, (f"{tps:,.0f} tokens/s, MFU {100 * mfu:.1f}% (goal {100 * MFU_GOAL:.0f}%), peak memory "
-                    f"{peak:.1f} GiB, {rows[-1]['step_s'] * 1e3:.0f} ms/step, {len(rows)} steps")
+                    f"{peak:.1f} GiB, data wait {wait:.2f}% of step time, {rows[-1]['step_s'] * 1e3:.0f} ms/step, "
+                    f"{len(rows)} steps")
 
     def stage(self, chaos: str | None = None) -> subprocess.CompletedProcess:
         """`shardline stage train` in a process of its own (a kill takes only it)."""
@@ -221,9 +225,11 @@ class Bench:
         failed = [r["check"] for r in self.results if r["ok"] is False]
         out = {"device": dev, "torch": torch.__version__, "results": self.results,
                "minutes": round((time.monotonic() - self.t0) / 60, 1)}
-        Path(self.args.out).write_text(json.dumps(out, indent=2))
+        if self.args.out:
+            Path(self.args.out).write_text(json.dumps(out, indent=2))
         print(f"\nsummary: {len(self.results) - len(failed)} of {len(self.results)} checks passed or skipped in "
-              f"{out['minutes']} min; written to {self.args.out}" + (f"; FAILED: {', '.join(failed)}" if failed else ""))
+              f"{out['minutes']} min" + (f"; written to {self.args.out}" if self.args.out else "")
+              + (f"; FAILED: {', '.join(failed)}" if failed else ""))
         self.tmp.cleanup()
         return 1 if failed else 0
 
@@ -231,7 +237,7 @@ class Bench:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--minutes", type=float, default=8.0, help="time budget; checks that no longer fit are skipped")
-    ap.add_argument("--out", default="bench-gpu.json", help="the results as JSON")
+    ap.add_argument("--out", help="also write the results as JSON to this file")
     ap.add_argument("--dry-run", action="store_true", help="the same script on the CPU, tiny model (tests the script)")
     ap.add_argument("--compile", action="store_true", help="--dry-run: compile on the CPU too (slow)")
     args = ap.parse_args(argv)
