@@ -1,10 +1,11 @@
 """Past one machine, measured: the clean stage on Dask workers, the loader streaming from S3.
 
-    python -m bench.scale [--repeats 3] [--mb 256] [--skip-stream]
+    python -m bench.scale [--repeats 3] [--mib 256] [--skip-stream]
 
-(1) The clean stage on Dask, where the data half's seconds are: bench.data's corpus (--mb of it,
-    256 by default) with the FineWeb-like rules on (language, gopher_repetition, gopher_quality,
-    c4, fineweb), in parts of 32 MB, downloaded once. Three runners clean it: the engine's own
+(1) The clean stage on Dask, where the data half's seconds are: bench.data's corpus (--mib of it,
+    256 MiB by default) with the FineWeb-like rules on (language, gopher_repetition,
+    gopher_quality, c4, fineweb), in parts of 32 MiB (clean.part_mb: so 8 parts of equal size,
+    which 2 workers share evenly), downloaded once. Three runners clean it: the engine's own
     local process pool of 2 workers (the default runner), a Dask cluster of one worker and one
     of two workers, started as a user would (`dask scheduler`, `dask worker --nthreads 1`),
     each worker pinned to its own core with taskset, as a worker on its own node would be.
@@ -12,10 +13,11 @@
     first part), each repeat deletes data/clean and runs `shardline stage clean` on every
     runner, in an order reversed each repeat. Each run gives the stage's wall ("done in") and
     its parts phase (the engine's "cleaned in"): their difference is the driver's fixed seconds
-    (the flow, the worker check, planning, the held-out split and dedup, the stats), printed on
+    (the worker check, planning, the held-out split and dedup, the stats), printed on
     a line of their own, with the same figure for parts of 8 MB (4x the parts): O(1) in the
     number of parts. The clean parts must be byte-identical every time. Targets: 2 Dask workers
-    >= 1.7x one at the worst repeat; 2 Dask workers no slower than the local pool (<= 1.05x).
+    >= 1.7x one at the worst repeat; 2 Dask workers no slower than the local pool (<= 1.05x). The
+    parts go to Dask directly (tasks.runners.dask_map), not as Prefect task runs.
 (2) Loader streaming (bench/stream.py): tokens/s reading shards from a local S3 server
     (moto) with the cache cold and warm, against local disk.
 """
@@ -36,7 +38,7 @@ from pathlib import Path
 
 import yaml
 
-from flows.server import OFFLINE, local_server
+from flows.server import OFFLINE
 from bench.verdict import Targets, in_order
 from harness.dask_cluster import DaskCluster
 
@@ -116,7 +118,6 @@ def clean_on_dask(repeats: int, mb: float, tmp: Path, env: dict) -> dict:
                     raise SystemExit(f"clean parts on {name} differ from the first run's")
         n_parts = len(list((root / "data/clean").rglob("part-*.parquet")))
         many = _fixed_with_parts(root, env, runners["dask, 2 workers"], PART_MB / 4)
-        overhead = task_overhead(clusters[1].address)
     finally:
         for c in clusters.values():
             c.close()
@@ -133,10 +134,9 @@ def clean_on_dask(repeats: int, mb: float, tmp: Path, env: dict) -> dict:
     print(f"  driver's fixed seconds (stage wall - parts phase), {n_parts} parts: "
           + ", ".join(f"{name} {statistics.median(fixed[name]):.2f}" for name in runners)
           + f"; 2 Dask workers, {many['parts']} parts: {many['fixed']:.2f}")
-    print(f"  Prefect task-run overhead on Dask: {overhead * 1e3:.0f} ms per task (no-op tasks, 1 worker)")
     return {"mb": size / 1e6, "parts": n_parts, "speedup": min(pairs), "versus local": max(versus),
             "fixed": {k: statistics.median(v) for k, v in fixed.items()}, "fixed many parts": many,
-            "task overhead s": overhead, "missed": targets.missed}
+            "missed": targets.missed}
 
 
 def _fixed_with_parts(root: Path, env: dict, parts: dict, part_mb: float) -> dict:
@@ -156,41 +156,15 @@ def _fixed_with_parts(root: Path, env: dict, parts: dict, part_mb: float) -> dic
         (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
 
 
-def task_overhead(address: str, n: int = 40) -> float:
-    """Seconds per Prefect task run on the Dask runner, for a task that does nothing
-    (posixpath.basename: importable on any worker), median of 3 batches of n."""
-    import posixpath
-
-    from prefect import flow
-
-    from shardline.core import config
-    from tasks.mappers import part_mapper
-    from tasks.runners import task_runner
-
-    params = config.parse(yaml.safe_load((REPO / "params.yaml").read_text()))
-    parts = config.Parts(runner="dask", address=address)
-
-    @flow(task_runner=task_runner(parts))
-    def noop_parts() -> float:
-        mapper = part_mapper(params, "noop")
-        mapper(posixpath.basename, ["a/b"])  # connect and warm up
-        t0 = time.perf_counter()
-        mapper(posixpath.basename, [f"x/{i}" for i in range(n)])
-        return (time.perf_counter() - t0) / n
-
-    return statistics.median(noop_parts() for _ in range(3))
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--mb", type=float, default=256)
+    ap.add_argument("--mib", type=float, default=256)
     ap.add_argument("--skip-stream", action="store_true", help="only the Dask clean benchmark")
     args = ap.parse_args()
     env = {**os.environ, **OFFLINE, "PATH": f"{BIN}:{os.environ['PATH']}", "PREFECT_LOGGING_LEVEL": "WARNING"}
-    with tempfile.TemporaryDirectory() as tmp, local_server(Path(tmp) / "prefect") as penv:
-        os.environ.update(penv)  # the overhead probe runs its flow in this process
-        results = {"clean on dask": clean_on_dask(args.repeats, args.mb, Path(tmp), {**env, **penv})}
+    with tempfile.TemporaryDirectory() as tmp:
+        results = {"clean on dask": clean_on_dask(args.repeats, args.mib * 2**20 / 1e6, Path(tmp), env)}
     if not args.skip_stream:
         from bench import stream
 

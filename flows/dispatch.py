@@ -2,11 +2,12 @@
 
 Contract: `dispatch(name, layout, params_file, params, **known)` runs stage `name` either
 
-- here, in this process, with the engine's own pools (threads; clean's worker processes), and the
-  one `RunContext` tasks.invoke.run_context builds from `known` (what the caller knows: its log,
-  a progress sink, --run-id / --shards-md5, whether DVC records the outputs next); or
-- as its stage flow (flows.stage_flows), its parts as task runs on the task runner params.yaml's
-  `parts` names, when that is not threads: the flow run builds its own context.
+- here, in this process, with the one `RunContext` tasks.invoke.run_context builds from `known`
+  (what the caller knows: its log, a progress sink, --run-id / --shards-md5, whether DVC records
+  the outputs next), its parts on the engine's own pools (threads; clean's worker processes; the
+  process pool `parts: processes` sizes) or on the Dask cluster `parts` names (tasks.runners); or
+- as its stage flow (flows.stage_flows), its parts as task runs on Prefect's Ray task runner
+  (`parts: ray`): the flow run builds its own context.
 
 Outputs are byte-identical either way. The engine is handed the outcome (a mapper) and never
 calls back up. Prefect is imported only for the second way: `shardline stage` under `dvc repro`
@@ -18,13 +19,14 @@ from __future__ import annotations
 from shardline import registry
 from shardline.core.config import Params
 from shardline.core.layout import Layout
+from tasks import runners
 from tasks.invoke import invoke, run_context
 
 
 def on_task_runner(params: Params, name: str) -> bool:
-    """True when stage `name`'s parts go to the Prefect task runner `parts.runner` names (processes,
-    Dask, Ray) instead of the engine's own threads and processes."""
-    return name in registry.PARTED and params.parts.runner != "threads"
+    """True when stage `name`'s parts go to the Prefect task runner `parts.runner` names (Ray)
+    instead of the engine's own pools or a Dask cluster the engine is handed (tasks.runners.mapper)."""
+    return name in registry.PARTED and params.parts.runner == "ray"
 
 
 def dispatch(name: str, layout: Layout, params_file: str, params: Params, **known):
@@ -33,4 +35,6 @@ def dispatch(name: str, layout: Layout, params_file: str, params: Params, **know
         from flows.stage_flows import run_flow
 
         return run_flow(name, str(layout.root), params_file, params)
+    if name in registry.PARTED and "mapper" not in known and (mapper := runners.mapper(params)) is not None:
+        known["mapper"] = mapper
     return invoke(name, params, layout, run_context(name, layout, **known))

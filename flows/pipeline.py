@@ -2,8 +2,8 @@
 
 Design ("run in-process, then record with DVC's commit"): for each stage in
 the order DVC's graph gives, one Prefect task run asks DVC whether the stage is up to date;
-if not, it runs the stage (flows.dispatch: in-process, or as its stage flow when params.yaml's
-`parts` names a task runner) and `dvc commit`s it, which writes the dvc.lock entry `dvc repro`
+if not, it runs the stage (flows.dispatch: in-process, its parts on the pool or Dask cluster
+params.yaml's `parts` names, or as its stage flow on Ray) and `dvc commit`s it, which writes the dvc.lock entry `dvc repro`
 would write. The stage task is defined here, beside the flow that composes it, because it may
 start a stage flow. Both paths skip up-to-date stages and record the same deps,
 params and data outputs. DVC's repo lock (a file lock, released if this process dies) is held

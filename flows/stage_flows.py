@@ -5,7 +5,8 @@ Contract: a stage flow's outputs are byte-identical to the stage run in-process 
 mapper differs. The stage timeout (`pipeline.stage_timeout_s`) is enforced on the flow, which runs
 in the main thread where Prefect can interrupt it. The parted stages (clean, tokenize, shard) run
 their parts on the task runner params.yaml's `parts` names, after checking its workers;
-flows.dispatch sends a stage here when its parts go to a runner other than threads.
+flows.dispatch sends a stage here when its parts go to Ray (`parts: ray`); Dask and the process
+pool are handed to the engine in-process (tasks.runners.mapper).
 """
 
 from __future__ import annotations

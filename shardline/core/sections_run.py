@@ -21,9 +21,9 @@ class Pipeline(_Section):
     retry_delay_s: float = Field(2.0, ge=0)
     """First retry delay; doubles each retry, with +/-50% jitter."""
     stage_timeout_s: float = Field(24 * 3600, gt=0)
-    """A stage flow (flows.stage_flows: the parted stages on a Dask/Ray/process runner) running longer
-    than this fails; enforced on the flow, in the main thread, where Prefect can interrupt it. The
-    pipeline flow's stage-<name> tasks run the engine in-process and are not bounded by it."""
+    """The parts of a stage on a cluster still running after this many seconds fail it, named:
+    on Dask, the parts phase (cancelled on the cluster); on Ray, the whole stage flow (enforced by
+    Prefect in the main thread). Stages in this process (threads, processes) are not bounded."""
 
 
 class Parts(_Section):

@@ -74,6 +74,30 @@ def test_dask_and_process_runners_write_the_same_bytes_as_threads(tmp_path, clus
     assert _tree(procs) == expected
 
 
+@pytest.mark.timeout(300)
+def test_dask_parts_come_back_in_order_a_failure_waits_for_the_others_and_a_hung_part_times_out(tmp_path, cluster):
+    from shardline.core import config
+    from shardline.core.errors import ShardlineError
+    from tasks.runners import dask_map
+
+    raw = small_params([{"name": "code", "uri": "input", "format": "txt"}])
+    params = config.parse({**raw, "parts": {"runner": "dask", "address": cluster.address},
+                           "pipeline": {"retries": 0, "stage_timeout_s": 3}})
+    done: dict[int, int] = {}
+    assert dask_map(int, ["3", "1", "2"], lambda i, r: done.update({i: r}), params=params) == [3, 1, 2]
+    assert done == {0: 3, 1: 1, 2: 2}
+
+    done.clear()
+    with pytest.raises(ValueError, match="'x'"):  # not transient: no retry, raised as the worker raised it
+        dask_map(int, ["5", "x", "6", "7"], lambda i, r: done.update({i: r}), params=params)
+    assert done == {0: 5, 2: 6, 3: 7}  # every other part finished (and was reported) first
+
+    t0 = time.monotonic()
+    with pytest.raises(ShardlineError, match=r"1 part\(s\) still running after pipeline.stage_timeout_s=3s.*: 60;"):
+        dask_map(time.sleep, [0, 60], params=params)
+    assert time.monotonic() - t0 < 30
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_worker_without_the_project_fails_the_stage_clearly(tmp_path, prefect_server):
