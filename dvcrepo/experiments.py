@@ -121,14 +121,32 @@ def remove(root: Path, names: list[str]) -> None:
 
 
 def states(root: Path) -> dict[str, str]:
-    """name -> the status of its newest queue task (QUEUED, RUNNING, SUCCESS, FAILED)."""
+    """name -> the status of its newest queue task (QUEUED, RUNNING, SUCCESS, FAILED).
+
+    What `dvc queue status` says, read without waiting: DVC's own status() finds a done task,
+    then looks its result up a second time and waits for it with no timeout. A task removed
+    between the two reads (`dvc queue remove` forgets its result, then drops its message; the
+    search removes a lost proxy while anything else polls) is no longer done at the second read,
+    and the wait never ends (CI, stop 45: a poll hung 600 s). Here a done task's outcome is read
+    once, from the run file its worker wrote: a success is one with an experiment ref, as DVC
+    counts it. (LocalCeleryQueue's _iter_done_tasks and _load_info: the same calls status() is
+    made of, in every dvc 3 release.)"""
     from dvcrepo import open_repo
 
     def status():
         with open_repo(root) as repo:
-            return sorted(repo.experiments.celery_queue.status(), key=lambda t: t["timestamp"])
+            q = repo.experiments.celery_queue
+            rows = [(e, RUNNING) for e in q.iter_active()] + [(e, QUEUED) for e in q.iter_queued()]
+            for _, entry in q._iter_done_tasks():
+                try:
+                    result = q._load_info(entry.stash_rev).result
+                except FileNotFoundError:  # a worker that died before writing it: a failure, as DVC says
+                    result = None
+                rows.append((entry, SUCCESS if result and result.exp_hash and result.ref_info else FAILED))
+            when = {e.stash_rev: repo.scm.resolve_commit(e.stash_rev).commit_time for e, _ in rows}
+            return sorted(rows, key=lambda r: when[r[0].stash_rev])
 
-    return {t["name"]: t["status"] for t in _again(status) if t.get("name")}
+    return {e.name: state for e, state in _again(status) if e.name}
 
 
 def _again(read, tries: int = 10):

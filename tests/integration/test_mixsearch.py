@@ -13,6 +13,7 @@ import shutil
 import signal
 import string
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -130,6 +131,41 @@ def test_a_search_killed_after_three_proxies_resumes_redoing_none_and_ends_as_th
     whole = json.loads((unkilled[0] / "data/reports/mix_search.json").read_text())
     assert resumed == {**whole, "validation": None}  # the same runs measured the same: same fit, same mix
     run([DVC, "queue", "stop"], root, check=False)
+
+
+def test_the_queue_is_read_as_dvc_reads_it_and_without_waiting_on_a_task_removed_between_reads(
+        unkilled, tmp_path, monkeypatch):
+    """CI, stop 45: the search polled DVC's own queue status() while a lost proxy was being removed
+    (`dvc queue remove` forgets a done task's result, then drops its message). status() had seen the
+    task done, looked its result up again, found none, and waited for it with no timeout: 600 s,
+    then pytest's timeout. The removal is put between the two reads here, for every done task."""
+    from dvc.repo.experiments.queue.celery import LocalCeleryQueue
+
+    from dvcrepo import open_repo
+
+    root = tmp_path / "proj"
+    shutil.copytree(unkilled[0], root, symlinks=True)
+    with open_repo(root) as repo:
+        theirs = {t["name"]: t["status"] for t in sorted(repo.experiments.celery_queue.status(),
+                                                         key=lambda t: t["timestamp"])}
+    names = [p["name"] for p in json.loads((root / "data/reports/mix_search.json").read_text())["proxies"]]
+    assert {theirs[n] for n in names} == {experiments.SUCCESS}
+    assert experiments.states(root) == theirs
+
+    real = LocalCeleryQueue._iter_done_tasks
+
+    def removed_between_reads(self):
+        for task in real(self):  # seen done...
+            task.async_result.forget()  # ...then removed, as `dvc queue remove` begins to
+            yield task
+
+    monkeypatch.setattr(LocalCeleryQueue, "_iter_done_tasks", removed_between_reads)
+    got = {}
+    reader = threading.Thread(target=lambda: got.update(experiments.states(root)), daemon=True)
+    reader.start()
+    reader.join(60)
+    assert not reader.is_alive(), "experiments.states waits for a result that never comes"
+    assert got == theirs  # each task as it was when seen done
 
 
 def test_a_proxy_dvcs_queue_loses_is_queued_again_and_measured_as_before(unkilled, tmp_path):
