@@ -7,5 +7,6 @@
   processes and Dask; Prefect's task runner for Ray), and a check of its workers.
 - `invoke`: the one `RunContext` of a stage run, and the call of its engine entry point with it.
 
-The flows that compose them are in flows/; where a stage runs is decided in flows.dispatch.
+The flows that compose them are in shardline.orchestration.flows; where a stage runs is decided
+in shardline.orchestration.flows.dispatch.
 """
