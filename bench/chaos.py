@@ -31,7 +31,7 @@ def main() -> None:
     ap.add_argument("--kills", type=int, default=40)
     ap.add_argument("--corpus", choices=["stdlib", "shared"], default="shared")
     args = ap.parse_args()
-    from flows.server import local_server
+    from shardline.orchestration.flows.server import local_server
     from harness.servers import FlakyServer
 
     t0 = time.perf_counter()

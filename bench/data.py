@@ -171,7 +171,9 @@ def run_stage(root: Path, name: str, engine_tree: Path = REPO) -> dict:
     """One `shardline stage NAME` process, timed as a whole; another engine tree runs its own CLI
     (`-m` from its directory: its packages come first on sys.path, before the editable install)."""
     exe = Path(sys.executable).parent / "shardline"
-    cli = "cli.main" if (engine_tree / "cli" / "main.py").exists() else "flows.cli"  # a tree from before cli/
+    # the command's module, as each tree's layout had it: shardline/cli/, then cli/, and flows/cli.py before that
+    cli = next(m for m, f in (("shardline.cli.main", "shardline/cli/main.py"), ("cli.main", "cli/main.py"),
+                              ("flows.cli", "flows/cli.py")) if (engine_tree / f).exists())
     cmd = [str(exe)] if exe.exists() and engine_tree == REPO else [sys.executable, "-m", cli]
     tree, done, log = [0], threading.Event(), root / f"{name}.log"
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import yaml
 
-from flows.server import OFFLINE, local_server
+from shardline.orchestration.flows.server import OFFLINE, local_server
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent

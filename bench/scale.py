@@ -17,7 +17,7 @@
     a line of their own, with the same figure for parts of 8 MB (4x the parts): O(1) in the
     number of parts. The clean parts must be byte-identical every time. Targets: 2 Dask workers
     >= 1.7x one at the worst repeat; 2 Dask workers no slower than the local pool (<= 1.05x). The
-    parts go to Dask directly (tasks.runners.dask_map), not as Prefect task runs.
+    parts go to Dask directly (shardline.orchestration.tasks.runners.dask_map), not as Prefect task runs.
 (2) Loader streaming (bench/stream.py): tokens/s reading shards from a local S3 server
     (moto) with the cache cold and warm, against local disk.
 """
@@ -38,7 +38,7 @@ from pathlib import Path
 
 import yaml
 
-from flows.server import OFFLINE
+from shardline.orchestration.flows.server import OFFLINE
 from bench.verdict import Targets, in_order
 from harness.dask_cluster import DaskCluster
 

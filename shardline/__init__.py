@@ -2,9 +2,10 @@
 the loader, the models, and what uses a trained checkpoint. `registry` names the stages' entry
 points; `context.RunContext` is what an orchestrator tells a run.
 
-The engine imports neither Prefect nor DVC and never calls back up: the `shardline` command
-(cli/), the Prefect flows (flows/) and tasks (tasks/) and the DVC adapter (dvcrepo/) drive it
-(docs/architecture.md, "Layers").
+The engine (every subpackage but the three below) imports neither Prefect nor DVC and never calls
+back up: the `shardline` command (shardline.cli), the Prefect flows and tasks
+(shardline.orchestration) and the DVC adapter (shardline.dvcrepo) drive it (docs/architecture.md,
+"Layers"). They are part of the one installed package, so a wheel claims no other name.
 """
 
 from __future__ import annotations

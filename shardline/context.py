@@ -1,5 +1,5 @@
 """What only the orchestrator knows about a run: one `RunContext`, built once per stage run by the
-orchestration layer (tasks.invoke.run_context, for the `shardline` command and the Prefect flows
+orchestration layer (shardline.orchestration.tasks.invoke.run_context, for the `shardline` command and the Prefect flows
 alike) and handed down to the stage.
 
 Contract: the engine reads it and never calls back up. Where a stage runs (here, or its parts on a

@@ -1,11 +1,12 @@
-"""Prefect tasks and their helpers: thin adapters over the engine, which knows nothing of them.
+"""The line's Prefect tasks and the runners of a stage's parts, where the repository's layout names
+them. They live in shardline.orchestration.tasks, installed with the package (a wheel claims no
+name but `shardline`); this folder, which is not installed, only points there:
 
-- `options`: the task options every task run gets (retries of transient faults only, no caching).
-- `mappers`: `part_mapper`, a stage's parts as one task run each.
-- `progress`: `progress_sink`, a stage's progress as a Prefect progress artifact.
-- `runners`: where params.yaml's `parts` section runs a stage's parts (the engine's Mapper for
-  processes and Dask; Prefect's task runner for Ray), and a check of its workers.
-- `invoke`: the one `RunContext` of a stage run, and the call of its engine entry point with it.
-
-The flows that compose them are in flows/; where a stage runs is decided in flows.dispatch.
+    from tasks import invoke, run_context, part_mapper, mapper
 """
+
+from shardline.orchestration.tasks.invoke import invoke, run_context
+from shardline.orchestration.tasks.mappers import part_mapper
+from shardline.orchestration.tasks.runners import mapper
+
+__all__ = ["invoke", "mapper", "part_mapper", "run_context"]

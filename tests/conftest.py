@@ -68,7 +68,7 @@ def code_dir(tmp_path: Path) -> Path:
 @pytest.fixture(scope="session")
 def prefect_server(tmp_path_factory):
     """A real Prefect server on 127.0.0.1 with its own SQLite home; yields the env to use it."""
-    from flows.server import local_server
+    from shardline.orchestration.flows.server import local_server
 
     with local_server(tmp_path_factory.mktemp("prefect-home")) as env:
         yield {**env_for(), **env, "PREFECT_LOGGING_LEVEL": "WARNING"}

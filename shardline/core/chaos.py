@@ -27,8 +27,8 @@ write (`partway`: the k-th write call is cut in half, the first half flushed, th
 download.body (an HTTP body into its .part), clean.write (a clean part's parquet),
 minhash.write (a part's signatures),
 tokenize.write (a token part's ids), shard.write (a shard's bytes). The orchestrator adapters
-(flows/) place and document three more, with `group=True` where the process holding the work is
-the orchestrator itself: that kills the whole process group, so run the command in a session of
+(shardline.orchestration.flows) place and document three more, with `group=True` where the
+process holding the work is the orchestrator itself: that kills the whole process group, so run the command in a session of
 its own (`setsid`, as the suite does) or the kill reaches the shell that started it.
 
 `done(stage, unit)` appends `done <stage> <unit>` for a finished unit of work (a file, a part, a

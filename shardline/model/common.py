@@ -3,8 +3,10 @@
 Contract: a `CausalLM` names its `lookups()`, the tensors read by index and never multiplied (a
 position table, an untied token embedding); `num_params(non_embedding=True)` counts every
 parameter once (a tied weight once) less those, and `flops_per_token()` is
-shardline.model.shape's count over them. `output(logits, targets)` is what `forward` returns:
-(logits, the mean cross-entropy over every position, computed in fp32), or (logits, None).
+shardline.model.shape's count over them. `output(hidden, head, targets)` is what `forward`
+returns: (logits, the mean cross-entropy over every position, computed in fp32), or (logits,
+None) without targets; past shardline.model.loss's budget, (None, that loss computed in chunks),
+so that no full fp32 copy of the logits exists (training reads only the loss).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from shardline.model import loss
 from shardline.model.shape import flops_per_token
 
 
@@ -28,7 +31,12 @@ class CausalLM(nn.Module):
         return flops_per_token(self.cfg, self.num_params())
 
     @staticmethod
-    def output(logits: torch.Tensor, targets: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def output(hidden: torch.Tensor, head: nn.Linear,
+               targets: torch.Tensor | None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        rows = None if targets is None else loss.chunk_rows(hidden, head.out_features)
+        if rows is not None:
+            return None, loss.chunked_cross_entropy(hidden, head.weight, targets, rows)
+        logits = head(hidden)
         if targets is None:
             return logits, None
         return logits, F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))

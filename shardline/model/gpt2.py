@@ -7,7 +7,8 @@ Contract (shared by every architecture here, see shardline.model):
   under `torch.use_deterministic_algorithms(True)` on the same hardware.
 - `forward(idx, targets)` -> (logits [B, T, vocab_size], loss): loss is the mean cross-entropy
   over all B*T positions (computed in fp32), or None without targets. Logits come for every
-  position, so callers can score whole sequences. With cfg.attention "document", no position
+  position, so callers can score whole sequences; with targets past shardline.model.loss's
+  budget they are None (the loss is computed in chunks, for training, which reads only it). With cfg.attention "document", no position
   attends across a document boundary and positions restart at each document
   (shardline.model.attention).
 - `blocks` are the transformer blocks, the unit that recompute, compile and FSDP apply to.
@@ -108,7 +109,7 @@ class GPT(CausalLM):
         x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
         for block in self.transformer.h:
             x = block(x, docs)
-        return self.output(self.lm_head(self.transformer.ln_f(x)), targets)
+        return self.output(self.transformer.ln_f(x), self.lm_head, targets)
 
     def lookups(self) -> list[torch.Tensor]:
         return [self.transformer.wpe.weight]  # the token table doubles as the head: a matmul

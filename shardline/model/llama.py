@@ -136,7 +136,7 @@ class Llama(CausalLM):
         rope = cos.to(x.dtype), sin.to(x.dtype)
         for block in self.model.layers:
             x = block(x, rope, docs)
-        return self.output(self.lm_head(self.model.norm(x)), targets)
+        return self.output(self.model.norm(x), self.lm_head, targets)
 
     def lookups(self) -> list[torch.Tensor]:
         tied = self.lm_head.weight is self.model.embed_tokens.weight  # tied: the table is the head's matmul

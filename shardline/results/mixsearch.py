@@ -1,7 +1,7 @@
 """A mix search's design, as pure functions of params.yaml and the baseline commit: which proxy
 runs (their names and mixes), what each sets, what the target is, and which mix is recommended
 from a fitted model (shardline.results.mixfit). No orchestrator here: `shardline mix-search`
-(cli/mixsearch.py) runs the proxies as DVC experiments and hands their measurements back.
+(shardline/cli/mixsearch.py) runs the proxies as DVC experiments and hands their measurements back.
 
 Contract: `plan(params, baseline)` is deterministic: the same params and baseline give the same
 names and mixes, in the same order, on any machine (numpy's PCG64 from mix_search.seed). The

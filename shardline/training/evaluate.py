@@ -35,6 +35,7 @@ from torch.nn import functional as F
 
 from shardline.core import chaos, fsio, shardformat
 from shardline.core.errors import BadInput, ShardCorrupt
+from shardline.model.loss import chunk_rows
 from shardline.stream.remote import Remote, fetch_failed, filesystem, read_indexes
 
 
@@ -205,7 +206,10 @@ def evaluate(model: torch.nn.Module, held: HeldOut, mix: Mapping[str, float], *,
                 y = torch.from_numpy(ids[:, 1:]).to(device)
                 with autocast or contextlib.nullcontext():
                     logits, _ = model(x)
-                nll = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), y.reshape(-1), reduction="none")
+                flat, yf = logits.reshape(-1, logits.size(-1)), y.reshape(-1)
+                rows = chunk_rows(flat, flat.size(-1)) or flat.size(0)  # no whole fp32 copy; per row, the same bits
+                nll = torch.cat([F.cross_entropy(flat[r:r + rows].float(), yf[r:r + rows], reduction="none")
+                                 for r in range(0, flat.size(0), rows)])
                 if i < len(mine):
                     sums[s, 0] += nll.double().sum().cpu()
                     sums[s, 1] += y.numel()

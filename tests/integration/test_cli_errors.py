@@ -1,7 +1,7 @@
 """Every subcommand of the real `shardline` parser, run on broken inputs, answers with lines, never
 a traceback (issue 28).
 
-The subcommands and their arguments come from cli.main.parser() itself, so a new subcommand is
+The subcommands and their arguments come from shardline.cli.main.parser() itself, so a new subcommand is
 swept without being listed here (a positional this file cannot fill fails, naming it). The broken
 inputs: no params.yaml; a params.yaml that is not a mapping; an empty project (valid params, no
 data/); and, in a project that trained, a checkpoint that does not exist, and an output path
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from cli.main import parser
+from shardline.cli.main import parser
 from tests.conftest import BIN, run, small_params, stdlib_files, write_params
 
 SL = str(BIN / "shardline")

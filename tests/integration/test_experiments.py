@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dvcrepo import experiments
+from shardline.dvcrepo import experiments
 from harness import trackers as read_trackers
 from tests.conftest import BIN, commit_trained, init_repo, run, small_params, stdlib_sources, write_params
 

@@ -166,7 +166,7 @@ def test_parts_workers_sizes_the_clean_stages_own_pool(tmp_path, monkeypatch):
     pool of two. Before, the clean stage ignored it and spawned one process per core."""
     from shardline.context import RunContext
     from shardline.data import download
-    from tasks.invoke import invoke
+    from shardline.orchestration.tasks.invoke import invoke
     from tests.conftest import make_project
 
     text = tmp_path / "corpus.txt"

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from dvcrepo import experiments
+from shardline.dvcrepo import experiments
 from shardline.core import config
 from shardline.results import mixsearch
 from tests.conftest import BIN, commit_trained, env_for, init_repo, run, small_params, stdlib_sources, write_params
@@ -141,7 +141,7 @@ def test_the_queue_is_read_as_dvc_reads_it_and_without_waiting_on_a_task_removed
     then pytest's timeout. The removal is put between the two reads here, for every done task."""
     from dvc.repo.experiments.queue.celery import LocalCeleryQueue
 
-    from dvcrepo import open_repo
+    from shardline.dvcrepo import open_repo
 
     root = tmp_path / "proj"
     shutil.copytree(unkilled[0], root, symlinks=True)

@@ -189,7 +189,7 @@ def test_transient_failures_retry_and_bad_params_fail_fast(tmp_path, prefect_ser
 def test_retrain_skips_unchanged_data_and_continues_on_new_data(tmp_path, prefect_server):
     root = make(tmp_path / "p", train={"steps": 4, "allow_data_change": True})
     src = Path(yaml.safe_load((root / "params.yaml").read_text())["sources"][0]["uri"])
-    code = "from flows.pipeline import retrain; import json; print(json.dumps(retrain('.')))"
+    code = "from shardline.orchestration.flows.pipeline import retrain; import json; print(json.dumps(retrain('.')))"
     first = json.loads(run([sys.executable, "-c", code], root, env=prefect_server).stdout.splitlines()[-1])
     assert first["retrained"] is True
     before = json.loads(run([SL, "lineage", "latest", "--json"], root).stdout)

@@ -11,14 +11,14 @@ import sys
 
 import pytest
 
-from flows.server import local_server
+from shardline.orchestration.flows.server import local_server
 from harness import browser
 from shardline.core.layout import Layout
 from tests.conftest import REPO, run
 
 pytestmark = pytest.mark.slow
 ALT = "train and val loss, tokens/s, val bits per byte"  # the report stage's alt text of its plot
-PUBLISH = "import sys; from pathlib import Path; from flows.pipeline import publish_card; print(publish_card(Path(sys.argv[1])))"
+PUBLISH = "import sys; from pathlib import Path; from shardline.orchestration.flows.pipeline import publish_card; print(publish_card(Path(sys.argv[1])))"
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from tests.conftest import make_project, run
 from harness.servers import FlakyServer
 
 pytestmark = pytest.mark.slow
-FLOW = "from flows.stage_flows import run_flow; run_flow('download', '.')"
+FLOW = "from shardline.orchestration.flows.stage_flows import run_flow; run_flow('download', '.')"
 
 
 def _download_flow(tmp_path, url, prefect_server):

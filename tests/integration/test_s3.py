@@ -107,7 +107,7 @@ def test_a_run_moves_to_another_machine_through_a_dvc_remote_on_s3(project, s3_e
     """docs/scaling.md's commands: `dvc push` here; `git clone` and `dvc pull` in another directory
     give identical files, on which `shardline lineage latest` and `eval latest` say what they say
     here, and training continues there to the weights it continues to here, bit for bit."""
-    from flows.pipeline import dvc_push
+    from shardline.orchestration.flows.pipeline import dvc_push
 
     for k, v in s3_env.items():
         if k.startswith("AWS_"):

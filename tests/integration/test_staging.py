@@ -14,7 +14,7 @@ from shardline.context import RunContext
 from shardline.core.errors import BadInput
 from shardline.data import download, staging
 from shardline.data.clean import stage as clean
-from tasks.invoke import invoke
+from shardline.orchestration.tasks.invoke import invoke
 from tests.conftest import make_project, stdlib_files
 
 HALF = ("clean", "tokenize", "shard")

@@ -98,7 +98,7 @@ def test_worker_killed_mid_training_resumes_to_the_same_weights(tmp_path, prefec
 
 
 def test_deploy_and_worker_without_a_server_say_so_in_one_line(tmp_path):
-    from flows.server import free_port, server_env
+    from shardline.orchestration.flows.server import free_port, server_env
 
     root = make(tmp_path / "p")
     shutil.copy(REPO / "prefect.yaml", root)

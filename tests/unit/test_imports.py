@@ -8,7 +8,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 # Top to bottom: a module may import its own layer or any below it, never one above.
-LAYERS = ("cli", "flows", "tasks", "dvcrepo", "shardline.results", "shardline.training", "shardline.stream",
+LAYERS = ("flows tasks", "shardline.cli", "shardline.orchestration.flows", "shardline.orchestration.tasks",
+          "shardline.dvcrepo", "shardline.results", "shardline.training", "shardline.stream",
           "shardline.model shardline.data", "shardline.core shardline.context shardline.registry")
 RANK = {prefix: i for i, layer in enumerate(LAYERS) for prefix in layer.split()}
 
@@ -24,7 +25,7 @@ def _rank(module: str) -> int | None:
 
 
 def graph() -> dict[str, set[str]]:
-    files = {_module(p): p for top in ("cli", "flows", "tasks", "dvcrepo", "shardline")
+    files = {_module(p): p for top in ("flows", "tasks", "shardline")
              for p in (REPO / top).rglob("*.py")}
     edges: dict[str, set[str]] = {m: set() for m in files}
     for mod, path in files.items():
@@ -90,4 +91,4 @@ def test_no_import_circles():
 
 def test_the_checks_see_a_planted_circle_and_an_upward_import():
     assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
-    assert _rank("shardline.core.config") > _rank("shardline.data.clean.settings") > _rank("cli.main")
+    assert _rank("shardline.core.config") > _rank("shardline.data.clean.settings") > _rank("shardline.cli.main")

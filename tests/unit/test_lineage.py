@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-import dvcrepo
+from shardline import dvcrepo
 from shardline.training.lineage import git_state
 
 TRACKED = {"model.py": "x = 1\n", "params.yaml": "train: {steps: 4}\n", "dvc.lock": "schema: '2.0'\n",

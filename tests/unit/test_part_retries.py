@@ -1,4 +1,4 @@
-"""A part on a cluster is retried after a transient fault only (tasks.runners._retried): a real
+"""A part on a cluster is retried after a transient fault only (shardline.orchestration.tasks.runners._retried): a real
 refused connection on 127.0.0.1 is retried, a deterministic error is raised at once, and the
 last transient fault is raised once the retries are spent."""
 
@@ -8,7 +8,7 @@ import socket
 
 import pytest
 
-from tasks.runners import _retried
+from shardline.orchestration.tasks.runners import _retried
 
 
 def _closed_port() -> int:

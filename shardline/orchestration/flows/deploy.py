@@ -47,7 +47,7 @@ from prefect.client.schemas.filters import (DeploymentFilter, DeploymentFilterNa
 from prefect.client.schemas.objects import StateType
 from prefect.states import Crashed
 
-from flows.server import OFFLINE
+from shardline.orchestration.flows.server import OFFLINE
 from shardline.core import config
 from shardline.core.errors import ShardlineError
 
@@ -103,7 +103,7 @@ def mark_orphans_crashed(log=_say, pool: str | None = None, who: str = "serve") 
 def serve_line(root: str | Path = ".", params_file: str = "params.yaml") -> None:
     from prefect import serve
 
-    from flows.pipeline import pipeline, retrain  # here: deploy and worker do not import the flows
+    from shardline.orchestration.flows.pipeline import pipeline, retrain  # here: deploy and worker do not import the flows
 
     root = str(Path(root).resolve())
     params = config.load(Path(root, params_file))

@@ -8,7 +8,7 @@ import argparse
 import json
 from pathlib import Path
 
-from cli import log
+from shardline.cli import log
 from shardline.core import config, shardformat
 from shardline.core.layout import Layout
 

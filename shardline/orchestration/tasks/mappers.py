@@ -2,7 +2,7 @@
 
 Contract: `part_mapper(params, stage)` is a `shardline.core.parallel.Mapper` (`(fn, items,
 on_done) -> results in order`) that a flow hands the engine; the engine does not know Prefect
-runs its parts. Parts run on the flow's task runner (params.yaml's `parts`, tasks.runners); every
+runs its parts. Parts run on the flow's task runner (params.yaml's `parts`, shardline.orchestration.tasks.runners); every
 part finishes before the first failure is raised, so none is left half-done behind it.
 """
 
@@ -18,7 +18,7 @@ from prefect.futures import as_completed
 from shardline import registry
 from shardline.core.config import Params
 from shardline.core.parallel import ProcessPool, workers_for, worth_a_pool
-from tasks.options import options
+from shardline.orchestration.tasks.options import options
 
 
 def part_mapper(params: Params, stage: str) -> Callable[..., list]:

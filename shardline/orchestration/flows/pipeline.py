@@ -2,7 +2,7 @@
 
 Design ("run in-process, then record with DVC's commit"): for each stage in
 the order DVC's graph gives, one Prefect task run asks DVC whether the stage is up to date;
-if not, it runs the stage (flows.dispatch: in-process, its parts on the pool or Dask cluster
+if not, it runs the stage (shardline.orchestration.flows.dispatch: in-process, its parts on the pool or Dask cluster
 params.yaml's `parts` names, or as its stage flow on Ray) and `dvc commit`s it, which writes the dvc.lock entry `dvc repro`
 would write. The stage task is defined here, beside the flow that composes it, because it may
 start a stage flow. Both paths skip up-to-date stages and record the same deps,
@@ -30,15 +30,15 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.runtime import flow_run
 
-import dvcrepo
-from flows.dispatch import dispatch
+from shardline import dvcrepo
+from shardline.orchestration.flows.dispatch import dispatch
 from shardline import registry
 from shardline.core import chaos, config
 from shardline.core.errors import ShardlineError
 from shardline.core.layout import Layout
 from shardline.core.stores import aws_env
-from tasks.options import options
-from tasks.progress import progress_sink
+from shardline.orchestration.tasks.options import options
+from shardline.orchestration.tasks.progress import progress_sink
 
 
 class StageFailed(ShardlineError):

@@ -1,6 +1,6 @@
 """The DVC adapter: DVC as the one declaration of the DAG: stage order, up-to-date checks, lock
 records, and what DVC knows that a run records (the shards' md5, the checkpoints its cache holds).
-The `shardline` command, the flows and tasks.invoke use it; the engine never does.
+The `shardline` command, the flows and shardline.orchestration.tasks.invoke use it; the engine never does.
 
 The pipeline never keeps its own list of stages: `stage_order` reads dvc.yaml through DVC's
 Python API (the same graph `dvc repro` walks). After the pipeline runs a stage in-process it

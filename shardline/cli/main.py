@@ -36,11 +36,11 @@ import os
 import sys
 from pathlib import Path
 
-from cli import log
-from cli.checkpoints import CHECKPOINT_HELP, cmd_checkpoints, cmd_eval, cmd_export, cmd_lineage, cmd_sample
-from cli.corpus import cmd_explain, cmd_push_shards
-from cli.line import cmd_pipeline, cmd_pool, cmd_serve, cmd_stage
-from cli import mixsearch
+from shardline.cli import log
+from shardline.cli.checkpoints import CHECKPOINT_HELP, cmd_checkpoints, cmd_eval, cmd_export, cmd_lineage, cmd_sample
+from shardline.cli.corpus import cmd_explain, cmd_push_shards
+from shardline.cli.line import cmd_pipeline, cmd_pool, cmd_serve, cmd_stage
+from shardline.cli import mixsearch
 from shardline import registry
 from shardline.core import config, fsio
 from shardline.core.errors import ShardlineError, is_transient, os_error_line

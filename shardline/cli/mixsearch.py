@@ -29,8 +29,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from cli import log
-from dvcrepo import experiments
+from shardline.cli import log
+from shardline.dvcrepo import experiments
 from shardline.core import config
 from shardline.core.errors import BadInput
 from shardline.core.layout import EVAL_JSON, Layout

@@ -40,7 +40,8 @@ from shardline.core.parallel import process_map
 # Evaluated on each worker with the builtin eval (pickled by reference, so this check itself
 # never needs the project on the worker): every module a task run unpickles, plus the engine's
 # fingerprint.
-_PROBE = "(__import__('prefect') and __import__('tasks') and __import__('flows') and __import__('shardline')).fingerprint()"
+_PROBE = ("(__import__('prefect') and __import__('shardline.orchestration.tasks.runners') and "
+          "__import__('shardline.orchestration.flows.stage_flows')).fingerprint()")
 
 
 class WorkersUnfit(ShardlineError):

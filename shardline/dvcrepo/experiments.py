@@ -52,7 +52,7 @@ def queue(root: Path, proxies: list[tuple[str, list[str]]], targets: list[str]) 
     one process (a `dvc` process each would spend ~2 s of CPU apiece starting up)."""
     from dvc.exceptions import DvcException
 
-    from dvcrepo import open_repo
+    from shardline.dvcrepo import open_repo
 
     with open_repo(root) as repo:
         for name, settings in proxies:
@@ -131,7 +131,7 @@ def states(root: Path) -> dict[str, str]:
     once, from the run file its worker wrote: a success is one with an experiment ref, as DVC
     counts it. (LocalCeleryQueue's _iter_done_tasks and _load_info: the same calls status() is
     made of, in every dvc 3 release.)"""
-    from dvcrepo import open_repo
+    from shardline.dvcrepo import open_repo
 
     def status():
         with open_repo(root) as repo:
@@ -169,7 +169,7 @@ def collected(root: Path) -> set[str]:
     """Names of the experiments whose ref DVC wrote into the repository (refs/exps/.../<name>)."""
     from dvc.repo.experiments.utils import exp_refs
 
-    from dvcrepo import open_repo
+    from shardline.dvcrepo import open_repo
 
     with open_repo(root) as repo:
         return {ref.name for ref in exp_refs(repo.scm)}
@@ -186,7 +186,7 @@ def finished(root: Path) -> dict[str, dict]:
     from dvc.repo.experiments.collect import collect_successful
     from dvc.repo.experiments.utils import exp_refs
 
-    from dvcrepo import open_repo
+    from shardline.dvcrepo import open_repo
 
     def show():
         with open_repo(root) as repo:

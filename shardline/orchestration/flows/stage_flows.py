@@ -1,12 +1,12 @@
 """One Prefect flow per stage: the engine stage with each part as a retried task run.
 
 Contract: a stage flow's outputs are byte-identical to the stage run in-process (`shardline stage
-<name>`, what dvc.yaml runs): both call the stage's entry point through tasks.invoke; only the
+<name>`, what dvc.yaml runs): both call the stage's entry point through shardline.orchestration.tasks.invoke; only the
 mapper differs. The stage timeout (`pipeline.stage_timeout_s`) is enforced on the flow, which runs
 in the main thread where Prefect can interrupt it. The parted stages (clean, tokenize, shard) run
 their parts on the task runner params.yaml's `parts` names, after checking its workers;
-flows.dispatch sends a stage here when its parts go to Ray (`parts: ray`); Dask and the process
-pool are handed to the engine in-process (tasks.runners.mapper).
+shardline.orchestration.flows.dispatch sends a stage here when its parts go to Ray (`parts: ray`); Dask and the process
+pool are handed to the engine in-process (shardline.orchestration.tasks.runners.mapper).
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from prefect.runtime import flow_run
 from shardline import registry
 from shardline.core import config
 from shardline.core.layout import Layout
-from tasks.invoke import invoke, run_context
-from tasks.mappers import part_mapper
-from tasks.progress import progress_sink
-from tasks.runners import check_workers, task_runner
+from shardline.orchestration.tasks.invoke import invoke, run_context
+from shardline.orchestration.tasks.mappers import part_mapper
+from shardline.orchestration.tasks.progress import progress_sink
+from shardline.orchestration.tasks.runners import check_workers, task_runner
 
 
 def run_flow(name: str, root: str = ".", params_file: str = "params.yaml", params=None) -> dict:

@@ -1,6 +1,6 @@
 """The commands that run the line: `shardline stage`, `pipeline`, `serve`, `deploy`, `worker`.
 
-Contract: `stage NAME` runs one dvc.yaml stage through flows.dispatch (in-process, or its parts on
+Contract: `stage NAME` runs one dvc.yaml stage through shardline.orchestration.flows.dispatch (in-process, or its parts on
 the task runner params.yaml's `parts` names) with what this process knows: --run-id and
 --shards-md5 (torchrun's ranks get them from the process that launched them), and whether
 `dvc repro` runs it. The Prefect commands import Prefect only when they run.
@@ -14,8 +14,8 @@ import os
 import time
 from pathlib import Path
 
-from cli import log
-from flows.dispatch import dispatch
+from shardline.cli import log
+from shardline.orchestration.flows.dispatch import dispatch
 from shardline.core import chaos, config
 from shardline.core.layout import Layout
 
@@ -28,7 +28,7 @@ def cmd_stage(args: argparse.Namespace) -> int:
     # from the process that launched them, which alone is dvc's command
     under_dvc = bool(os.environ.get("DVC_STAGE")) and "LOCAL_RANK" not in os.environ
     if under_dvc:
-        import dvcrepo
+        from shardline import dvcrepo
 
         with dvcrepo.open_repo(layout.root) as repo:
             dvcrepo.ignore_outputs(repo)  # those an earlier failed `dvc repro` took out of .gitignore
@@ -40,7 +40,7 @@ def cmd_stage(args: argparse.Namespace) -> int:
 
 
 def cmd_pipeline(args: argparse.Namespace) -> int:
-    from flows.pipeline import pipeline
+    from shardline.orchestration.flows.pipeline import pipeline
 
     report = pipeline(root=args.root, params_file=args.params)
     print(json.dumps(report, indent=2))
@@ -51,7 +51,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import contextlib
     import urllib.request
 
-    from flows.server import local_server, server_env
+    from shardline.orchestration.flows.server import local_server, server_env
 
     layout = Layout.at(args.root)
     home = layout.prefect_home
@@ -65,7 +65,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         log(f"serve: starting a Prefect server on 127.0.0.1:{args.port} (state in {home}); "
             f"UI: http://127.0.0.1:{args.port}")
     with server:
-        from flows.deploy import serve_line
+        from shardline.orchestration.flows.deploy import serve_line
 
         log(f"serve: export PREFECT_API_URL=http://127.0.0.1:{args.port}/api, then "
             "prefect deployment run 'shardline-pipeline/line'")
@@ -74,7 +74,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_pool(args: argparse.Namespace) -> int:
-    from flows import deploy
+    from shardline.orchestration.flows import deploy
 
     if args.command == "deploy":
         deploy.deploy_to_pool(Layout.at(args.root).root, args.params)

@@ -17,7 +17,7 @@ import argparse
 import json
 from pathlib import Path
 
-from cli import log
+from shardline.cli import log
 from shardline.core import config
 from shardline.core.errors import ShardlineError
 from shardline.core.layout import MANIFEST, Layout, step_dirs

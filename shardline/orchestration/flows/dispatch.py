@@ -2,11 +2,11 @@
 
 Contract: `dispatch(name, layout, params_file, params, **known)` runs stage `name` either
 
-- here, in this process, with the one `RunContext` tasks.invoke.run_context builds from `known`
+- here, in this process, with the one `RunContext` shardline.orchestration.tasks.invoke.run_context builds from `known`
   (what the caller knows: its log, a progress sink, --run-id / --shards-md5, whether DVC records
   the outputs next), its parts on the engine's own pools (threads; clean's worker processes; the
-  process pool `parts: processes` sizes) or on the Dask cluster `parts` names (tasks.runners); or
-- as its stage flow (flows.stage_flows), its parts as task runs on Prefect's Ray task runner
+  process pool `parts: processes` sizes) or on the Dask cluster `parts` names (shardline.orchestration.tasks.runners); or
+- as its stage flow (shardline.orchestration.flows.stage_flows), its parts as task runs on Prefect's Ray task runner
   (`parts: ray`): the flow run builds its own context.
 
 Outputs are byte-identical either way. The engine is handed the outcome (a mapper) and never
@@ -19,20 +19,20 @@ from __future__ import annotations
 from shardline import registry
 from shardline.core.config import Params
 from shardline.core.layout import Layout
-from tasks import runners
-from tasks.invoke import invoke, run_context
+from shardline.orchestration.tasks import runners
+from shardline.orchestration.tasks.invoke import invoke, run_context
 
 
 def on_task_runner(params: Params, name: str) -> bool:
     """True when stage `name`'s parts go to the Prefect task runner `parts.runner` names (Ray)
-    instead of the engine's own pools or a Dask cluster the engine is handed (tasks.runners.mapper)."""
+    instead of the engine's own pools or a Dask cluster the engine is handed (shardline.orchestration.tasks.runners.mapper)."""
     return name in registry.PARTED and params.parts.runner == "ray"
 
 
 def dispatch(name: str, layout: Layout, params_file: str, params: Params, **known):
     """Run stage `name` here, or as its stage flow on the task runner (see the module docstring)."""
     if on_task_runner(params, name):
-        from flows.stage_flows import run_flow
+        from shardline.orchestration.flows.stage_flows import run_flow
 
         return run_flow(name, str(layout.root), params_file, params)
     if name in registry.PARTED and "mapper" not in known and (mapper := runners.mapper(params)) is not None:

@@ -43,7 +43,7 @@ def run_context(name: str, layout: Layout, *, log: Callable[[str], None], progre
     sink = progress if name in registry.DATA else None
     if name != "train":
         return RunContext(log=log, mapper=mapper, sink=sink)
-    import dvcrepo
+    from shardline import dvcrepo
 
     on_step = (lambda s, n: progress(name, s / max(n, 1), f"step {s}/{n}")) if progress else None
     return RunContext(log=log, mapper=mapper, sink=sink, on_step=on_step,
