@@ -92,3 +92,19 @@ def test_no_import_circles():
 def test_the_checks_see_a_planted_circle_and_an_upward_import():
     assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert _rank("shardline.core.config") > _rank("shardline.data.clean.settings") > _rank("shardline.cli.main")
+
+
+def test_the_engine_imports_neither_prefect_nor_dvc():
+    """The engine is every module of the package but the orchestrators beside it (the command, the
+    Prefect flows and tasks, the DVC adapter), which hand it what they know (RunContext)."""
+    adapters = ("shardline.cli", "shardline.orchestration", "shardline.dvcrepo")
+    found = []
+    for path in sorted((REPO / "shardline").rglob("*.py")):
+        mod = _module(path)
+        if mod == "shardline" or any(mod == a or mod.startswith(a + ".") for a in adapters):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else []
+            found += [f"{mod}: {n}" for n in names if n.split(".")[0] in ("prefect", "prefect_ray", "dvc")]
+    assert not found, "the engine imports an orchestrator:\n" + "\n".join(found)
