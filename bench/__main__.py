@@ -3,6 +3,7 @@
     python -m bench [--quick]
 
 Runs bench.tokenize, bench.loader, bench.train (which includes the checkpoint benchmark),
+bench.loss (the chunked cross-entropy at a 128k vocabulary: peak memory and speed),
 bench.trackers (a default run with TensorBoard, W&B and MLflow on, against none),
 bench.pipeline (no-op and full `dvc repro` vs the Prefect pipeline flow, on the default line
 with 10 training steps), bench.scale (the clean stage with FineWeb's rules on 2 Dask workers vs 1, and
@@ -34,7 +35,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-BENCHES = [("tokenize", []), ("loader", []), ("train", []), ("trackers", []), ("pipeline", []), ("scale", []),
+BENCHES = [("tokenize", []), ("loader", []), ("train", []), ("loss", []), ("trackers", []), ("pipeline", []), ("scale", []),
            ("sharded", []), ("mixsearch", []),
            ("data", ["--no-sources"]), ("sources", []), ("curation", ["--no-scale"]),
            ("cleanprofile", []), ("gpu", []),
