@@ -21,7 +21,7 @@ from shardline.core.layout import Layout
 from shardline.results import mixfit
 from shardline.results.mixsearch import Proxy, current_mix, metric, recommend, source_names, target_of, target_weights
 
-LAW = "log-linear per source: log L_s = a_s + b_s . mix (least squares, scikit-learn)"
+LAW = "log-linear per source: log L_s = a_s + b_s . mix (least squares)"
 
 
 def result(params, proxies: list[Proxy], measured: dict[str, dict[str, float]],

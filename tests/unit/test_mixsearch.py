@@ -63,6 +63,25 @@ def test_the_fit_recovers_a_log_linear_law_and_its_leave_one_out_error_is_honest
     assert 0.005 < errors["target_rmse"] < 0.2  # noise shows up in the held-out error, not hidden by the fit
 
 
+def test_the_fit_is_scikit_learns_linear_regression_and_its_leave_one_out():
+    """mixfit's numpy least squares against what it replaced, scikit-learn itself (the reference
+    extra), on noisy runs of a 3-source search and a 4-source one."""
+    from sklearn.linear_model import LinearRegression
+    from sklearn.model_selection import LeaveOneOut, cross_val_predict
+
+    rng = np.random.default_rng(5)
+    for n, k in ((8, 3), (12, 4)):
+        mixes = rng.dirichlet(np.ones(k), n)
+        measured = np.exp(rng.normal(1.5, 0.3, (n, k)))
+        f = mixfit.fit(mixes, measured)
+        x, y = mixes[:, :-1], np.log(measured)
+        theirs = LinearRegression().fit(x, y)
+        np.testing.assert_allclose(f.intercept, theirs.intercept_, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(f.coef, theirs.coef_, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(np.log(f.loo), cross_val_predict(LinearRegression(), x, y, cv=LeaveOneOut()),
+                                   rtol=1e-12, atol=1e-12)
+
+
 def test_the_optimiser_moves_weight_off_the_source_nobody_learns_from():
     p = params(runs=8, target="sources", target_sources=["code", "prose"])
     proxies = mixsearch.plan(p, "abc")
