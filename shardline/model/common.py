@@ -15,7 +15,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from shardline.model import loss
+from shardline.model.loss import chunk_rows, chunked_cross_entropy
 from shardline.model.shape import flops_per_token
 
 
@@ -33,9 +33,9 @@ class CausalLM(nn.Module):
     @staticmethod
     def output(hidden: torch.Tensor, head: nn.Linear,
                targets: torch.Tensor | None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        rows = None if targets is None else loss.chunk_rows(hidden, head.out_features)
+        rows = None if targets is None else chunk_rows(hidden, head.out_features)
         if rows is not None:
-            return None, loss.chunked_cross_entropy(hidden, head.weight, targets, rows)
+            return None, chunked_cross_entropy(hidden, head.weight, targets, rows)
         logits = head(hidden)
         if targets is None:
             return logits, None
