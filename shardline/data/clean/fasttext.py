@@ -14,6 +14,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from shardline.data.clean.compiled import same
+
 _LABEL_BYTES = np.frombuffer(b"__label__", np.uint8)  # an unknown token starting so is a label, not an input
 
 
@@ -61,14 +63,8 @@ def _find(data, start, end, h, table, wbytes, wptr):
     while table[at] != -1:
         w = table[at]
         a, b = wptr[w], wptr[w + 1]
-        if b - a == end - start:
-            same = True
-            for k in range(end - start):
-                if wbytes[a + k] != data[start + k]:
-                    same = False
-                    break
-            if same:
-                return w
+        if b - a == end - start and same(wbytes, a, data, start, end - start):
+            return w
         at = (at + 1) % size
     return -1
 
@@ -84,15 +80,9 @@ def _cached(data, start, end, h, cache, keys, ids, state):
     slots = cache.shape[0]
     at = np.int64(h) & (slots - 1)
     while cache[at, 0] != -1:
-        if cache[at, 1] == end - start and np.uint32(cache[at, 4]) == h:
-            k0 = cache[at, 0]
-            same = True
-            for k in range(end - start):
-                if keys[k0 + k] != data[start + k]:
-                    same = False
-                    break
-            if same:
-                return cache[at, 2], cache[at, 3]
+        if cache[at, 1] == end - start and np.uint32(cache[at, 4]) == h and same(keys, cache[at, 0], data, start,
+                                                                                   end - start):
+            return cache[at, 2], cache[at, 3]
         at = (at + 1) & (slots - 1)
     return -1, at
 

@@ -22,6 +22,7 @@ import numba
 import numpy as np
 
 from shardline.data.clean import textstats as ts
+from shardline.data.clean.compiled import same
 
 NL = 10
 LETTER = r"[^\W\d_]"  # what min_alpha_fraction counts as a letter, and as whitespace: re's own classes
@@ -80,14 +81,9 @@ def duplicates(cps, starts, ends):
         found = False
         while table[at] != -1:
             j = table[at]
-            if held[at] == h and ends[j] - starts[j] == b - a:
+            if held[at] == h and ends[j] - starts[j] == b - a and same(cps, starts[j], cps, a, b - a):
                 found = True
-                for k in range(b - a):
-                    if cps[starts[j] + k] != cps[a + k]:
-                        found = False
-                        break
-                if found:
-                    break
+                break
             at = (at + 1) & (size - 1)
         if found:
             dup += 1

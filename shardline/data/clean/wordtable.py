@@ -31,6 +31,7 @@ import numba
 import numpy as np
 
 from shardline.data.clean import textstats as ts
+from shardline.data.clean.compiled import same
 
 NONSYMBOL, LETTER, FINAL, PUNCT, HAS_SPACE = 1, 2, 4, 8, 16  # a word's flags
 _EMPTY = -1
@@ -63,15 +64,8 @@ def _find(cps, a, b, h, slots, arena):
     at = np.int64(h >> np.uint64(20)) & mask
     n = b - a
     while slots[at, 1] != _EMPTY:
-        if np.uint64(slots[at, 0]) == h and (slots[at, 2] >> 40) == n:
-            k = slots[at, 1]
-            same = True
-            for i in range(n):
-                if arena[k + i] != cps[a + i]:
-                    same = False
-                    break
-            if same:
-                return at
+        if np.uint64(slots[at, 0]) == h and (slots[at, 2] >> 40) == n and same(arena, slots[at, 1], cps, a, n):
+            return at
         at = (at + 1) & mask
     return -1 - at
 
