@@ -41,7 +41,10 @@ class RunContext:
     not_code: tuple[str, ...] = ()
     """What the orchestrator writes in the git work tree as it runs (DVC's dvc.lock, ...), as git
     pathspec globs from the project root: not code, so the lineage's `dirty` ignores it."""
+    hooks: tuple = ()
+    """Training hooks of the caller's own (shardline.training.hooks: before_step, after_step, close),
+    run after the built-in ones each step; rank 0's only, as the rest of this context."""
 
     def quiet(self) -> "RunContext":
         """The context of a rank other than 0: nothing logged, no progress."""
-        return dataclasses.replace(self, log=lambda _: None, sink=None, on_step=None)
+        return dataclasses.replace(self, log=lambda _: None, sink=None, on_step=None, hooks=())

@@ -1,7 +1,11 @@
 """train stage: a Llama or GPT-2 (shardline.model) on the shards, resumable bit-for-bit from any kill.
 
 `run` is the stage; `_train` is the loop, over a run that shardline.training.session started (every
-part built, resumed or fresh), until a rollback restarts it or the target step is reached.
+part built, resumed or fresh), until a rollback restarts it or the target step is reached. A step is
+shardline.training.step's `train_step(batch) -> StepResult`; everything around it (held-out eval,
+records and trackers, the profiler, chaos points and progress, checkpoints) is a hook
+(shardline.training.hooks), closed on the one way out of the loop. A caller adds its own through
+RunContext.hooks.
 
 Contract:
 - Everything a resume needs is in the newest valid checkpoint: model, optimizer, GradScaler,
@@ -48,37 +52,26 @@ Contract:
 from __future__ import annotations
 
 import dataclasses
-import functools
-import hashlib
-import math
 import os
-import shutil
-import time
 from typing import Callable
 
 import torch
 
 from shardline.context import RunContext
-from shardline.core import chaos, fsio
+from shardline.core import fsio
 from shardline.core.config import Params, Train
 from shardline.core.errors import BadInput
 from shardline.core.layout import Layout
-from shardline.training import guard
-from shardline.training.dist import Dist, grad_norm, relaunch_under_torchrun
-from shardline.training.downstream import Downstream
-from shardline.training.evaluate import compact, due
+from shardline.training import guard, hooks
+from shardline.training.dist import Dist, relaunch_under_torchrun
 from shardline.training.guard import RolledBack, Trouble
 from shardline.training.monitor import Monitor, read_records, summarize, write_derived
 from shardline.training.resume import Origin
-from shardline.training.schedule import lr_at
 from shardline.training.session import start
 from shardline.training.state import TrainState
+from shardline.training.step import Trainer, step_seed  # noqa: F401  (step_seed: bench.train times it)
 
 Log = Callable[[str], None]
-
-
-def step_seed(seed: int, step: int, rank: int) -> int:
-    return int.from_bytes(hashlib.blake2b(f"{seed}:{step}:{rank}".encode(), digest_size=8).digest(), "little")
 
 
 def device_for(cfg: Train) -> torch.device:
@@ -122,111 +115,36 @@ def run(params: Params, layout: Layout, ctx: RunContext = RunContext()) -> dict:
 
 def _train(params: Params, layout: Layout, ctx: RunContext, device: torch.device, dist: Dist,
            rolled_back: bool) -> dict:
+    """The loop: a step, then its hooks, to the target step; one way out (hooks.close) for a
+    finished run and for a rollback alike."""
     session = start(params, layout, ctx, device, dist, rolled_back)
-    cfg, log, kept, held = params.train, ctx.log, session.kept, session.held
-    loader, model, net, opt, scaler, autocast = (session.loader, session.model, session.net, session.opt,
-                                                 session.scaler, session.autocast)
-    state, guards, checkpointer, monitor = session.state, session.guards, session.checkpointer, session.monitor
-    target, ledger, pending, lin = session.target, session.ledger, session.pending, session.lin
-    tokens_per_step = session.tokens_per_step
-    downstream = Downstream.for_training(params, layout, session)  # eval.tasks, checked before a step trains
-    batches = iter(loader)
-    saved = []
+    state, target, log = session.state, session.target, ctx.log
+    trainer = Trainer(session)
+    every = hooks.hooks_for(session, layout, ctx.hooks)
     if state.step >= target:
         log(f"train: already at step {state.step} = this data version's start {state.version_start} + train.steps "
-            f"{cfg.steps}: nothing to train (raise train.steps to continue)")
-    while state.step < target:
-        step, t0 = state.step, time.perf_counter()
-        session.profiler.before(step + 1)
-        skipped = [b for e in guard.skips_before(step, ledger) for b in e["batches"]]
-        if skipped:  # replaying past a rollback: its batches are never trained on
-            loader.skip(len(skipped))
-            batches = iter(loader)
-            log(f"train: step {step + 1}: skipping the {len(skipped)} batch(es) a rollback set aside")
-        for group in opt.param_groups:
-            group["lr"] = lr_at(step - state.version_start, cfg)
-        torch.manual_seed(step_seed(cfg.seed, step, dist.rank))
-        wait, total, hashes = 0.0, torch.zeros((), device=device), []
-        for micro in range(cfg.grad_accum):
-            tw = time.perf_counter()
-            n = loader.batches_consumed + 1  # the global batch number, which faults are planted by
-            x, y = next(batches)
-            wait += time.perf_counter() - tw
-            hashes.append(loader.last_batch)
-            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-            with dist.grad_sync(net, last=micro == cfg.grad_accum - 1):
-                with autocast:
-                    _, loss = net(x, y)
-                loss = chaos.planted(loss, n, dist.rank)
-                loss = loss / cfg.grad_accum
-                scaler.scale(loss).backward()
-            if chaos.fault("train.inf_grad", n, dist.rank):
-                grad = next(model.parameters()).grad  # under fsdp a DTensor: this rank's shard takes it
-                (grad.to_local() if hasattr(grad, "to_local") else grad).view(-1)[0] = float("inf")
-            total += loss.detach()
-        scaler.unscale_(opt)
-        norm, raw = grad_norm(model)
-        # fp16: an inf gradient is GradScaler's overflow, which it skips and backs off from itself
-        bad = ~torch.isfinite(total) | (~torch.isfinite(norm) & (not scaler.is_enabled()))
-        shared = dist.all_sum(torch.stack([total, bad.float()]))  # one decision for every rank
-        loss_value, finite = float(shared[0] / dist.world), float(shared[1]) == 0
-        try:
-            verdict = guards.judge(step + 1, loss_value, finite, hashes)
-        except Trouble as t:
-            checkpointer.wait()  # a checkpoint of the trouble being written is on disk (and then removed) first
-            monitor.close()
-            session.trackers.close()  # what they hold past the step rolled back to is dropped as they reopen
-            session.profiler.after(step, end=True)
-            guard.roll_back(t, checkpointer.store, kept, ledger, cfg, since=state.version_start, rank=dist.rank,
-                            barrier=dist.barrier, log=log)
-        if verdict != "skip":
-            if cfg.grad_clip:
-                torch.nn.utils.clip_grads_with_norm_(model.parameters(), cfg.grad_clip, raw)
-            scaler.step(opt)
-        else:
-            log(f"train: step {step + 1}: non-finite {'loss' if not math.isfinite(loss_value) else 'gradient'}"
-                f", skipped (no update; batches {', '.join(hashes)})")
-        scaler.update()
-        opt.zero_grad(set_to_none=True)
-        state.step = step = step + 1
-        state.tokens_seen += tokens_per_step
-        dt = time.perf_counter() - t0
-        # after the update, before the record: its time is not the step's (eval_s says what it cost)
-        ev = compact(session.evaluate()) if held is not None and due(step, target, params) else None
-        ev = downstream.at(step, target, ev)  # eval.tasks at their checkpoints, outside the training RNG
-        extra = {"batches": hashes, "grad_norm": float(norm),  # consumed ids, auditable; norm before clipping
-                 **({"guard": verdict} if verdict != "ok" else {}), **({"skipped_batches": skipped} if skipped else {}),
-                 **({"rollbacks": pending} if pending else {}), **({"eval": ev} if ev else {})}
-        pending = []
-        session.trackers.step(monitor.step(step, loss=loss_value, lr=opt.param_groups[0]["lr"], data_wait_s=wait,
-                                           compute_s=dt - wait, step_s=dt, extra=extra))
-        session.profiler.after(step)
-        chaos.done("train", f"step {step} rank {dist.rank}")
-        chaos.point("train.step", f"{step}:rank{dist.rank}")  # e.g. train.step@3:rank1 kills one rank
-        if ctx.on_step:
-            ctx.on_step(step, target)
-        if step % cfg.checkpoint_every == 0 or step == target:
-            path = checkpointer.save(step, lin, ev, then=functools.partial(
-                session.after_save, before=guards.run[0]["step"] if guards.run else None))
-            session.trackers.flush()
-            if path is not None:
-                saved.append(path.name)
-                lin = {**lin, "parent": path.name, "data_change": []}
-            dist.barrier()
-    if guards.run:
-        log(f"train: the run ends inside {len(guards.run)} flagged step(s) (from step {guards.run[0]['step']}, "
-            "fewer than a rollback needs): the last checkpoint holds them; raising train.steps may roll back "
-            "before it")
-    checkpointer.wait()  # the last checkpoint is on disk before the stage reports success
-    session.profiler.after(state.step, end=True)
-    if dist.rank == 0:  # a run killed inside its last retention, resumed with nothing to train, finishes it here
-        session.retain(guards.run[0]["step"] if guards.run else None)
-    if ctx.recorded and dist.rank == 0 and kept.exists():
-        shutil.rmtree(kept)  # the orchestrator records data/checkpoints now: the links are not needed
-    dist.barrier()
-    monitor.close()
-    session.trackers.close()
-    return _summary(layout, dist, state, session.origin, saved, monitor, tokens_per_step)
+            f"{params.train.steps}: nothing to train (raise train.steps to continue)")
+    trouble = None
+    try:
+        while state.step < target:
+            for h in every:
+                h.before_step(state.step + 1)
+            result = trainer.train_step(trainer.next_batch())
+            out: dict = {}
+            for h in every:
+                h.after_step(result, out)
+    except Trouble as t:  # a spike or a run of skips: the guard rolls back once every hook is closed
+        trouble = t
+    if trouble is None and session.guards.run:
+        log(f"train: the run ends inside {len(session.guards.run)} flagged step(s) (from step "
+            f"{session.guards.run[0]['step']}, fewer than a rollback needs): the last checkpoint holds them; "
+            "raising train.steps may roll back before it")
+    hooks.close(every, ok=trouble is None)
+    if trouble is not None:
+        guard.roll_back(trouble, session.checkpointer.store, session.kept, session.ledger, params.train,
+                        since=state.version_start, rank=dist.rank, barrier=dist.barrier, log=log)
+    saved = next(h for h in every if isinstance(h, hooks.Checkpoints)).saved
+    return _summary(layout, dist, state, session.origin, saved, session.monitor, session.tokens_per_step)
 
 
 def _summary(layout: Layout, dist: Dist, state: TrainState, origin: Origin, saved: list[str], monitor: Monitor,

@@ -7,6 +7,8 @@ import random
 import re
 import shutil
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -250,3 +252,73 @@ def test_evidence_card_quotes_the_figures_of_train_json(built, tmp_path):
     assert re.search(r"p95 step time ([\d.]+) s", card).group(1) == f"{summary['p95_step_s']:.3f}"
     assert re.search(r"median ([\d,]+) tokens/s", card).group(1) == f"{summary['median_tokens_per_s']:,.0f}"
     assert f"over {summary['steps']} steps" in card
+
+
+# The loop as it was before train_step and the hooks (shardline.training.step, .hooks): the same
+# params must train the same weights, through skips, a rollback and gradient accumulation.
+BEFORE_HOOKS = "c825526"
+FAULTS = "train.spike@30-37,train.nan_loss@55,train.inf_grad@66"  # batches: 2 a step (grad_accum)
+STEPPED = {"train": {**TINY["train"], "steps": 40, "grad_accum": 2, "grad_clip": 0.5, "spike_window": 5,
+                     "spike_patience": 3, "max_skipped": 2, "max_rollbacks": 2},
+           "eval": {"every": 10}}
+
+
+def engine_at(rev: str, dest: Path) -> Path | None:
+    """The engine at commit `rev` (git archive), or None when this clone lacks it (a shallow clone)."""
+    from tests.conftest import REPO
+
+    got = subprocess.run(["git", "-C", str(REPO), "archive", rev], capture_output=True)
+    if got.returncode != 0:
+        return None
+    dest.mkdir()
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=got.stdout, check=True)
+    return dest
+
+
+def test_the_step_and_hooks_train_the_weights_the_loop_before_them_did(built, tmp_path):
+    old = engine_at(BEFORE_HOOKS, tmp_path / "engine")
+    if old is None:
+        pytest.skip(f"this clone does not hold commit {BEFORE_HOOKS} (shallow): nothing to compare with")
+    a, b = project(built, tmp_path / "a", **STEPPED), project(built, tmp_path / "b", **STEPPED)
+    run([SL, "stage", "train"], a, env=env_for(SHARDLINE_FAULTS=FAULTS))
+    run([sys.executable, "-m", "shardline.cli.main", "--root", str(b), "stage", "train"], old,
+        env=env_for(SHARDLINE_FAULTS=FAULTS, PYTHONPATH=str(old)))
+    ra, rb = [json.loads(x) for x in (a / "data/metrics/train.jsonl").read_text().splitlines()], \
+        [json.loads(x) for x in (b / "data/metrics/train.jsonl").read_text().splitlines()]
+    assert any(r.get("guard") == "skip" for r in ra) and any(r.get("rollbacks") for r in ra)
+    timing = {"step_s", "data_wait_s", "compute_s", "tokens_per_s", "mfu", "gpu_util", "slow", "eval_s"}
+
+    def timeless(r):
+        return {k: timeless(v) if isinstance(v, dict) else v for k, v in r.items() if k not in timing}
+    assert [timeless(r) for r in ra] == [timeless(r) for r in rb]
+    assert_same_state(final_state(a), final_state(b))
+
+
+def test_a_callers_hook_sees_every_step_and_one_close(built, tmp_path):
+    from shardline.context import RunContext
+    from shardline.core import config
+    from shardline.core.layout import Layout
+    from shardline.training import train
+
+    root = project(built, tmp_path / "p", train={**TINY["train"], "steps": 6}, eval={"every": 3})
+
+    class Seen:
+        def __init__(self):
+            self.calls = []
+
+        def before_step(self, step):
+            self.calls.append(("before", step))
+
+        def after_step(self, result, out):
+            self.calls.append(("after", result.step, result.verdict, sorted(out)))
+
+        def close(self, ok):
+            self.calls.append(("close", ok))
+
+    seen = Seen()
+    layout = Layout.at(root)
+    train.run(config.load(root / "params.yaml"), layout, RunContext(log=lambda _: None, hooks=(seen,)))
+    assert seen.calls == [("before", 1), ("after", 1, "ok", []), ("before", 2), ("after", 2, "ok", []),
+                          ("before", 3), ("after", 3, "ok", ["eval"]), ("before", 4), ("after", 4, "ok", ["eval"]),
+                          ("before", 5), ("after", 5, "ok", []), ("before", 6), ("after", 6, "ok", ["eval"]),
+                          ("close", True)]
