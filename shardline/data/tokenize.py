@@ -2,8 +2,9 @@
 
 Contract:
 - The tokenizer is trained (byte-level BPE, `shardline.data.tokenizer`) on the training side of the
-  cleaned text (never on held-out documents): an equal share of `tokenizer.train_max_mb` from
-  the start of every clean part, parts round-robin across sources in params order; or copied
+  cleaned text (never on held-out documents): about `tokenizer.train_max_mb` of it, the
+  documents whose keyed content hash falls in that share of the hash space (the same documents
+  however the corpus is packaged), sources in params order, each in document order; or copied
   from `tokenizer.path`, or from `train.init_from`'s model directory (the EOS and BOS it names
   checked before anything on disk changes). `data/tokenizer/meta.json` records its key, sha256
   (the tokenizer hash in every lineage), vocab size, EOS and BOS ids, and the sha256 of the file
@@ -28,6 +29,7 @@ Design: docs/architecture.md (The stage frame; Data contracts: Tokens).
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import threading
 from dataclasses import dataclass
@@ -77,25 +79,30 @@ def clean_parts(params: Params, layout: Layout) -> dict[str, list[Path]]:
     return out
 
 
+SAMPLE_KEY = b"shardline/bpe-sample/v1"
+
+
+def _sampled(digests: list, share: float) -> list[bool]:
+    """Whether each document (by its text's digest, the clean parts' `hash`) is in the sample:
+    a keyed hash below `share` of the hash space, so the choice is the document's own."""
+    cut = int(min(share, 1.0) * 2**64)
+    return [int.from_bytes(hashlib.blake2b(d, key=SAMPLE_KEY, digest_size=8).digest(), "little") < cut
+            for d in digests]
+
+
 def _training_texts(parts: dict[str, list[Path]], max_bytes: float) -> Iterator[str]:
-    """The BPE sample: from every clean part (sources round-robin) its first documents, up to an
-    equal share of `max_bytes`; a part reads only the batches its share needs."""
-    share = max_bytes / sum(map(len, parts.values()))
-    taken = 0
-    for group in itertools.zip_longest(*parts.values()):
-        for path in filter(None, group):
-            mine = 0
-            for batch in clean.documents(path, "train", batch_size=256):
-                for text in batch:
-                    if taken >= max_bytes or mine >= share:
-                        break
-                    n = len(text.encode())
-                    taken += n
-                    mine += n
-                    yield text
-                else:
-                    continue
-                break
+    """The BPE sample: every training document whose keyed content hash falls in the first
+    max_bytes / (all training bytes) of the hash space, sources in params order, each in
+    document order. It spans the corpus, and it is the same documents in the same order however
+    the corpus was packaged (part boundaries, file names, compression): so is the tokenizer.
+    The sizes come first from two small columns; then the texts are read once."""
+    total = sum(sum(bs) for ps in parts.values() for p in ps for bs in clean.documents(p, "train", column="bytes"))
+    share = max_bytes / total if total else 1.0
+    for ps in parts.values():
+        for path in ps:
+            texts = clean.documents(path, "train", batch_size=2048)
+            for digests in clean.documents(path, "train", batch_size=2048, column="hash"):
+                yield from itertools.compress(next(texts), _sampled(digests, share))
 
 
 def prepare_tokenizer(params: Params, layout: Layout, parts: dict[str, list[Path]], log: Log = print):

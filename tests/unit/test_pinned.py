@@ -9,7 +9,7 @@ permutation come from the independent implementations below (a pure-Python BLAKE
 RFC 7693 and checked against the RFC's own "abc" vector; a pure-integer Feistel network written
 from permute.py's docstring), each also asserted equal to the literal, and the mixing tables are
 worked out by hand in comments. A failure here means a format changed: if that is intended, bump
-the format version (shardformat.FORMAT_VERSION, checkpoint.FORMAT_VERSION, split.KEY's /v1) and
+the format version (shardformat.FORMAT_VERSION, checkpoint.FORMAT_VERSION, split.KEY's /v2) and
 say so in the release, do not just update the literals.
 """
 
@@ -97,7 +97,8 @@ def test_the_independent_blake2b_gives_the_rfc_vector():
 
 # ---- the held-out split
 
-# u = the 8-byte BLAKE2b of "<source> NUL <id>" keyed with b"shardline/heldout/v1", read little-endian
+# the dropped samples' choice (and, before the clean stage's CODE_VERSION 5, the split's u): the 8-byte
+# BLAKE2b of "<source> NUL <id>" keyed with b"shardline/heldout/v1", read little-endian
 SPLIT = [("code", "email/__init__.py:0", 16306530054933741087),
          ("prose", "topics.jsonl:1", 3797114038901429976),
          ("web", "a.jsonl:41", 10712141426764087900),
@@ -108,6 +109,21 @@ SPLIT = [("code", "email/__init__.py:0", 16306530054933741087),
 def test_split_hash_of_an_id_is_pinned(source, doc_id, u):
     assert int.from_bytes(blake2b(f"{source}\0{doc_id}".encode(), b"shardline/heldout/v1", 8), "little") == u
     assert split.hash_id(source, doc_id) == u
+
+
+# u (the held-out split) = the 8-byte BLAKE2b of "<source> NUL <digest>" keyed with
+# b"shardline/heldout/v2", digest = the unkeyed 16-byte BLAKE2b of the document's cleaned text (UTF-8)
+DOCS = [("code", "def f():\n    return 1\n", 5791289222885237782),
+        ("prose", "The cat sat on the mat.", 13531815294066778222),
+        ("web", "caf\u00e9 \u2014 menu", 8724887286455511768),
+        ("code", "", 4480746264710888192)]
+
+
+@pytest.mark.parametrize("source,text,u", DOCS)
+def test_split_hash_of_a_document_is_pinned(source, text, u):
+    digest = blake2b(text.encode(), b"", 16)
+    assert int.from_bytes(blake2b(source.encode() + b"\0" + digest, b"shardline/heldout/v2", 8), "little") == u
+    assert split.hash_doc(source, digest) == u
 
 
 def test_which_ids_are_held_out_at_a_fraction_is_pinned():

@@ -4,6 +4,7 @@ when ../shared/corpora is there, WikiText-2."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import shutil
@@ -147,7 +148,7 @@ def test_no_held_out_text_in_training_shards_even_when_copied_there(tmp_path, wh
     for name, part in (("a", docs[:k]), ("b", docs[k:])):
         (d / name).mkdir(parents=True)
         (d / name / "docs.jsonl").write_text("".join(json.dumps(x) + "\n" for x in part))
-    sections = {"eval": {"fraction": 0.1, "min_docs": 2}, "clean": {"part_mb": 0.1},
+    sections = {"eval": {"fraction": 0.1, "min_docs": 0}, "clean": {"part_mb": 0.1},  # no clamp: growth moves none
                 "tokenizer": {"vocab_size": 1024}, "shard": {"seq_len": 64, "target_mb": 0.1}}
     src = [{"name": s, "uri": str(d / s), "format": "jsonl"} for s in ("a", "b")]
     params, layout = make_project(tmp_path / "p", src, **sections)
@@ -164,9 +165,9 @@ def test_no_held_out_text_in_training_shards_even_when_copied_there(tmp_path, wh
         return sorted(t for s in ("a", "b") for p in sorted((layout.clean / s).glob("part-*.parquet"))
                       for b in clean.documents(p, side) for t in b)
 
-    # each held-out text is held out exactly once (a copy that hashes to held out may be the one kept)
+    # each held-out text stays held out (a copy in the other source may hash to held out there too)
     # and is on no training side; the training copies were dropped as such, and counted
-    assert texts("val") == sorted(held) and not set(texts("train")) & set(held)
+    assert set(texts("val")) == set(held) and not set(texts("train")) & set(held)
     assert all(stats["sources"][s]["heldout_copies"]["docs"] > 0 for s in ("a", "b"))
     if which == "pydoc":
         return
@@ -182,59 +183,60 @@ def test_no_held_out_text_in_training_shards_even_when_copied_there(tmp_path, wh
     assert len(_ngrams(planted, n) & val) > 0.5 * len(val)
 
 
-def _doc_landing(side: str, name_of, c: config.Eval, source: str, others: list[str]) -> str:
-    """A file name whose one document (id '<name>:1') lands on `side`, next to `others`."""
+def _text_landing(make, fraction: float, sides: dict[str, str]) -> str:
+    """A text (`make(k)` for the first k that works) whose content hash puts it on the side
+    `sides[source]` names in each source, at `eval.fraction` alone (no clamp binding)."""
+    cut = int(fraction * 2**64)
     for k in range(1000):
-        name = name_of(k)
-        ids = others + [f"{name}:1"]
-        if (f"{name}:1" in held_ids(ids, c, source)) == (side == "val"):
-            return name
-    raise AssertionError("no such name")
+        text = make(k)
+        digest = hashlib.blake2b(text.encode(), digest_size=16).digest()
+        if all((split.hash_doc(src, digest) < cut) == (side == "val") for src, side in sides.items()):
+            return text
+    raise AssertionError("no such text")
 
 
 def test_training_copy_of_a_held_out_document_is_dropped_even_without_dedup(tmp_path):
-    """The held-out copy wins wherever it sits in the order; dedup: false keeps training duplicates
-    but never a copy of a held-out document."""
-    c = cfg(fraction=0.0, min_docs=1, max_docs=10)
-    text = "The same paragraph of honest prose, long enough to pass every rule of the clean stage."
-    other = "A different paragraph that stays on the training side of the split, also long enough."
-    # a.txt (training) and z.txt hold `text`; z.txt, later in the order, is the one held out
-    names = ["a.txt", "b.txt", "c.txt"]
-    z = _doc_landing("val", lambda k: f"z{k}.txt", c, "s", [f"{n}:1" for n in names])
+    """The split is by content, so within a source every copy of a text is on one side; the same
+    text in another source may hash to training there: the held-out copy wins wherever it sits in
+    the order, and dedup: false keeps training duplicates but never a copy of a held-out document."""
+    ev = {"fraction": 0.5, "min_docs": 0, "max_docs": 10, "every": 0}
+    text = _text_landing(lambda k: f"The same paragraph of honest prose, long enough to pass every rule, number {k}.",
+                         0.5, {"s": "val", "t": "train"})
+    other = _text_landing(lambda k: f"A different paragraph that stays on the training side of the split, {k}.",
+                          0.5, {"s": "train", "t": "train"})
     d = tmp_path / "in"
-    d.mkdir()
-    for n, t in zip(names, [text, other, other]):
-        (d / n).write_text(t)
-    (d / z).write_text(text)
+    for src, names, texts in (("t", ["a.txt", "b.txt", "c.txt"], [text, other, other]), ("s", ["z.txt"], [text])):
+        (d / src).mkdir(parents=True)
+        for n, t in zip(names, texts):
+            (d / src / n).write_text(t)
     for dedup, expect_train in ((True, ["b.txt:1"]), (False, ["b.txt:1", "c.txt:1"])):
-        params, layout = make_project(tmp_path / f"p{dedup}", [{"name": "s", "uri": str(d), "format": "txt"}],
-                                      eval={"fraction": 0.0, "min_docs": 1, "max_docs": 10, "every": 0},
-                                      clean={"dedup": dedup})
+        # t, first in the order, holds the training copy; s, after it, the held-out one
+        params, layout = make_project(tmp_path / f"p{dedup}", [{"name": "t", "uri": str(d / "t"), "format": "txt"},
+                                                               {"name": "s", "uri": str(d / "s"), "format": "txt"}],
+                                      eval=ev, clean={"dedup": dedup})
         download.run(params, layout, **QUIET)
         stats = clean.run(params, layout, **QUIET)
-        train, val = _sides(layout, "s")
-        assert val == [f"{z}:1"] and train == expect_train
-        assert stats["sources"]["s"]["heldout_copies"]["docs"] == 1
-        assert stats["sources"]["s"]["heldout"] == {"docs": 1, "bytes": len(text), "clamp": "min_docs"}
+        assert _sides(layout, "s") == ([], ["z.txt:1"]) and _sides(layout, "t") == (expect_train, [])
+        assert stats["sources"]["t"]["heldout_copies"]["docs"] == 1
+        assert stats["sources"]["s"]["heldout"] == {"docs": 1, "bytes": len(text), "clamp": None}
 
 
 def test_tokenizer_never_trains_on_held_out_text(tmp_path, code_dir):
     """A canary word repeated in one held-out document leaves no trace in the vocabulary; the
     same canary in a training document does (so the check can fail)."""
-    c = cfg(fraction=0.0, min_docs=1, max_docs=10)
-    others = [f"{p.name}:1" for p in sorted(code_dir.iterdir())]
+    ev = {"fraction": 0.3, "min_docs": 0, "max_docs": 10, "every": 0}
 
     def vocab_with(canary_side: str) -> set[str]:
-        name = _doc_landing(canary_side, lambda k: f"canary{k}.txt", c, "code", others)
+        canary = _text_landing(lambda k: f"Canary words follow, {k}.\n" + "\n".join(["qzxvkjwq " * 19 + "qzxvkjwq"] * 250),
+                               ev["fraction"], {"code": canary_side})
         d = tmp_path / canary_side
         shutil.copytree(code_dir, d)
-        (d / name).write_text("Canary words follow.\n" + ("qzxvkjwq " * 20 + "\n") * 250)
+        (d / "canary.txt").write_text(canary)
         params, layout = make_project(tmp_path / f"p-{canary_side}", [{"name": "code", "uri": str(d), "format": "txt"}],
-                                      eval={"fraction": 0.0, "min_docs": 1, "max_docs": 10, "every": 0},
-                                      clean={"max_repeated_line_fraction": None}, tokenizer={"vocab_size": 2048})
+                                      eval=ev, clean={"max_repeated_line_fraction": None}, tokenizer={"vocab_size": 2048})
         for stage in (download, clean, tokenize):
             stage.run(params, layout, **QUIET)
-        assert (f"{name}:1" in _sides(layout, "code")[1]) == (canary_side == "val")
+        assert ("canary.txt:1" in _sides(layout, "code")[1]) == (canary_side == "val")
         return set(json.loads((layout.tokenizer / "tokenizer.json").read_text())["model"]["vocab"])
 
     assert not [t for t in vocab_with("val") if "qzx" in t or "vkj" in t]

@@ -1,21 +1,29 @@
 """The held-out split: which documents of a source are held out for evaluation.
 
 Contract:
-- Every document gets `u = uint64(blake2b(source NUL id, key=KEY))`, a keyed hash of its source
-  and stable id (`<file>:<line>`), the same in every run. A document is held out iff u is below
-  its source's threshold.
+- Every kept document gets `u = uint64(blake2b(source NUL digest, key=KEY))`, a keyed hash of its
+  source and its content: `digest`, the 16-byte BLAKE2b of its cleaned text (the parquet's `hash`
+  column, the one exact dedup compares). So a document's side does not depend on how its corpus
+  is packaged: one file or many, any name, any compression, local, S3, `hf://` or WARC. A
+  document is held out iff u is below its source's threshold. (Until CODE_VERSION 5 of the clean
+  stage u hashed the document's `<file>:<line>` id: re-cutting or renaming a corpus moved
+  documents between the sides. A project made before it gets a new split once, as its clean
+  parts are redone.)
 - The threshold is `eval.fraction` of the hash space, so a document's side is a function of its
-  id alone, unless a clamp binds: with fewer than `eval.min_docs` documents below it, the
-  `min_docs` lowest hashes are held out; with more than `eval.max_docs`, the `max_docs` lowest;
-  the minimum never takes more than half of a source.
+  source and text alone, unless a clamp binds: with fewer than `eval.min_docs` documents below
+  it, the `min_docs` lowest hashes are held out; with more than `eval.max_docs`, the `max_docs`
+  lowest; the minimum never takes more than half of a source.
 - So adding files or documents never moves a training document to the held-out side (its rank
   among the hashes only grows); a clamp can only move a held-out document to training (the
   minimum relaxing as the source grows, or a new lower hash displacing one under the maximum).
   A model trained on an earlier data version therefore never finds its training documents in a
   later held-out set. Exceptions: a source of fewer than 2 x min_docs documents (the half-cap
-  grows with it); removing documents or changing a rule (a clamp may then promote the next
-  hash); and a new exact copy of a training document whose id is held out (the clean stage's
-  dedup lets the held-out copy win, so that text changes side; counted as heldout_copies).
+  grows with it); removing documents; a rule change (a clamp may then promote the next hash,
+  and a rule that rewrites text, such as whitespace or c4's line removal, gives the documents
+  it rewrites new hashes).
+- Exact copies within a source share u, so they fall on one side by construction. The same text
+  in two sources may not: the clean stage's dedup lets the held-out copy win, so that text
+  changes side (counted as heldout_copies, now only ever across sources).
 - The split is decided over the documents the cleaning rules keep, before dedup; the held-out
   documents get the same rules.
 """
@@ -30,14 +38,22 @@ import numpy as np
 
 from shardline.core.config import Eval
 
-KEY = b"shardline/heldout/v1"
+KEY = b"shardline/heldout/v2"  # v1 hashed "<source> NUL <file>:<line>"
+SAMPLE_KEY = b"shardline/heldout/v1"  # the dropped samples' choice (dropped.py): by id, as before
 SPACE = 2**64
 DECIDED_BY = {None: "eval.fraction", "min_docs": "eval.min_docs", "max_docs": "eval.max_docs",
               "half": "eval.min_docs, capped at half the source"}
 
 
+def hash_doc(source: str, digest: bytes) -> int:
+    """u of a document of `source` whose cleaned text's 16-byte BLAKE2b is `digest`."""
+    return int.from_bytes(hashlib.blake2b(source.encode() + b"\0" + digest, key=KEY, digest_size=8).digest(), "little")
+
+
 def hash_id(source: str, doc_id: str) -> int:
-    digest = hashlib.blake2b(f"{source}\0{doc_id}".encode(), key=KEY, digest_size=8).digest()
+    """The id's hash, which chooses the dropped samples (dropped.py): every document has an id
+    before the rules run, and hashing it costs nothing like hashing the whole text."""
+    digest = hashlib.blake2b(f"{source}\0{doc_id}".encode(), key=SAMPLE_KEY, digest_size=8).digest()
     return int.from_bytes(digest, "little")
 
 

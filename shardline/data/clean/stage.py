@@ -6,7 +6,7 @@ Contract:
 - Phase 1 (per part, in the stage frame `shardline.data.frame`, on worker processes: the rules
   are Python that holds the GIL): read records, run the source's rules (`Params.clean_for`,
   `rules.py`), write every document they keep to the part: columns id, text, hash
-  (of the text), bytes (UTF-8 length), u (the split hash, `split.py`), lang and
+  (of the text), bytes (UTF-8 length), u (the split hash of source and content, `split.py`), lang and
   lang_score (what the language rule found; null without one). Its done-marker `part-NNNNN.json`
   holds `key` = hash(input files' sha256, reading options, the source's rules other than dedup
   and near_dedup, the source name, code version) and the part's tallies; `part-NNNNN.dropped.json`
@@ -52,7 +52,7 @@ from shardline.data.clean import dropped, inputs, ruleset, rules, select, split,
 from shardline.data.clean.settings import Clean
 from shardline.data.clean.verdict import Drop
 
-CODE_VERSION = 4  # bump when cleaning output changes for the same inputs and params
+CODE_VERSION = 5  # bump when cleaning output changes for the same inputs and params (5: u by content)
 _BATCH = 2048  # documents per Arrow batch while a part is cleaned
 _SCHEMA = pa.schema([("id", pa.string()), ("text", pa.string()), ("hash", pa.binary(16)), ("bytes", pa.int64()),
                      ("u", pa.uint64()), ("lang", pa.string()), ("lang_score", pa.float32())])
@@ -153,7 +153,7 @@ def clean_part(part: frame.Part) -> tuple[list[Path], dict]:
                 counts[urls.NAME][1] += size
             else:
                 out = rules.apply(chain, text, counts, notes, size)
-            u = split.hash_id(w.source.name, doc_id)
+            u = split.hash_id(w.source.name, doc_id)  # the dropped samples' choice: by id, cheap
             if isinstance(out, Drop):
                 if samples.wants(out.rule, u):  # most drops cannot enter their sample: no row made
                     samples.offer(out.rule, u, {"id": doc_id, "value": out.value, "limit": out.limit,
@@ -161,8 +161,10 @@ def clean_part(part: frame.Part) -> tuple[list[Path], dict]:
                                                 "head": text[:dropped.HEAD_CHARS]})
                 continue
             data = out.encode()
-            row = {"id": doc_id, "text": out, "hash": hashlib.blake2b(data, digest_size=16).digest(),
-                   "bytes": len(data), "u": u, "lang": notes.get("lang"), "lang_score": notes.get("score"),
+            digest = hashlib.blake2b(data, digest_size=16).digest()
+            row = {"id": doc_id, "text": out, "hash": digest, "bytes": len(data),
+                   "u": split.hash_doc(w.source.name, digest),  # the split's: by content (split.py)
+                   "lang": notes.get("lang"), "lang_score": notes.get("score"),
                    "url": meta.get("url"), "date": meta.get("date")}
             for name in schema.names:
                 cols[name].append(row[name])
