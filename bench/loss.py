@@ -25,15 +25,11 @@ import sys
 import time
 from pathlib import Path
 
+from bench.measure import status_kb
 from bench.verdict import Targets, in_order
 
 REPO = Path(__file__).resolve().parents[1]
 SIDES = ("before", "chunked")
-
-
-def _hwm_kb() -> int:
-    status = dict(ln.split(":", 1) for ln in Path("/proc/self/status").read_text().splitlines() if ":" in ln)
-    return int(status["VmHWM"].split()[0])
 
 
 def probe(side: str, vocab: int, tokens: int, d_model: int, bf16: bool) -> dict:
@@ -59,9 +55,9 @@ def probe(side: str, vocab: int, tokens: int, d_model: int, bf16: bool) -> dict:
         loss.backward()
         return loss.item()
 
-    held = _hwm_kb()
+    held = status_kb("VmHWM")
     value = step()
-    peak_mb = (_hwm_kb() - held) / 1024
+    peak_mb = (status_kb("VmHWM") - held) / 1024
     times = []
     for _ in range(2):
         t0 = time.perf_counter()

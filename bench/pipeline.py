@@ -24,6 +24,7 @@ from pathlib import Path
 
 import yaml
 
+from bench.measure import med_range
 from shardline.orchestration.flows.server import OFFLINE, local_server
 
 REPO = Path(__file__).resolve().parents[1]
@@ -52,7 +53,7 @@ def timed(cmd: list[str], cwd: Path, env: dict) -> tuple[float, str]:
 
 
 def fmt(xs: list[float]) -> str:
-    return f"{statistics.median(xs):7.2f} s   ({min(xs):.2f} - {max(xs):.2f})"
+    return med_range(xs, ".2f", unit=" s", width=7, gap="   ")
 
 
 def main() -> None:

@@ -39,6 +39,7 @@ from pathlib import Path
 import yaml
 
 from shardline.orchestration.flows.server import OFFLINE
+from bench.measure import med_range
 from bench.verdict import Targets, in_order
 from harness.dask_cluster import DaskCluster
 
@@ -85,7 +86,7 @@ def clean_digest(root: Path) -> str:
 
 
 def fmt(xs: list[float]) -> str:
-    return f"{statistics.median(xs):6.2f} s  ({min(xs):.2f} - {max(xs):.2f})"
+    return med_range(xs, ".2f", unit=" s", width=6, gap="  ")
 
 
 def clean_on_dask(repeats: int, mb: float, tmp: Path, env: dict) -> dict:

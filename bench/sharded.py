@@ -30,16 +30,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.measure import med_range, reset_peak, status_kb
 from bench.verdict import in_order
 
 WORKER = "BENCH_SHARDED_WORKER"
-
-
-def _kb(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) * 1024
-    raise RuntimeError(f"/proc/self/status has no {field}")
 
 
 def worker(args: argparse.Namespace) -> None:
@@ -71,15 +65,15 @@ def worker(args: argparse.Namespace) -> None:
     gc.collect()
     ctypes.CDLL("libc.so.6").malloc_trim(0)  # memory freed so far (the gradients) leaves the baseline
     dist.barrier()
-    base = _kb("VmRSS")
-    Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS from here
+    base = status_kb("VmRSS") * 1024
+    reset_peak()
     t0 = time.perf_counter()
     saving.save(1, {}, None, then=lambda _: None)
     blocked = time.perf_counter() - t0
     saving.wait()
     dist.barrier()  # valid: the manifest is on disk and every rank is done
     took = time.perf_counter() - t0
-    peak = _kb("VmHWM")
+    peak = status_kb("VmHWM") * 1024
     manifest = json.loads((root / "step-000000001/manifest.json").read_text())
     ranks = manifest.get("ranks") or [list(manifest["files"])] + [[] for _ in range(dist.world - 1)]
     rows = [{"format": fmt, "rank": dist.rank, "peak_b": peak - base, "hwm_b": peak, "base_b": base,
@@ -94,7 +88,7 @@ def worker(args: argparse.Namespace) -> None:
 
 
 def _med(xs: list[float]) -> str:
-    return f"{statistics.median(xs):6.2f} ({min(xs):.2f} - {max(xs):.2f})"
+    return med_range(xs, ".2f", width=6)
 
 
 def main() -> int:
