@@ -4,7 +4,7 @@ against none.
 
     python -m bench.trackers [--repeats 2] [--steps N]
 
-Builds the shipped line's shards once (bench.train.build), then runs `train.run` fresh (no
+Builds the shipped line's shards once (bench.train_loop.build), then runs `train.run` fresh (no
 checkpoints, metrics, tracker files or tracker state) with and without the trackers, interleaved,
 the order alternating between repeats so machine noise hits both alike. Training time is the
 wall time of `train.run`: setup, every step, evals, checkpoints and the trackers' own start and
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, help="train.steps (default: the shipped params.yaml's)")
     a = ap.parse_args(argv)
     a.repeats = max(2, a.repeats + a.repeats % 2)
-    from bench.train import build
+    from bench.train_loop import build
 
     with tempfile.TemporaryDirectory(prefix="shardline-bench-trackers-") as tmp:
         layout = build(Path(tmp))
