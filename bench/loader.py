@@ -47,254 +47,29 @@ Sanity (exit 1 on failure, as on the workers' FAIL): every batch has x[:, 1:] ==
 blocks `Order` names read independently from the shard files (at 0 and after a deep resume);
 the worker path yields the same batches as the in-process one; each source's first epoch is a
 permutation of its blocks; the mix holds within 1 block per source.
+
+This module runs the parts and judges them: the shards and raw baselines are in
+bench/loader_shards.py, the sanity checks in loader_checks.py, the timed parts in loader_timing.py.
 """
 
 from __future__ import annotations
 
 import argparse
-import cProfile
-import gc
-import io
-import pstats
 import statistics
 import sys
 import tempfile
-import time
-import tracemalloc
 from pathlib import Path
 
 import numpy as np
-import psutil
 import torch
 
+from bench import loader_checks
+from bench.loader_checks import check_order, check_positions
+from bench.loader_shards import BATCH, SEED, SEQ_LEN, build_shards  # bench.stream builds its shards here too
+from bench.loader_timing import order_cost, order_memory, resume_cost, step_split, throughput
+from bench.measure import profile, top
 from bench.verdict import Targets
-from shardline.stream import permute
-from shardline.stream.loader import Loader, Order, Source, open_sources
-
-CORPORA = Path(__file__).resolve().parents[2] / "shared" / "corpora"
-OPTIONAL = [  # (name, file, format, extra source keys)
-    ("shakespeare", "tinyshakespeare.txt", "txt", {"txt_unit": "blank_lines"}),
-    ("wiki", "wikitext2-valid.jsonl", "jsonl", {"text_field": "text"}),
-]
-BATCH, SEQ_LEN, SEED = 64, 256, 1234
-FAILURES: list[str] = []
-
-
-def fail(msg: str) -> None:
-    FAILURES.append(msg)
-    print(f"SANITY FAIL: {msg}")
-
-
-# ---------------------------------------------------------------- building real shards
-
-
-def build_shards(root: Path) -> tuple[Path, list[str], dict[str, float]]:
-    """Run the engine's stages into `root`; return shards dir, source names and the mix."""
-    from shardline.core import config
-    from shardline.data import download, tokenize, shard
-    from shardline.data.clean import stage as clean
-    from shardline.core.layout import Layout
-
-    sources = [{"name": "code", "uri": "builtin://python-stdlib", "format": "txt", "txt_unit": "file"}]
-    for name, file, fmt, extra in OPTIONAL:
-        if (CORPORA / file).is_file():
-            sources.append({"name": name, "uri": str(CORPORA / file), "format": fmt, **extra})
-        else:
-            print(f"(skipping {name}: {CORPORA / file} absent)")
-    others = [s["name"] for s in sources[1:]]
-    mix = {"code": 0.7 if others else 1.0, **{n: round(0.3 / len(others), 6) for n in others}}
-    params = config.parse({
-        "sources": sources,
-        "clean": {"max_repeated_line_fraction": 0.5, "part_mb": 2},
-        "tokenizer": {"vocab_size": 8192},
-        "shard": {"seq_len": SEQ_LEN, "target_mb": 1},
-        "mix": mix,
-        "loader": {"seed": SEED, "global_batch": BATCH},
-    })
-    layout = Layout.at(root)
-    t0 = time.perf_counter()
-    for stage in (download, clean, tokenize, shard):
-        stage.run(params, layout, log=lambda _: None)
-    print(f"built shards in {time.perf_counter() - t0:.1f}s (download, clean, tokenize, shard) at {layout.shards}")
-    return layout.shards, [s["name"] for s in sources], mix
-
-
-# ---------------------------------------------------------------- raw baselines
-
-
-def shard_maps(sources: list[Source]) -> tuple[list[np.memmap], np.ndarray]:
-    maps = [np.memmap(s.dir / e["file"], dtype="<u2", mode="r").reshape(-1, SEQ_LEN + 1)
-            for s in sources for e in s.index["shards"]]
-    return maps, np.concatenate([[0], np.cumsum([len(m) for m in maps])])
-
-
-class RawPerShard:
-    """(b): uniformly random blocks over all shard files, fancy-indexed per file."""
-
-    def __init__(self, sources: list[Source]):
-        self.maps, self.starts = shard_maps(sources)
-        self.total = int(self.starts[-1])
-        self.rng = np.random.default_rng(SEED)
-
-    def batch(self) -> tuple[torch.Tensor, torch.Tensor]:
-        idx = np.sort(self.rng.integers(0, self.total, BATCH))
-        shard = np.searchsorted(self.starts, idx, side="right") - 1
-        out = np.empty((BATCH, SEQ_LEN + 1), dtype=np.int64)
-        cuts = np.flatnonzero(np.diff(shard)) + 1
-        for lo, hi in zip(np.concatenate([[0], cuts]), np.concatenate([cuts, [BATCH]])):
-            s = shard[lo]
-            out[lo:hi] = self.maps[s][idx[lo:hi] - self.starts[s]]
-        arr = torch.from_numpy(out)
-        return arr[:, :-1], arr[:, 1:]
-
-
-class RawOneMap:
-    """(b1): all shards concatenated into one file; one memmap, one fancy index per batch."""
-
-    def __init__(self, sources: list[Source], path: Path):
-        with open(path, "wb") as f:
-            f.writelines((s.dir / e["file"]).read_bytes() for s in sources for e in s.index["shards"])
-        self.mm = np.memmap(path, dtype="<u2", mode="r").reshape(-1, SEQ_LEN + 1)
-        self.rng = np.random.default_rng(SEED)
-
-    def batch(self) -> tuple[torch.Tensor, torch.Tensor]:
-        idx = np.sort(self.rng.integers(0, len(self.mm), BATCH))
-        arr = torch.from_numpy(self.mm[idx].astype(np.int64))
-        return arr[:, :-1], arr[:, 1:]
-
-
-def timed_steps(next_batch, steps: int, min_s: float) -> tuple[float, int, int]:
-    """Run `steps` steps at a time until at least `min_s` seconds passed: (seconds, tokens, steps)."""
-    tokens = done = 0
-    t0 = time.perf_counter()
-    while True:
-        for _ in range(steps):
-            x, _y = next_batch()
-            tokens += x.numel()
-        done += steps
-        dt = time.perf_counter() - t0
-        if dt >= min_s:
-            return dt, tokens, done
-
-
-class PassCounter:
-    """Counts Feistel passes (Permutation._rounds calls, cycle-walking included); diagnostic only."""
-
-    def __init__(self):
-        self.n = 0
-
-    def __enter__(self):
-        self.orig = permute.Permutation._rounds
-        counter = self
-
-        def counting(perm, x):
-            counter.n += 1
-            return counter.orig(perm, x)
-        permute.Permutation._rounds = counting
-        return self
-
-    def __exit__(self, *exc):
-        permute.Permutation._rounds = self.orig
-
-
-def order_cost(order: Order, pos: int, count: int = BATCH, reps: int = 30) -> tuple[float, int]:
-    """Median seconds of order.blocks(pos, count) and its Feistel passes."""
-    with PassCounter() as c:
-        order.blocks(pos, count)
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        order.blocks(pos, count)
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts), c.n
-
-
-# ---------------------------------------------------------------- sanity
-
-
-def expected_batch(order: Order, maps: dict, sources: list[Source], pos: int) -> np.ndarray:
-    ids = order.blocks(pos, BATCH)
-    out = np.empty((BATCH, SEQ_LEN + 1), dtype=np.int64)
-    for i, (s, sh, b) in enumerate(ids):
-        key = (int(s), int(sh))
-        if key not in maps:
-            e = sources[key[0]].index["shards"][key[1]]
-            maps[key] = np.memmap(sources[key[0]].dir / e["file"], dtype="<u2", mode="r").reshape(-1, SEQ_LEN + 1)
-        out[i] = maps[key][int(b)]
-    return out
-
-
-def check_pair(x: torch.Tensor, y: torch.Tensor, what: str) -> None:
-    if tuple(x.shape) != (BATCH, SEQ_LEN) or x.dtype != torch.int64 or not torch.equal(x[:, 1:], y[:, :-1]):
-        fail(f"{what}: bad (x, y) pair: shape {tuple(x.shape)} dtype {x.dtype}")
-
-
-def check_against_order(loader_batches, order, sources, start: int, what: str) -> None:
-    maps: dict = {}
-    for k, (x, y) in enumerate(loader_batches):
-        check_pair(x, y, what)
-        exp = torch.from_numpy(expected_batch(order, maps, sources, start + k * BATCH))
-        if not (torch.equal(x, exp[:, :-1]) and torch.equal(y, exp[:, 1:])):
-            fail(f"{what}: step {k} tokens differ from the blocks Order names at position {start + k * BATCH}")
-            return
-
-
-def check_order(order: Order, sources: list[Source], mix: dict[str, float]) -> None:
-    total_w = sum(mix.values())
-    # enough positions for every source to complete its first epoch
-    m = max(int(s.blocks / (mix[s.name] / total_w)) + BATCH for s in sources)
-    ids = order.blocks(0, m)
-    for i, s in enumerate(sources):
-        mine = ids[ids[:, 0] == i][: s.blocks]
-        flat = s.starts[mine[:, 1]] + mine[:, 2]
-        if len(mine) != s.blocks or not np.array_equal(np.sort(flat), np.arange(s.blocks)):
-            fail(f"order: first epoch of {s.name} is not a permutation of its {s.blocks} blocks")
-        c = int((ids[:, 0] == i).sum())
-        if abs(c - mix[s.name] / total_w * m) >= 1:
-            fail(f"mix: {s.name} has {c} of {m} positions, expected {mix[s.name] / total_w * m:.1f} +/- 1")
-
-
-# ---------------------------------------------------------------- memory
-
-
-def fake_sources(total: int, mix: dict[str, float], shards: int = 16) -> list[Source]:
-    out = []
-    names = list(mix)
-    per = [total * 7 // 10, total - total * 7 // 10]
-    for name, n in zip(names, per):
-        counts = [n // shards + (i < n % shards) for i in range(shards)]
-        index = {"seq_len": SEQ_LEN, "dtype": "uint16", "tokenizer_sha256": "x",
-                 "shards": [{"file": f"shard-{i:05d}.bin", "blocks": c, "bytes": 0, "sha256": "x"}
-                            for i, c in enumerate(counts)]}
-        out.append(Source(name, Path("/nonexistent") / name, index))
-    return out
-
-
-def order_memory(total: int, calls: int = 6, count: int = 4096) -> dict:
-    mix = {"a": 0.7, "b": 0.3}
-    order = Order(fake_sources(total, mix), mix, SEED)
-    starts = ([0, count] + [total - count * (i + 1) for i in range(calls // 3)]
-              + [int(3.5 * total) + count * i for i in range(calls - 2 - calls // 3)])
-    proc = psutil.Process()
-    gc.collect()
-    rss0 = proc.memory_info().rss
-    tracemalloc.start()
-    peaks, times = [], []
-    for st in starts:
-        gc.collect()
-        base = tracemalloc.get_traced_memory()[0]
-        tracemalloc.reset_peak()
-        t0 = time.perf_counter()
-        ids = order.blocks(st, count)
-        times.append(time.perf_counter() - t0)
-        peaks.append(tracemalloc.get_traced_memory()[1] - base)
-        del ids
-    tracemalloc.stop()
-    rss1 = proc.memory_info().rss
-    return {"peak": max(peaks), "peaks": peaks, "rss": rss1 - rss0, "ms": statistics.median(times) * 1e3}
-
-
-# ---------------------------------------------------------------- report
+from shardline.stream.loader import Order, open_sources
 
 
 def fmt_rate(xs: list[float]) -> str:
@@ -327,102 +102,17 @@ def main(argv: list[str] | None = None) -> int:
     check_order(order, sources, mix)
     n_epochs = 5
     deep = int(0.9 * total * n_epochs) // BATCH * BATCH
-    for pos in (0, deep):
-        ld = Loader(shards_dir, **kw, verify="full")
-        st = ld.state_dict()
-        ld.load_state_dict({**st, "blocks_consumed": pos})
-        it = iter(ld)
-        check_against_order((next(it) for _ in range(8)), order, sources, pos, f"loader at {pos}")
-        ld_w = Loader(shards_dir, **kw, num_workers=2)
-        ld_w.load_state_dict({**st, "blocks_consumed": pos})
-        itw = iter(ld_w)
-        check_against_order((next(itw) for _ in range(8)), order, sources, pos, f"workers at {pos}")
-        itw.close()
+    check_positions(shards_dir, kw, order, sources, deep)
 
     # ---- throughput, interleaved
-    loader = Loader(shards_dir, **kw, num_workers=0, verify="full")
-    it_a = iter(loader)
-    n_shards = sum(len(s.counts) for s in sources)
-    warm = 0
-    while len(loader.reader.maps) < n_shards or warm < 20:  # every shard verified once, then a few more
-        next(it_a)
-        warm += 1
-    loader_w = Loader(shards_dir, **kw, num_workers=2, verify="full")
-    it_c = iter(loader_w)
-    for _ in range(3 * warm):
-        next(it_c)
-    raw = RawPerShard(sources)
-    raw1 = RawOneMap(sources, root / "all-shards.bin")
-    for f in (raw.batch, raw1.batch):
-        for _ in range(20):
-            check_pair(*f(), "raw")
-    methods = {
-        "(a) Loader, 0 workers": lambda: next(it_a),
-        "(b) raw memmap per shard": raw.batch,
-        "(b1) raw one memmap": raw1.batch,
-        "(c) Loader, 2 workers": lambda: next(it_c),
-    }
-    rates: dict[str, list[float]] = {m: [] for m in methods}
-    steps_run: dict[str, list[int]] = {m: [] for m in methods}
-    ratio_ab: list[float] = []
-    ratio_ca: list[float] = []  # workers vs in-process, same repeat
-    for _ in range(args.repeats):
-        for name, fn in methods.items():
-            gc.collect()
-            dt, tokens, done = timed_steps(fn, args.steps, args.min_seconds)
-            if tokens != done * BATCH * SEQ_LEN:
-                fail(f"{name}: {tokens} tokens in {done} steps, expected {done * BATCH * SEQ_LEN}")
-            steps_run[name].append(done)
-            rates[name].append(tokens / dt)
-        ratio_ab.append(rates["(a) Loader, 0 workers"][-1] / rates["(b) raw memmap per shard"][-1])
-        ratio_ca.append(rates["(c) Loader, 2 workers"][-1] / rates["(a) Loader, 0 workers"][-1])
-    # the consumed stream is still exact after all the timed steps
-    pos_a = loader.blocks_consumed
-    check_against_order((next(it_a) for _ in range(4)), order, sources, pos_a, "loader after timing")
-    check_against_order((next(it_c) for _ in range(4)), order, sources, loader_w.blocks_consumed,
-                        "workers after timing")  # their shared slots were reused many times by now
-    it_c.close()
+    tp = throughput(shards_dir, kw, order, sources, root, args.repeats, args.steps, args.min_seconds)
+    rates, steps_run, ratio_ab, ratio_ca = tp["rates"], tp["steps_run"], tp["ratio_ab"], tp["ratio_ca"]
 
     # ---- resume cost, interleaved
-    resume: dict[tuple[str, int], list[float]] = {(v, p): [] for v in ("size", "full") for p in (0, deep)}
-    touched: dict[tuple[str, int], int] = {}
-    for _ in range(args.repeats):
-        for key, times in resume.items():
-            v, p = key
-            best = float("inf")  # best of 3: a few milliseconds are one scheduler hiccup from 1.5x
-            for _ in range(3):
-                gc.collect()
-                t0 = time.perf_counter()
-                ld = Loader(shards_dir, **kw, verify=v)
-                ld.load_state_dict({**ld.state_dict(), "blocks_consumed": p})
-                x, y = next(iter(ld))
-                best = min(best, time.perf_counter() - t0)
-            times.append(best)
-            touched[key] = len(ld.reader.maps)
-            check_pair(x, y, f"resume {key}")
+    resume, touched = resume_cost(shards_dir, kw, deep, args.repeats)
 
     # ---- where a loader step goes (diagnostic), interleaved: per step, microseconds
-    reader = loader.reader
-    split: dict[str, list[float]] = {k: [] for k in (
-        "Order.blocks, 1 step per call", "Order.blocks, 64 steps per call", "Reader.read(ids)", "(b) raw batch")}
-    k, base = 64, loader.blocks_consumed
-    for r in range(args.repeats):
-        p0 = base + r * k * BATCH
-        ids = [reader.order.blocks(p0 + i * BATCH, BATCH) for i in range(k)]
-        for name, times in split.items():
-            t0 = time.perf_counter()
-            if name.startswith("Order.blocks, 1"):
-                for i in range(k):
-                    reader.order.blocks(p0 + i * BATCH, BATCH)
-            elif name.startswith("Order.blocks, 64"):
-                reader.order.blocks(p0, k * BATCH)
-            elif name.startswith("Reader"):
-                for i in range(k):
-                    reader.read(ids[i])
-            else:
-                for i in range(k):
-                    raw.batch()
-            times.append((time.perf_counter() - t0) / k)
+    split = step_split(tp["loader"], tp["raw"], args.repeats)
 
     # order cost alone vs position: Feistel passes (incl. cycle-walking) per batch of 64
     spread = [int(f * total * n_epochs) // BATCH * BATCH for f in np.linspace(0, 1, 25)[:-1]]
@@ -491,20 +181,18 @@ def main(argv: list[str] | None = None) -> int:
           f"{statistics.median(resume_ratio['full']):.2f}x (info)")
 
     if ab < 0.8 or args.profile:
-        prof = cProfile.Profile()
-        prof.enable()
-        for _ in range(args.steps):
-            next(it_a)
-        prof.disable()
-        s = io.StringIO()
-        pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(12)
+        def steps_of_a() -> None:
+            for _ in range(args.steps):
+                next(tp["it_a"])
+
+        prof = profile(steps_of_a)
         print(f"\ncProfile of (a), {args.steps} steps, top by own time:")
-        print("\n".join(ln for ln in s.getvalue().splitlines()[4:] if ln.strip()))
+        print(top(prof, 12, indent=""))
 
     tmp.cleanup()
-    if FAILURES:
-        print(f"\n{len(FAILURES)} sanity failure(s)")
-    if FAILURES or targets.missed:
+    if loader_checks.FAILURES:
+        print(f"\n{len(loader_checks.FAILURES)} sanity failure(s)")
+    if loader_checks.FAILURES or targets.missed:
         print(f"\n{len(targets.missed)} target(s) missed:\n  " + "\n  ".join(targets.missed), file=sys.stderr)
         return 1
     print("\nsanity: OK (x/y shift, tokens = Order's blocks at 0, deep and after timing, workers = in-process, "

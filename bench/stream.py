@@ -2,7 +2,7 @@
 
     python -m bench.stream [--repeats 3] [--steps 600] [--prefetch 4] [--cache-mb 4096]
 
-Builds real shards once through the engine stages (bench.loader.build_shards: the Python stdlib
+Builds real shards once through the engine stages (bench.loader_shards.build_shards: the Python stdlib
 plus the shared corpora when present; seq_len 256, ~1 MB shards), starts a moto S3 server on
 127.0.0.1 (harness.s3.moto_s3: real HTTP, dummy credentials from the environment), uploads
 data/shards to it, then runs, interleaved (each repeat runs every method once, in turn, so
@@ -41,7 +41,7 @@ from pathlib import Path
 
 import torch
 
-from bench.loader import BATCH, SEED, build_shards
+from bench.loader_shards import BATCH, SEED, build_shards
 from shardline.stream.loader import Loader
 from harness.s3 import moto_s3, upload_dir
 
