@@ -24,120 +24,42 @@ size, total <= 4.2x and peak RSS <= 1.1x (or <= 1 GiB); a tokenizer trained on a
 (every k-th training document) compresses the held-out documents' paragraphs (bytes/token) at
 most 1% worse than the stage's (bench.curation runs the FineWeb-like rules on the same corpora). Caveat: ~3 MB of unique paragraphs recombined make any sample look
 alike and hold few distinct words (BPE training and the sample check are easier than on web text).
+
+The corpus is made in bench/data_corpus.py, the raw limits and the sample check run in
+data_limits.py, each stage process is timed by bench.measure.run_timed; this module runs and judges.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
-import importlib
 import json
 import os
-import random
-import re
 import resource
 import shutil
 import statistics
 import subprocess
 import sys
-import sysconfig
 import tempfile
-import threading
-import time
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-import numpy as np
-import psutil
 import yaml
 
+# bench.curation, bench.sources, bench.scale and bench.cleanprofile read the corpus, its cache and
+# units through this module (bd.corpus, bd.CACHE, bd.MiB, bd.GB), as they did before it was split
+from bench.data_corpus import CACHE, GB, REPO, MiB, corpus
+from bench.data_limits import extras
+from bench.measure import run_timed
 from bench.verdict import Targets
 
-REPO = Path(__file__).resolve().parents[1]
-CORPORA = REPO.parent / "shared" / "corpora"
-CACHE = Path("/tmp/shardline-bench-data")
-MiB, GB = 2**20, 10**9
 STAGES = ("download", "clean", "tokenize", "shard")
-VERSION = 4  # of the generator: part of the cache check
-
-
-def engine(name: str):
-    """An engine module of the data stages (imported in the child that measures, not here)."""
-    return importlib.import_module(f"shardline.data.{name}")
 
 
 def code_version() -> str:
     """The engine's source, hashed: a benchmark during which it changed mixes two versions."""
     files = sorted(p for d in ("shardline", "flows") for p in (REPO / d).rglob("*.py"))
     return hashlib.sha256(b"".join(p.read_bytes() for p in files)).hexdigest()[:12]
-
-
-def _paragraphs(text: str) -> list[str]:
-    out = []
-    for p in re.split(r"\n[ \t]*\n", text):
-        for q in (p.split("\n") if len(p) > 3000 else [p]):  # wikitext: one paragraph per line
-            if (q := q.strip()) and max(map(len, q.split("\n"))) <= 2000:
-                out.append(q)
-    return out
-
-
-def pool() -> tuple[list[str], list[str]]:
-    """(corpus paragraphs, held-out paragraphs), deduplicated, in a fixed order."""
-    if CORPORA.is_dir() and sorted(CORPORA.glob("*.jsonl")):
-        docs = [(f"{f.name}:{d['id']}", d["text"]) for f in sorted(CORPORA.glob("*.jsonl"))
-                for d in map(json.loads, f.read_text(encoding="utf-8").splitlines()) if d.get("text")]
-    else:
-        from pydoc_data.topics import topics
-        lib = Path(sysconfig.get_paths()["stdlib"])
-        docs = [(f"pydoc:{k}", v) for k, v in sorted(topics.items())] + [
-            (str(p.relative_to(lib)), p.read_text(encoding="utf-8", errors="replace"))
-            for p in sorted(lib.rglob("*.py")) if not {"site-packages", "test", "tests"} & set(p.parts)]
-    held = {i for i, _ in docs if hashlib.sha256(i.encode()).digest()[0] % 20 == 0}
-    heldout = list(dict.fromkeys(q for i, t in docs if i in held for q in _paragraphs(t)))
-    hs = set(heldout)
-    train = dict.fromkeys(q for i, t in docs if i not in held for q in _paragraphs(t))
-    return [q for q in train if q not in hs], heldout
-
-
-def make_corpus(path: Path, target_bytes: int, seed: int = 0) -> dict:
-    """Write >= target_bytes of JSONL to `path` (same seed and size: same bytes); return its facts."""
-    esc = [json.dumps(p, ensure_ascii=False)[1:-1].encode() for p in pool()[0]]
-    rng, h, n, size, buf, held = random.Random(seed), hashlib.sha256(), 0, 0, [], 0
-    tmp, t0 = path.with_name(path.name + ".tmp"), time.perf_counter()
-    with open(tmp, "wb") as f:
-        while size < target_bytes:
-            body = b"\\n\\n".join(rng.choices(esc, k=rng.randint(3, 30)))
-            lines = [ln for ln in map(bytes.strip, body.split(b"\\n")) if ln]
-            if len(body) < 100 or len(set(lines)) < len(lines) / 2 + 1:  # clean's min_chars, repeated lines
-                continue
-            buf.append(line := b'{"id": "doc-%09d", "text": "Document %d\\n\\n%s"}\n' % (n, n, body))
-            n, size, held = n + 1, size + len(line), held + len(line)
-            if held >= 32 * MiB or size >= target_bytes:
-                h.update(chunk := b"".join(buf))
-                f.write(chunk)
-                buf, held = [], 0
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    took = time.perf_counter() - t0
-    return {"version": VERSION, "seed": seed, "target_bytes": target_bytes, "bytes": size, "docs": n,
-            "sha256": h.hexdigest(), "pool": hashlib.sha256(b"\0".join(esc)).hexdigest(),
-            "gen_s": round(took, 2), "gen_mb_s": round(size / took / 1e6)}
-
-
-def corpus(gb: float, seed: int) -> tuple[Path, dict]:
-    CACHE.mkdir(parents=True, exist_ok=True)
-    path = CACHE / f"corpus-{gb:g}-{seed}.jsonl"
-    side = path.with_name(path.name + ".json")
-    digest = hashlib.sha256(b"\0".join(json.dumps(p, ensure_ascii=False)[1:-1].encode() for p in pool()[0]))
-    if path.exists() and side.exists():
-        meta = json.loads(side.read_text())
-        if (meta.get("version"), meta["bytes"], meta["pool"]) == (VERSION, path.stat().st_size, digest.hexdigest()):
-            return path, meta
-    with ProcessPoolExecutor(1) as ex:  # in a child, as extras(): this process's peak RSS stays small
-        side.write_text(json.dumps(meta := ex.submit(make_corpus, path, int(gb * GB), seed).result(), indent=1))
-    print(f"generated {path}: {meta['docs']:,} docs, {meta['bytes'] / 1e6:,.0f} MB in {meta['gen_s']} s "
-          f"({meta['gen_mb_s']} MB/s), sha256 {meta['sha256'][:16]}", flush=True)
-    return path, meta
 
 
 def baseline(rev: str) -> Path | None:
@@ -175,115 +97,13 @@ def run_stage(root: Path, name: str, engine_tree: Path = REPO) -> dict:
     cli = next(m for m, f in (("shardline.cli.main", "shardline/cli/main.py"), ("cli.main", "cli/main.py"),
                               ("flows.cli", "flows/cli.py")) if (engine_tree / f).exists())
     cmd = [str(exe)] if exe.exists() and engine_tree == REPO else [sys.executable, "-m", cli]
-    tree, done, log = [0], threading.Event(), root / f"{name}.log"
-
-    def pss(q: psutil.Process) -> int:
-        try:
-            return q.memory_full_info().pss
-        except psutil.Error:  # gone meanwhile
-            return 0
-
-    def sample() -> None:  # the whole tree: a stage may run its parts in worker processes
-        while not done.wait(0.1):
-            try:
-                tree[0] = max(tree[0], sum(map(pss, [top := psutil.Process(p.pid), *top.children(recursive=True)])))
-            except psutil.Error:
-                return
-
-    with open(log, "wb") as out:
-        t0 = time.perf_counter()
-        p = subprocess.Popen([*cmd, "--root", str(root), "stage", name], cwd=engine_tree, stdout=out, stderr=out,
-                             env={**os.environ, "PYTHONPATH": str(engine_tree)} if engine_tree != REPO else None)
-        (th := threading.Thread(target=sample, daemon=True)).start()
-        _, status, ru = os.wait4(p.pid, 0)
-        wall, p.returncode = time.perf_counter() - t0, os.waitstatus_to_exitcode(status)
-        done.set()
-        th.join()
-    if p.returncode:
-        sys.exit(f"stage {name} failed (exit {p.returncode}) in {root}:\n{log.read_text(errors='replace')[-3000:]}")
-    rss = ru.ru_maxrss * 1024 / MiB  # KiB on Linux
-    return {"wall": wall, "cpu": ru.ru_utime + ru.ru_stime, "rss": rss, "tree": max(tree[0] / MiB, rss),
-            "pss": tree[0] / MiB}  # pss alone: a child's ru_maxrss starts at its parent's size (fork)
-
-
-def _parse(path: str, start: int, end: int) -> int:
-    n = 0
-    with open(path, "rb") as f:
-        if start:
-            f.seek(start - 1)
-            f.readline()  # the line across `start` is the other half's
-        while f.tell() < end:
-            n += len(json.loads(f.readline())["text"])
-    return n
-
-
-def same_ids(root: Path, enc) -> tuple[int, str]:
-    """Every token part the stage wrote, byte for byte, against raw tiktoken's ids (plus EOS) of
-    the same documents: the encoder the stage chose gave tiktoken's ids on the whole corpus.
-    Returns the parts checked and the encoder; exits naming the first part that differs."""
-    C, checked = engine("clean.stage"), 0
-    for side, where in (("train", root / "data/tokens/web"), ("val", root / "data/tokens/web/val")):
-        index = json.loads((where / "index.json").read_text())
-        eos = np.array([index["eos_id"]], np.uint32)
-        for entry in index["parts"]:
-            docs = (t for b in C.documents(root / "data/clean/web" / f"{Path(entry['file']).stem}.parquet", side)
-                    for t in b)
-            ids = [a for t in docs for a in (enc.encode_to_numpy(t, disallowed_special=()), eos)]
-            data = np.concatenate(ids).astype(index["dtype"]).tobytes() if ids else b""
-            if hashlib.sha256(data).hexdigest() != entry["sha256"]:
-                sys.exit(f"{where / entry['file']}: its ids are not raw tiktoken's ({index['encoder']} wrote it)")
-            checked += 1
-    return checked, index["encoder"]
-
-
-def extras(root: Path, corpus_path: Path, tokens: int, quality_mb: float | None) -> dict:
-    """The raw limits on this run's data, and the tokenizer sample check."""
-    C, T = engine("clean.stage"), engine("tokenizer")
-    parts = sorted((root / "data/clean/web").glob("part-*.parquet"))
-    train, val = ([t for p in parts for b in C.documents(p, side) for t in b] for side in ("train", "val"))
-    texts = train + val
-    enc = T._to_tiktoken(T.load(root / "data/tokenizer/tokenizer.json"))
-    one = lambda t: enc.encode_to_numpy(t, disallowed_special=())  # noqa: E731 (fastest: one buffer, no int list)
-    chunks = [texts[i:i + 64] for i in range(0, len(texts), 64)]  # 64 docs a task: no per-doc futures
-    with ThreadPoolExecutor(2) as ex:
-        t0 = time.perf_counter()
-        n = sum(ex.map(lambda c: sum(len(one(t)) for t in c), chunks))
-        r = {"tok_s": time.perf_counter() - t0}
-    if n + len(texts) != tokens:  # the stage adds one EOS per document
-        sys.exit(f"raw tiktoken gave {n:,} tokens + {len(texts):,} EOS, the stage {tokens:,}")
-    r["identical"], r["encoder"] = same_ids(root, enc)
-    size = corpus_path.stat().st_size
-    with ProcessPoolExecutor(2) as ex:
-        t0 = time.perf_counter()
-        sum(ex.map(_parse, [str(corpus_path)] * 2, [0, size // 2], [size // 2, size]))
-        r["clean_s"] = time.perf_counter() - t0
-    out, r["copy_bytes"], t0 = root / "copy", 0, time.perf_counter()
-    for src in sorted((root / "data/tokens").rglob("*.bin")):
-        (dst := out / src.relative_to(root / "data/tokens")).parent.mkdir(parents=True, exist_ok=True)
-        with open(src, "rb") as a, open(dst, "wb") as b:
-            r["copy_bytes"] += b.write(a.read())
-            os.fsync(b.fileno())
-    r["copy_s"] = time.perf_counter() - t0
-    shutil.rmtree(out)
-    return {"raw": r, "quality": quality(root, train, quality_mb) if quality_mb else None}
-
-
-def quality(root: Path, train: list[str], mb: float) -> dict:
-    """Bytes/token on the held-out paragraphs: the stage's tokenizer vs one trained (same settings)
-    on `mb` MiB of the training texts, every k-th document."""
-    T, heldout = engine("tokenizer"), pool()[1]
-    cfg = yaml.safe_load((root / "params.yaml").read_text())["tokenizer"]
-    total = sum(len(t.encode()) for t in train)
-    step = max(1.0, total / (mb * MiB))
-    sample = [t for i, t in enumerate(train) if int((i + 1) / step) > int(i / step)]
-    t0 = time.perf_counter()
-    tok = T.train_bpe(iter(sample), vocab_size=cfg["vocab_size"], special_tokens=cfg["special_tokens"],
-                      min_frequency=cfg["min_frequency"])
-    took, nbytes = time.perf_counter() - t0, sum(len(t.encode()) for t in heldout)
-    bpt = lambda tk: nbytes / sum(len(e.ids) for e in tk.encode_batch(heldout, add_special_tokens=False))
-    return {"sample_mb": sum(len(t.encode()) for t in sample) / MiB, "train_mb": total / MiB, "train_s": took,
-            "cap_mb": cfg.get("train_max_mb"), "heldout_kb": nbytes / 1e3, "sample": bpt(tok),
-            "stage": bpt(T.load(root / "data/tokenizer/tokenizer.json"))}
+    env = {**os.environ, "PYTHONPATH": str(engine_tree)} if engine_tree != REPO else None
+    log = root / f"{name}.log"
+    r = run_timed([*cmd, "--root", str(root), "stage", name], engine_tree, log, env)
+    if r["returncode"]:
+        sys.exit(f"stage {name} failed (exit {r['returncode']}) in {root}:\n{log.read_text(errors='replace')[-3000:]}")
+    return {"wall": r["wall"], "cpu": r["cpu"], "rss": r["rss"], "tree": max(r["pss"], r["rss"]),
+            "pss": r["pss"]}  # pss alone: a child's ru_maxrss starts at its parent's size (fork)
 
 
 def one_run(path: Path, base: bool, quality_mb: float | None, keep: bool, engine_tree: Path = REPO) -> dict:
