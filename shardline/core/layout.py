@@ -25,6 +25,9 @@ FILES = "files"
 BUILTIN_TOPICS = "topics.jsonl"  # builtin://pydoc-topics's one file
 PARTIAL = ".part"           # the bytes fetched so far
 PARTIAL_NOTE = ".part.json"  # which version of the file they are of (an object's identity, an ETag)
+STREAM_NOTE = "stream.json"  # a dataset source's files so far and its stream's state, beside the manifest
+# what `datasets`' save_to_disk leaves in a folder (a Dataset's state, a DatasetDict's split list)
+HF_SAVED = ("state.json", "dataset_dict.json")
 
 # a clean part (data/clean/<source>/part-NNNNN.parquet) and the files beside it
 CLEAN_PARTS = "part-*.parquet"
@@ -98,6 +101,9 @@ class Layout:
 
     def manifest(self, source: str) -> Path:
         return self.raw / source / MANIFEST
+
+    def stream_note(self, source: str) -> Path:
+        return self.raw / source / STREAM_NOTE
 
     # clean
     @property
@@ -292,6 +298,11 @@ def partial_of(dest: str | Path) -> Path:
 
 def partial_note_of(dest: str | Path) -> Path:
     return Path(dest).with_name(Path(dest).name + PARTIAL_NOTE)
+
+
+def dataset_file(split: str, i: int) -> str:
+    """A dataset source's i-th raw file (data/raw/<source>/files/): <split>-00000.parquet, ..."""
+    return f"{split}-{i:05d}{PARQUET}"
 
 
 def clean_part_name(source: str, i: int) -> str:

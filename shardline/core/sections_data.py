@@ -1,6 +1,7 @@
-"""params.yaml's data sections: sources, download, tokenizer, shard, eval (one frozen, validated
-model each; the docstring under a field is its documentation). The clean section is assembled
-from its rules (shardline.data.clean.settings); `Params` and loading: shardline.core.config.
+"""params.yaml's data sections: sources (files by uri, or a dataset by name), download, tokenizer,
+shard, eval (one frozen, validated model each; the docstring under a field is its documentation).
+The clean section is assembled from its rules (shardline.data.clean.settings); `Params` and
+loading: shardline.core.config.
 """
 
 from __future__ import annotations
@@ -18,31 +19,60 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _OWN_SCHEMES = ("builtin://", "http://", "https://", "hf://")  # read by the download stage itself, not fsspec
 
 
+class DatasetSource(_Section):
+    """A dataset read through Hugging Face `datasets` (streaming), record by record: the download
+    stage writes its text as parquet files under data/raw/<source>/files/ (`shardline.data.hfdatasets`)."""
+
+    name: str
+    """A Hub dataset id (`org/name`), or a local folder (relative paths are the project root's): a
+    dataset repository in the Hub's layout (data files, and a README.md whose `configs:` name
+    them), or a folder `Dataset.save_to_disk` / `DatasetDict.save_to_disk` wrote. A folder of that
+    name wins over a Hub id."""
+    config: str | None = None
+    """The dataset's configuration (`load_dataset`'s `name`, e.g. `sample-10BT`); None: its default."""
+    split: str = "train"
+    """The split to read (`train`, `validation`, ...)."""
+    revision: str | None = None
+    """Hub datasets: a branch, tag or commit (None: main). Resolved to a commit before anything is
+    read; the manifest records the commit as `revision`, and a rerun at the same commit skips.
+    A local folder has no revisions: its files' content hash identifies it instead."""
+
+
 class Source(_Section):
     name: str
     """Folder name under data/raw, data/clean, data/tokens, data/shards; also the key in `mix`."""
-    uri: str | tuple[str, ...]
+    uri: str | tuple[str, ...] | None = None
     """Local path, glob, directory or file:// URI; http(s):// URL; object store URL (s3://, gs://:
     an object, a prefix or a glob; credentials from the environment);
     hf://datasets/<org>/<name>@<revision>/<glob> (files of a Hub dataset at a pinned revision);
     builtin://python-stdlib and builtin://pydoc-topics (text that ships with every Python); or a
-    list of these, read in order."""
+    list of these, read in order. Give a uri or a `dataset`, not both."""
+    dataset: DatasetSource | None = None
+    """A dataset by name, config, split and revision, read through `datasets` (`pip install
+    'shardline[hf]'`) instead of files by uri. Its format is parquet (leave format out)."""
     format: Literal["txt", "jsonl", "parquet", "warc"]
     """How records are read: txt (see txt_unit), jsonl (one JSON object per line), parquet, warc
     (Common Crawl WARC or WET, gzip'd or not: a page's main text, its URL the document id; URL and
     date become columns of the clean parts). txt and jsonl files may be compressed (gzip, zstd,
     bz2, xz: known by their first bytes, e.g. Dolma's .json.gz); they give the documents, ids and
-    shards of the plain files."""
+    shards of the plain files. A `dataset` source is parquet, and says so itself."""
     sha256: str | None = None
     """Expected sha256 of the single file the uri names; a mismatch fails and nothing is promoted."""
     text_field: str = "text"
-    """The JSON field (jsonl) or column (parquet, hf://) holding the document text."""
+    """The JSON field (jsonl) or column (parquet, hf://, dataset) holding the document text."""
     txt_unit: Literal["file", "blank_lines"] = "file"
     """txt only: one document per file, or one per block separated by one or more blank lines."""
     clean: dict[str, Any] | None = None
     """This source's own cleaning rules: any rule of the `clean` section (not dedup, near_dedup,
     part_mb, max_bad_fraction, drop_samples, which are stage-wide), replacing the section's value
     for this source only. Code is not prose: e.g. `{gopher_quality: null, language: null}`."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _dataset_is_parquet(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("dataset") is not None and "format" not in data:
+            return {**data, "format": "parquet"}  # what the download stage writes it as
+        return data
 
     @model_validator(mode="after")
     def _check(self) -> "Source":
@@ -51,10 +81,18 @@ class Source(_Section):
             problems.append(f"name: {self.name!r} must be letters, digits, '_', '-', '.' (it names folders)")
         if self.sha256 is not None and not re.fullmatch(r"[0-9a-f]{64}", self.sha256):
             problems.append("sha256: must be 64 lowercase hex digits")
-        for uri in (self.uri,) if isinstance(self.uri, str) else self.uri:
+        if (self.uri is None) == (self.dataset is None):
+            problems.append("uri: give a uri (files) or a dataset (read through `datasets`), not both" if self.uri
+                            else "uri: missing; give a uri (files) or a dataset (a Hub dataset by name, or a folder)")
+        if self.dataset is not None and self.format != "parquet":
+            problems.append("format: a dataset source is written as parquet files; leave format out")
+        if self.dataset is not None and self.sha256 is not None:
+            problems.append("sha256: a dataset source is pinned by its revision (the manifest records each file's "
+                            "sha256); leave sha256 out")
+        for uri in (self.uri,) if isinstance(self.uri, str) else self.uri or ():
             if uri.startswith("hf://") and not uri.startswith("hf://datasets/"):
                 problems.append(f"uri: {uri!r}: write hf://datasets/<org>/<name>@<revision>/<glob> (files as files, "
-                                "the revision pinned); datasets.load_dataset splits are no longer read")
+                                "the revision pinned), or a dataset by name, config and split as `dataset:`")
             elif "://" in uri and not uri.startswith(_OWN_SCHEMES) and (problem := stores.uri_problem(uri)):
                 problems.append(f"uri: {problem}")  # an unknown scheme or a missing extra, now, not mid-download
         if problems:

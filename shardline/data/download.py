@@ -14,6 +14,8 @@ Contract:
   manifest as `revision`); builtin://python-stdlib (the interpreter's standard-library .py
   files, tests excluded) and builtin://pydoc-topics (the reference-manual prose shipped in
   pydoc_data), both located at run time; or a list of these (e.g. many https:// files).
+- A source with `dataset:` instead of a uri is a dataset by name, config, split and revision,
+  streamed through `datasets` into parquet files (`shardline.data.hfdatasets`, its own contract).
 - Each manifest entry holds what identifies the file where it came from: `sha256` always,
   `etag`/`version` for store objects. A store object whose identity changed is fetched again
   (a new data version); one that did not is not fetched again.
@@ -31,7 +33,7 @@ from typing import Callable
 from urllib.parse import unquote, urlparse
 
 from shardline.core import chaos, fsio
-from shardline.data import compressed, http, objects
+from shardline.data import compressed, hfdatasets, http, objects
 from shardline.core.config import Params, Source
 from shardline.core.errors import BadInput, ChecksumMismatch
 from shardline.core.layout import BUILTIN_TOPICS, PARTIAL, PARTIAL_NOTE, Layout, partial_note_of
@@ -95,7 +97,10 @@ def _local_items(source: Source, spec: str, root: Path) -> list[Item]:
 
 
 def resolve(source: Source, root: Path) -> list[Item]:
-    """The files a source consists of, in a stable order."""
+    """The files a source consists of, in a stable order (none for a dataset source: its records
+    are streamed, and the files they make are known only once written)."""
+    if source.dataset is not None:
+        return []
     if isinstance(source.uri, tuple):
         items = [i for uri in source.uri for i in _resolve_one(source, uri, root)]
         seen: dict[str, str] = {}
@@ -197,6 +202,8 @@ def download_source(source: Source, params: Params, layout: Layout, log: Log = p
     files_dir = layout.raw_files(source.name)
     if sdir.exists():
         fsio.remove_temps(sdir)
+    if source.dataset is not None:
+        return hfdatasets.download(source, layout, log)
     items = resolve(source, layout.root) if items is None else items
     if source.sha256 and len(items) != 1:
         raise BadInput(f"sources[{source.name}].sha256: given, but the uri names {len(items)} files; "

@@ -17,6 +17,7 @@ Contract:
 - `hub_snapshot(spec)`: `hf://datasets/<repo>@<revision>/<glob>` through huggingface_hub's own
   cache: the revision is resolved to a commit (pinned in the manifest) and only the files the
   glob names are fetched, as files. With HF_HUB_OFFLINE=1 the local Hub cache answers alone.
+  `hub_folder` is that resolution alone, which dataset sources (`shardline.data.hfdatasets`) share.
 """
 
 from __future__ import annotations
@@ -152,6 +153,20 @@ def fetch_object(url: str, dest: Path, meta: dict, policy: http.RetryPolicy = ht
     return digest
 
 
+def hub_offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
+
+
+def hub_folder(repo: str, revision: str, patterns: list[str]) -> Path:
+    """The snapshot folder of Hub dataset `repo` at `revision`, named by the commit the revision
+    resolves to, holding the files `patterns` name: fetched into huggingface_hub's cache, or with
+    HF_HUB_OFFLINE=1 from that cache alone. Raises huggingface_hub's errors (not found, offline, gated)."""
+    from huggingface_hub import snapshot_download
+
+    return Path(snapshot_download(repo, repo_type="dataset", revision=revision, allow_patterns=patterns,
+                                  cache_dir=os.environ.get("HF_HUB_CACHE"), local_files_only=hub_offline()))
+
+
 def hub_snapshot(spec: str) -> tuple[str, Path, list[str]]:
     """(commit, snapshot folder, files matching the glob) for `datasets/<repo>@<revision>/<glob>`."""
     org, _, rest = spec.removeprefix("datasets/").partition("/")
@@ -161,13 +176,8 @@ def hub_snapshot(spec: str) -> tuple[str, Path, list[str]]:
     if not (spec.startswith("datasets/") and org and name and revision and pattern):
         raise BadInput(f"hf://{spec}: write hf://datasets/<org>/<name>@<revision>/<glob>; the revision pins the "
                        "data version (a branch, tag or commit) and the glob names the files")
-    from huggingface_hub import snapshot_download
-
-    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
     try:
-        folder = Path(snapshot_download(f"{org}/{name}", repo_type="dataset", revision=revision,
-                                        allow_patterns=[pattern], cache_dir=os.environ.get("HF_HUB_CACHE"),
-                                        local_files_only=offline))
+        folder = hub_folder(f"{org}/{name}", revision, [pattern])
     except Exception as e:  # noqa: BLE001 - huggingface_hub's errors: not found, offline, gated
         raise BadInput(f"hf://{spec}: {type(e).__name__}: {e}; check the repo and revision; offline, "
                        "the revision must be in the local Hub cache (HF_HUB_CACHE)") from None

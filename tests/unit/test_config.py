@@ -38,7 +38,7 @@ def test_cross_field_checks_name_the_field():
     assert problems({"sources": [SRC, SRC]}) == ["sources: duplicate name 'a'"]
     assert problems({"sources": [{**SRC, "uri": "hf://x/y"}]}) == \
         ["sources[0].uri: 'hf://x/y': write hf://datasets/<org>/<name>@<revision>/<glob> (files as files, the "
-         "revision pinned); datasets.load_dataset splits are no longer read"]
+         "revision pinned), or a dataset by name, config and split as `dataset:`"]
     assert problems({"sources": [SRC], "tokenizer": {"eos_token": "<eos>", "bos_token": "<s>"}}) == \
         ["tokenizer.eos_token: '<eos>' must be one of special_tokens ['<|endoftext|>']",
          "tokenizer.bos_token: '<s>' must be one of special_tokens ['<|endoftext|>']"]

@@ -1,0 +1,222 @@
+"""Dataset sources (`dataset:` in a source, shardline/data/hfdatasets.py): read through `datasets`,
+offline, from folders these tests build: a repository in the Hub's layout, what save_to_disk
+writes, and the local Hub cache (its own layout: refs/<branch> -> commit, snapshots/<commit>/)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from shardline.core import fsio
+from shardline.core.errors import BadInput, ConfigError
+from shardline.data import download, hfdatasets
+from tests.conftest import REPO, env_for, make_project, write_params, small_params
+
+CARD = """---
+configs:
+- config_name: default
+  data_files:
+  - split: train
+    path: data/train-*
+  - split: test
+    path: data/test-*
+- config_name: code
+  data_files:
+  - split: train
+    path: code/train-*
+---
+# A test dataset
+"""
+TEXTS = [f"document {i}: " + "words of plain text " * (4 + i % 9) for i in range(230)]
+QUIET = dict(log=lambda _: None)
+
+
+def hub_repo(folder, texts=TEXTS):
+    """A dataset repository in the Hub's layout: data files named by split, a card naming the configs."""
+    (folder / "data").mkdir(parents=True)
+    (folder / "code").mkdir()
+    pq.write_table(pa.table({"text": texts[:150], "n": list(range(150))}), folder / "data" / "train-00000-of-00002.parquet")
+    pq.write_table(pa.table({"text": texts[150:200], "n": list(range(50))}), folder / "data" / "train-00001-of-00002.parquet")
+    pq.write_table(pa.table({"text": texts[200:]}), folder / "data" / "test-00000-of-00001.parquet")
+    pq.write_table(pa.table({"body": ["def f():\n    return 1\n"] * 7}), folder / "code" / "train-00000-of-00001.parquet")
+    (folder / "README.md").write_text(CARD)
+    return folder
+
+
+def no_stream(*a, **k):
+    raise AssertionError("a rerun of the same version opened the stream")
+
+
+@pytest.fixture
+def small_files(monkeypatch):
+    """Many small files and row groups, so resume and file boundaries are exercised on little data."""
+    monkeypatch.setattr(hfdatasets, "ROWS", 16)
+    monkeypatch.setattr(hfdatasets, "FILE_BYTES", 4000)
+
+
+def texts_of(layout, manifest, column="text") -> list:
+    return [t for f in manifest["files"] for t in
+            pq.read_table(layout.raw_files(manifest["source"]) / f["path"]).column(column).to_pylist()]
+
+
+def test_a_local_repository_streams_into_parquet_files_and_a_rerun_at_the_same_content_reads_nothing(
+        tmp_path, small_files, monkeypatch):
+    repo = hub_repo(tmp_path / "repo")
+    params, layout = make_project(tmp_path / "p", [{"name": "web", "dataset": {"name": str(repo)}},
+                                                   {"name": "code", "dataset": {"name": str(repo), "config": "code"},
+                                                    "text_field": "body"}])
+    m = download.run(params, layout, **QUIET)
+    web = m["web"]
+    assert texts_of(layout, web) == TEXTS[:200]  # the train split, in order; the test split not
+    assert texts_of(layout, m["code"], "body") == ["def f():\n    return 1\n"] * 7
+    assert web["dataset"] == {"name": str(repo), "config": None, "split": "train", "revision": None}
+    assert web["revision"] is None and web["format"] == "parquet" and web["uri"] is None
+    assert [f["path"] for f in web["files"]] == [f"train-{i:05d}.parquet" for i in range(len(web["files"]))]
+    assert len(web["files"]) > 3 and sum(f["rows"] for f in web["files"]) == 200
+    for f in web["files"]:
+        assert fsio.sha256_file(layout.raw_files("web") / f["path"]) == f["sha256"]
+    assert json.loads(layout.manifest("web").read_text()) == web and not layout.stream_note("web").exists()
+
+    monkeypatch.setattr(hfdatasets, "open_stream", no_stream)
+    mtimes = {p: p.stat().st_mtime_ns for p in layout.raw_files("web").iterdir()}
+    assert download.run(params, layout, **QUIET) == m
+    assert {p: p.stat().st_mtime_ns for p in layout.raw_files("web").iterdir()} == mtimes
+
+
+def test_new_content_in_the_folder_is_a_new_version_and_the_old_files_go(tmp_path, small_files):
+    repo = hub_repo(tmp_path / "repo")
+    params, layout = make_project(tmp_path / "p", [{"name": "web", "dataset": {"name": str(repo)}}])
+    first = download.run(params, layout, **QUIET)["web"]
+    pq.write_table(pa.table({"text": TEXTS[:40], "n": list(range(40))}), repo / "data" / "train-00001-of-00002.parquet")
+    second = download.run(params, layout, **QUIET)["web"]
+    assert second["content"] != first["content"] and texts_of(layout, second) == TEXTS[:150] + TEXTS[:40]
+    assert sorted(p.name for p in layout.raw_files("web").iterdir()) == [f["path"] for f in second["files"]]
+
+
+def test_save_to_disk_folders_a_dataset_and_a_dataset_dict(tmp_path):
+    import datasets
+
+    datasets.Dataset.from_dict({"text": TEXTS[:30], "n": list(range(30))}).save_to_disk(str(tmp_path / "one"))
+    datasets.DatasetDict({"train": datasets.Dataset.from_dict({"text": TEXTS[:20]}),
+                          "validation": datasets.Dataset.from_dict({"text": TEXTS[20:25]})}).save_to_disk(str(tmp_path / "dict"))
+    params, layout = make_project(tmp_path / "p", [{"name": "one", "dataset": {"name": "../one"}},
+                                                   {"name": "val", "dataset": {"name": "../dict", "split": "validation"}}])
+    m = download.run(params, layout, **QUIET)
+    assert texts_of(layout, m["one"]) == TEXTS[:30] and texts_of(layout, m["val"]) == TEXTS[20:25]
+    assert m["one"]["content"] and m["one"]["dataset"]["name"] == "../one"  # relative: the project root's
+    for ds, says in [({"name": "../dict", "split": "test"},
+                      "sources[x].dataset.split: 'test' is not a split of ../dict (splits: train, validation)"),
+                     ({"name": "../one", "config": "en"}, "sources[x].dataset.config: 'en', but ../one is a "
+                      "save_to_disk folder, which has no configs; remove the config")]:
+        params, layout = make_project(tmp_path / "q", [{"name": "x", "dataset": ds}])
+        with pytest.raises(BadInput, match=re.escape(says)):
+            download.run(params, layout, **QUIET)
+
+
+def test_a_hub_dataset_resolves_its_revision_to_a_commit_from_the_local_hub_cache(tmp_path, monkeypatch):
+    commit = "89abcdef0123456789abcdef0123456789abcdef"
+    cache = tmp_path / "hub" / "datasets--org--web"
+    hub_repo(cache / "snapshots" / commit)
+    (cache / "refs").mkdir()
+    (cache / "refs" / "main").write_text(commit)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    params, layout = make_project(tmp_path / "p", [{"name": "web", "dataset": {"name": "org/web", "split": "test",
+                                                                                "revision": "main"}}])
+    m = download.run(params, layout, **QUIET)["web"]
+    assert m["revision"] == commit and all(f["revision"] == commit for f in m["files"])
+    assert m["dataset"] == {"name": "org/web", "config": None, "split": "test", "revision": "main"}
+    assert m["content"] is None and texts_of(layout, m) == TEXTS[200:]
+    # the commit itself is the same version as the branch that named it: nothing is read again
+    params, layout = make_project(tmp_path / "p", [{"name": "web", "dataset": {"name": "org/web", "split": "test",
+                                                                                "revision": commit}}])
+    monkeypatch.setattr(hfdatasets, "open_stream", no_stream)
+    assert download.run(params, layout, **QUIET)["web"]["files"] == m["files"]
+    monkeypatch.undo()
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    params, layout = make_project(tmp_path / "q", [{"name": "web", "dataset": {"name": "org/web", "revision": "v9"}}])
+    with pytest.raises(BadInput, match=re.escape("sources[web].dataset.name: 'org/web' at 'v9' is neither a local "
+                                                 "folder nor a Hub dataset that resolves")):
+        download.run(params, layout, **QUIET)
+
+
+@pytest.mark.parametrize("dataset, field, says", [
+    ({"split": "validation"}, "text", "sources[web].dataset.split: 'validation' is not a split of {repo} (splits: train, test)"),
+    ({"config": "prose"}, "text", "sources[web].dataset.config: 'prose' is not a config of {repo} (configs: default, code)"),
+    ({}, "content", "sources[web].text_field: 'content' is not a column of {repo} (columns: text, n); "
+                    "set sources[web].text_field"),
+    ({}, "n", "sources[web].text_field: column 'n' of {repo} is Value('int64'), not text; name a string column"),
+    ({"revision": "v1"}, "text", "sources[web].dataset.revision: 'v1', but {repo} is a local folder"),
+    ({"name": "nobody/nothing"}, "text", "sources[web].dataset.name: 'nobody/nothing' at 'main' is neither a local "
+                                         "folder nor a Hub dataset that resolves"),
+])
+def test_a_wrong_name_config_split_or_field_is_one_line_naming_the_source_and_field(tmp_path, dataset, field, says):
+    repo = hub_repo(tmp_path / "repo")
+    params, layout = make_project(tmp_path / "p", [{"name": "web", "dataset": {"name": str(repo), **dataset},
+                                                    "text_field": field}])
+    with pytest.raises(BadInput) as e:
+        download.run(params, layout, **QUIET)
+    assert str(e.value).startswith(says.format(repo=repo)) and "\n" not in str(e.value)
+    assert not layout.manifest("web").exists()
+
+
+def test_params_take_a_uri_or_a_dataset(tmp_path):
+    from shardline.core import config
+
+    for source, says in [({"dataset": {"name": "a/b"}, "uri": "x.txt"}, "sources[0].uri: give a uri (files) or a dataset"),
+                         ({}, "sources[0].uri: missing; give a uri (files) or a dataset"),
+                         ({"dataset": {"name": "a/b"}, "format": "jsonl"}, "sources[0].format: a dataset source is "
+                          "written as parquet files; leave format out"),
+                         ({"dataset": {"name": "a/b", "splt": "x"}}, "sources[0].dataset.splt")]:
+        write_params(tmp_path, small_params([{"name": "s", **({"format": "txt"} if "dataset" not in source else {}),
+                                              **source}]))
+        with pytest.raises(ConfigError, match=re.escape(says)):
+            config.load(tmp_path / "params.yaml")
+
+
+def run_download(root: str) -> None:
+    """The download stage in this process, as `shardline stage download` runs it, with small files
+    (the kill test's subprocess)."""
+    from shardline.core import config
+    from shardline.core.layout import Layout
+
+    hfdatasets.ROWS, hfdatasets.FILE_BYTES = 16, 4000
+    download.run(config.load(f"{root}/params.yaml"), Layout.at(root))
+
+
+def test_a_killed_download_resumes_after_its_last_file_and_writes_an_unbroken_runs_files(tmp_path):
+    repo = hub_repo(tmp_path / "repo")
+    cmd = lambda root: [sys.executable, "-c", f"from tests.integration.test_hfdatasets import run_download; "
+                                              f"run_download({str(root)!r})"]
+    for root in (tmp_path / "killed", tmp_path / "whole"):
+        root.mkdir()
+        write_params(root, small_params([{"name": "web", "dataset": {"name": str(repo)}}]))
+    log = tmp_path / "chaos.log"
+    r = subprocess.run(cmd(tmp_path / "killed"), cwd=REPO, capture_output=True, text=True, timeout=120,
+                       env=env_for(SHARDLINE_CHAOS="download.file#3", SHARDLINE_CHAOS_LOG=str(log),
+                                   SHARDLINE_CHAOS_DONE_LOG=str(log)))
+    assert r.returncode == -9, r.stderr
+    raw = tmp_path / "killed" / "data" / "raw" / "web"
+    assert not (raw / "manifest.json").exists() and len(json.loads((raw / "stream.json").read_text())["files"]) == 3
+    r = subprocess.run(cmd(tmp_path / "killed"), cwd=REPO, capture_output=True, text=True, timeout=120,
+                       env=env_for(SHARDLINE_CHAOS_DONE_LOG=str(log)))
+    assert r.returncode == 0 and "resuming after 3 file(s) written" in r.stdout + r.stderr, r.stderr
+    done = [ln.split()[2] for ln in log.read_text().splitlines() if ln.startswith("done ")]
+    assert len(done) == len(set(done)) > 3  # no file written twice over the two runs
+    subprocess.run(cmd(tmp_path / "whole"), cwd=REPO, check=True, capture_output=True, timeout=120, env=env_for())
+    killed, whole = (json.loads((root / "data" / "raw" / "web" / "manifest.json").read_text())
+                     for root in (tmp_path / "killed", tmp_path / "whole"))
+    assert killed == whole and [f"web/{f['path']}" for f in whole["files"]] == done
+
+
+def test_without_datasets_installed_a_dataset_source_is_one_line_naming_the_extra(tmp_path, monkeypatch):
+    repo = hub_repo(tmp_path / "repo")
+    params, layout = make_project(tmp_path / "p", [{"name": "web", "dataset": {"name": str(repo)}}])
+    monkeypatch.setitem(sys.modules, "datasets", None)  # what `import datasets` meets where it is not installed
+    with pytest.raises(BadInput, match=re.escape("sources[web].dataset needs datasets: pip install 'shardline[hf]'")):
+        download.run(params, layout, **QUIET)
