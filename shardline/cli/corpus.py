@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from shardline.cli import log
-from shardline.core import config, shardformat
+from shardline.core import config, extras, shardformat
 from shardline.core.layout import Layout
 
 
@@ -17,7 +17,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
     from shardline.data.clean import explain
 
     layout = Layout.at(args.root)
-    e = explain.explain(config.load(Path(args.root, args.params)), layout, args.doc_id, args.source)
+    params = config.load(Path(args.root, args.params))
+    extras.check(extras.for_stage("clean", params))  # it runs the clean stage's rules and readers
+    e = explain.explain(params, layout, args.doc_id, args.source)
     print(json.dumps(e, indent=2) if args.json else explain.render(e))
     return 0
 

@@ -15,10 +15,11 @@ import os
 from collections.abc import MutableMapping
 from pathlib import Path
 
+from shardline.core import extras
 from shardline.core.errors import BadInput
 
 # What to install for a store's scheme: the extra this project declares, else the package itself.
-INSTALL = {"s3": "pip install -e '.[s3]'", "s3a": "pip install -e '.[s3]'", "gs": "pip install gcsfs",
+INSTALL = {"s3": extras.install("s3fs"), "s3a": extras.install("s3fs"), "gs": "pip install gcsfs",
            "gcs": "pip install gcsfs", "az": "pip install adlfs", "abfs": "pip install adlfs"}
 
 CRED_VARS = ("AWS_ACCESS_KEY_ID", "AWS_PROFILE", "AWS_WEB_IDENTITY_TOKEN_FILE")

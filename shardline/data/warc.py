@@ -36,11 +36,14 @@ import zlib
 from dataclasses import dataclass
 from typing import Iterator
 
-from fastwarc.warc import ArchiveIterator, WarcRecord, WarcRecordType
-from resiliparse.extract.html2text import extract_plain_text
-from resiliparse.parse.encoding import map_encoding_to_html5
-
+from shardline.core import extras
 from shardline.data.readstats import ReadStats, decode
+
+extras.need("resiliparse", "format warc")  # the warc extra: one line naming it where it is not installed
+extras.need("fastwarc", "format warc")
+from fastwarc.warc import ArchiveIterator, WarcRecord, WarcRecordType  # noqa: E402
+from resiliparse.extract.html2text import extract_plain_text  # noqa: E402
+from resiliparse.parse.encoding import map_encoding_to_html5  # noqa: E402
 
 HTML_TYPES = ("text/html", "application/xhtml+xml")
 _META_CHARSET = re.compile(rb"""<meta[^>]{0,200}?charset\s*=\s*["']?\s*([\w.:-]+)""", re.I)

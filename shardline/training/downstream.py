@@ -40,25 +40,18 @@ from typing import Sequence
 
 import torch
 
+from shardline.core import extras
 from shardline.core.errors import BadInput
 from shardline.core.layout import TASK_YAML, Layout
 from shardline.model import build, hf_dir
 from shardline.training import rng, task_results
 from shardline.training.state import ModelState
 
-EXTRA = "pip install -e '.[tasks]'"
-
 
 def _need_lm_eval(field: str) -> None:
     """lm_eval and what its HFLM imports are installed, or one line naming the extra."""
-    try:
-        import accelerate  # noqa: F401  (HFLM's module imports it)
-        import lm_eval  # noqa: F401
-        import transformers  # noqa: F401
-        from lm_eval.models.huggingface import HFLM  # noqa: F401
-    except ImportError as e:
-        raise BadInput(f"{field}: downstream tasks need lm-evaluation-harness ({e.name} is not installed); "
-                       f"{EXTRA}") from e
+    for module in (*extras.TASKS, "lm_eval.models.huggingface"):
+        extras.need(module, field)
 
 
 def _first_line(e: BaseException) -> str:

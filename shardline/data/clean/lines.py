@@ -128,7 +128,7 @@ def _strip(cps, classes, a, b):
 def segments(text: str, k: int, strip: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(code points, starts, ends) of re.split(r"\\n{k,}", text.strip() if strip else text)."""
     cps = ts.code_points(text)
-    lo, hi = _strip(cps, ts.classes(), 0, cps.size) if strip else (0, cps.size)
+    lo, hi = _strip(cps, ts.plain_classes(), 0, cps.size) if strip else (0, cps.size)
     return (cps, *_segments(cps, k, lo, hi))
 
 
@@ -255,7 +255,7 @@ def whitespace(text: str) -> str:
     """The whitespace rule's text (basic.whitespace), from one compiled pass when it changes."""
     if not line_stats(text)[6]:
         return text
-    return _whitespace(ts.code_points(text), ts.classes()).tobytes().decode("utf-32-le", "surrogatepass")
+    return _whitespace(ts.code_points(text), ts.plain_classes()).tobytes().decode("utf-32-le", "surrogatepass")
 
 
 @functools.cache
@@ -270,5 +270,5 @@ def line_stats(text: str) -> tuple[int, ...]:
     read the same text: (longest line, non-blank lines, repeats, letters, spaces, U+FFFD,
     whitespace would change it, strip_control would)."""
     table = _tables()
-    s = _line_stats(ts.code_points(text), ts.classes(), *table).tolist()
+    s = _line_stats(ts.code_points(text), ts.plain_classes(), *table).tolist()
     return (*s[:6], bool(s[6] & 1), bool(s[6] & 2))

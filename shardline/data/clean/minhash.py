@@ -29,7 +29,7 @@ import numpy as np
 
 from pydantic import Field
 
-from shardline.core import chaos, fsio
+from shardline.core import chaos, extras, fsio
 from shardline.core.section_base import _Section
 
 _U = np.uint64
@@ -116,7 +116,7 @@ def shingle_hashes(texts: Sequence[str], ngram: int) -> tuple[np.ndarray, np.nda
 
 def sign(texts: Sequence[str], cfg: NearDedup) -> tuple[np.ndarray, np.ndarray]:
     """(rows with a signature, their band keys [n, bands] uint64)."""
-    import rensa  # imported where it works: config and planning stay light
+    rensa = extras.need("rensa", "clean.near_dedup")  # imported where it works: config and planning stay light
 
     h, offsets = shingle_hashes(texts, cfg.ngram)
     rows = np.flatnonzero(np.diff(offsets) > 0)

@@ -40,14 +40,21 @@ def classes() -> np.ndarray:
     (where str.split's spans are not fastText's tokens: whitespace to only one of them, as NUL or
     U+00A0, and surrogates, which have no UTF-8). Built once per process (~0.5 s);
     a lookup per character is ~15x faster than str methods per word."""
-    Sentencizer = spacylib.spacy().pipeline.sentencizer.Sentencizer
+    cls = plain_classes().copy()
+    cls[[ord(c) for c in spacylib.spacy().pipeline.sentencizer.Sentencizer.default_punct_chars]] |= FINAL
+    return cls
+
+
+@functools.cache
+def plain_classes() -> np.ndarray:
+    """`classes()` but FINAL, which alone needs spaCy: the basic rules (lines.py) read these, so
+    the default line, which runs only those, never imports spaCy (the quality extra's)."""
     every = list(map(chr, range(0x110000)))
     cls = np.fromiter(map(str.isspace, every), np.uint8, 0x110000)
     cls[[ord(c) for c in PUNCT_CHARS]] |= PUNCTUATION
     cls |= np.fromiter(map(str.isalpha, every), np.uint8, 0x110000) * np.uint8(LETTER)
     categories = np.fromiter((unicodedata.category(c)[0] == "P" for c in every), np.uint8, 0x110000)
     cls |= categories * np.uint8(SPACY_P)
-    cls[[ord(c) for c in Sentencizer.default_punct_chars]] |= FINAL
     cls[[*range(65, 91), *range(97, 123)]] |= ASCII_LETTER
     cls[48:58] |= ASCII_DIGIT
     fasttext = np.zeros(0x110000, np.bool_)

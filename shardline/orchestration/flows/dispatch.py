@@ -9,6 +9,8 @@ Contract: `dispatch(name, layout, params_file, params, **known)` runs stage `nam
 - as its stage flow (shardline.orchestration.flows.stage_flows), its parts as task runs on Prefect's Ray task runner
   (`parts: ray`): the flow run builds its own context.
 
+Before either, the optional libraries the stage needs for these params are checked
+(shardline.core.extras.for_stage): a missing extra stops it with one line naming it, before any work.
 Outputs are byte-identical either way. The engine is handed the outcome (a mapper) and never
 calls back up. Prefect is imported only for the second way: `shardline stage` under `dvc repro`
 does not pay for it.
@@ -17,6 +19,7 @@ does not pay for it.
 from __future__ import annotations
 
 from shardline import registry
+from shardline.core import extras
 from shardline.core.config import Params
 from shardline.core.layout import Layout
 from shardline.orchestration.tasks import runners
@@ -31,6 +34,7 @@ def on_task_runner(params: Params, name: str) -> bool:
 
 def dispatch(name: str, layout: Layout, params_file: str, params: Params, **known):
     """Run stage `name` here, or as its stage flow on the task runner (see the module docstring)."""
+    extras.check(extras.for_stage(name, params))
     if on_task_runner(params, name):
         from shardline.orchestration.flows.stage_flows import run_flow
 

@@ -33,6 +33,7 @@ import time
 from typing import Callable, Sequence
 
 import shardline
+from shardline.core import extras
 from shardline.core.config import Params, Parts
 from shardline.core.errors import ShardlineError, is_transient
 from shardline.core.parallel import process_map
@@ -69,6 +70,7 @@ def dask_map(fn: Callable, items: Sequence, on_done: Callable | None = None, *, 
     items = list(items)
     if not items:
         return []
+    extras.need("distributed", "parts.runner dask")
     from distributed import Client, LocalCluster, as_completed
 
     parts = params.parts
@@ -121,10 +123,9 @@ def task_runner(parts: Parts):
     if parts.runner == "processes":
         return ProcessPoolTaskRunner(max_workers=_local_workers(parts))
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # ray: never phone home
-    try:
-        from prefect_ray import RayTaskRunner
-    except ImportError:
-        raise ShardlineError("parts.runner: ray needs prefect-ray; pip install 'shardline[ray]'") from None
+    extras.need("prefect_ray", "parts.runner ray")
+    from prefect_ray import RayTaskRunner
+
     init = {"include_dashboard": False}
     if not parts.address:
         init.update(num_cpus=_local_workers(parts), _node_ip_address="127.0.0.1")
@@ -137,6 +138,7 @@ def check_workers(parts: Parts) -> list[str]:
     driver's own interpreter, and a Ray worker's import error is raised by Ray in the flow."""
     if parts.runner != "dask" or not parts.address:
         return []
+    extras.need("distributed", "parts.runner dask")
     from distributed import Client
 
     t = parts.connect_timeout_s

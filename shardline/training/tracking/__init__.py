@@ -22,9 +22,11 @@ Contract:
   resume). It records what each backend holds in .shardline/trackers/<tag>.json (atomic) after
   every flush (every log.flush_s, and at every checkpoint): the durable step and run id each
   backend resumes from.
-- A backend that fails (a full disk, a server gone, its package missing) is dropped for the rest
-  of the process with one line saying so, as is the child ending; training goes on, train.jsonl
-  keeps every step. Lines are said by the training thread (its log may not be thread-safe).
+- A backend whose package is not installed stops the train stage before it starts, with one
+  line naming the extra (shardline.core.extras, checked by the stage's dispatch). One that fails
+  later (a full disk, a server gone) is dropped for the rest of the process with one line saying
+  so, as is the child ending; training goes on, train.jsonl keeps every step. Lines are said by
+  the training thread (its log may not be thread-safe).
 """
 
 from __future__ import annotations
@@ -40,13 +42,14 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
+from shardline.core import extras  # light, as the child needs (importlib only)
+
 if TYPE_CHECKING:  # not at run time: the child imports this package before it lowers its priority
     from shardline.core.config import Log as LogSection
 
 Log = Callable[[str], None]
 STEP = {"train/loss": "loss", "train/lr": "lr", "train/grad_norm": "grad_norm", "perf/tokens_per_s": "tokens_per_s",
         "perf/mfu": "mfu", "perf/data_wait_s": "data_wait_s", "perf/step_s": "step_s"}
-EXTRA = {"tensorboard": "tensorboard", "wandb": "wandb", "mlflow": "mlflow"}  # backend -> its pip extra
 
 
 def series(rec: dict) -> dict[str, float]:
@@ -87,6 +90,7 @@ def run_tags(lin: dict) -> dict[str, str]:
 
 def _backend(name: str, cfg: LogSection, root: Path, run_name: str, key: str):
     """`key`: the run's identity (its state file's name), for a backend that must tell its runs apart."""
+    extras.need(extras.TRACKERS[name], f"log.backends {name}")
     if name == "tensorboard":
         from shardline.training.tracking.tensorboard import TensorBoard
         return TensorBoard(Path(root, cfg.dir), run_name)

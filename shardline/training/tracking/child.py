@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Callable, TextIO
 
 from shardline.core import fsio  # light (as is the package): what is heavy loads after serve() lowers itself
-from shardline.training.tracking import EXTRA, _backend, run_config, run_tags
+from shardline.training.tracking import _backend, run_config, run_tags
 
 PR_SET_PDEATHSIG = 1
 
@@ -64,8 +64,7 @@ class Worker:
 
     def fail(self, name: str, e: BaseException) -> None:
         self.live.pop(name, None)
-        hint = f" (pip install -e '.[{EXTRA[name]}]')" if isinstance(e, ImportError) else ""
-        self.say(f"log: {name} failed ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}){hint}; "
+        self.say(f"log: {name} failed ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
                  "training goes on without it, train.jsonl holds every step")
 
     def each(self, fn: Callable) -> None:
