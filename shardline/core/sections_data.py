@@ -127,9 +127,10 @@ class Tokenizer(_Section):
     path: str | None = None
     """Use this tokenizer.json instead of training one (it is copied to data/tokenizer)."""
     train_max_mb: float = Field(32.0, gt=0)
-    """Train on at most this many MB of cleaned training text: an equal share from the start of
-    every clean part (sources round-robin, in params order), so the sample spans the corpus, is
-    the same in every run, and its cost does not grow with the corpus. 32 MB trains an 8k
+    """Train on about this many MB of cleaned training text: the documents whose keyed content
+    hash falls in that share of the hash space, so the sample spans the corpus, is the same in
+    every run and however the corpus is packaged, and its training cost does not grow with the
+    corpus. 32 MB trains an 8k
     vocabulary in a few seconds; bench.data measures what a bigger sample would buy."""
     backend: Literal["auto", "fastokens", "tiktoken", "hf"] = "auto"
     """Encoding engine; the ids never depend on it. auto: the fastest of fastokens, tiktoken
