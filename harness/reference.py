@@ -85,6 +85,7 @@ def ours() -> dict:
     from shardline.data.clean.gopher import GopherQuality, GopherQualityRule, GopherRepetition, GopherRepetitionRule
     from shardline.data.clean.language import Language, LanguageRule
     from shardline.data.clean.verdict import Drop
+    from shardline.data.document import Document
 
     rules = {"gopher_repetition": GopherRepetitionRule(GopherRepetition()),
              "gopher_quality": GopherQualityRule(GopherQuality()), "c4": C4Rule(C4()),
@@ -92,8 +93,8 @@ def ours() -> dict:
 
     def run(rule):
         def one(text: str):
-            out = rule(text)
-            return (False, out) if isinstance(out, Drop) else (True, getattr(out, "text", out))
+            out = rule(Document(text))
+            return (False, out) if isinstance(out, Drop) else (True, out)
         return one
 
     return {name: run(r) for name, r in rules.items()}

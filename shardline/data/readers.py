@@ -12,6 +12,8 @@ the block starts on) or the row (parquet); a whole-file txt document is `<relpat
 record's id is its URL (`shardline.data.warc`): the same page in two crawls is the same
 document, on the same side of the held-out split.
 The same input therefore always gives the same ids.
+`documents()` yields each record as the `Document` the cleaning rules see (a WARC record's URL
+and date with it, not beside it); `read()` yields its (id, text).
 
 Big files are read in `Span`s so one huge file still gives many parallel, resumable parts:
 jsonl at line boundaries, blank-line txt at blank lines, parquet by row groups; a span knows
@@ -38,6 +40,7 @@ import orjson
 from shardline.core.config import Source
 from shardline.core.errors import BadInput
 from shardline.data import compressed
+from shardline.data.document import Document
 from shardline.data.readstats import ReadStats, decode  # noqa: F401 (ReadStats: callers name it here)
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -212,20 +215,27 @@ def _parquet(path: Path, rel: str, source: Source, stats: ReadStats, span: Span)
         raise BadInput(f"{rel}: parquet data is damaged after row {row} ({e}); re-download it") from None
 
 
-def _warc(path: Path, rel: str, stats: ReadStats, notes: dict | None) -> Iterator[tuple[str, str]]:
+def _warc(path: Path, rel: str, stats: ReadStats) -> Iterator[Document]:
     from shardline.data import warc  # resiliparse: loaded by the sources that need it
 
     for url, date, text in warc.records(path, stats, rel):
-        if notes is not None:
-            notes.update(url=url, date=date)
-        yield url, text
+        yield Document(text, url, url, {"date": date})
 
 
-def read(path: Path, rel: str, source: Source, stats: ReadStats, span: Span = Span(*WHOLE),
-         notes: dict | None = None) -> Iterator[tuple[str, str]]:
-    """(id, text) of each document; a WARC record's URL and date go to `notes` before it is yielded."""
+def documents(path: Path, rel: str, source: Source, stats: ReadStats,
+              span: Span = Span(*WHOLE)) -> Iterator[Document]:
+    """Each record as a `Document`: its id and text, and a WARC record's URL (also its id) and
+    date, as the cleaning rules see it."""
     if source.format == "warc":
-        return _warc(path, rel, stats, notes)
+        return _warc(path, rel, stats)
+    return (Document(text, doc_id) for doc_id, text in read(path, rel, source, stats, span))
+
+
+def read(path: Path, rel: str, source: Source, stats: ReadStats,
+         span: Span = Span(*WHOLE)) -> Iterator[tuple[str, str]]:
+    """(id, text) of each document (a WARC record's id is its URL)."""
+    if source.format == "warc":
+        return ((d.id, d.text) for d in _warc(path, rel, stats))
     if source.format == "parquet":
         return _parquet(path, rel, source, stats, span)
     return (_txt if source.format == "txt" else _jsonl)(path, rel, source, stats, span, compressed.codec(path))

@@ -15,6 +15,7 @@ from shardline.core.errors import BadInput
 from shardline.data.clean import decontam
 from shardline.data.clean.decontam import DecontaminateRule, Index, ngram_hashes, words
 from shardline.data.clean.verdict import Drop
+from shardline.data.document import Document as D
 from tests.conftest import STDLIB
 
 M64 = (1 << 64) - 1
@@ -153,12 +154,12 @@ def test_rule_drops_with_the_shared_words(tmp_path):
     rule = DecontaminateRule(str(tmp_path / "index.npy"), 13)
     rule = pickle.loads(pickle.dumps(rule))  # it runs in worker processes
     clean = f"{FILLER}. {FILLER}."
-    assert rule(clean) is clean
-    assert rule("Quoted: " + EVAL.upper()) == Drop(
+    assert rule(D(clean)) is clean
+    assert rule(D("Quoted: " + EVAL.upper())) == Drop(
         "decontaminate", "photosynthesis is the process by which green plants and some other organisms use",
         13, "at word 1")
     with pytest.raises(BadInput, match="built for 13-grams, the rule asks for 8-grams"):
-        DecontaminateRule(str(tmp_path / "index.npy"), 8)(clean)
+        DecontaminateRule(str(tmp_path / "index.npy"), 8)(D(clean))
 
 
 def test_the_clean_stage_drops_samples_and_explains_contaminated_documents(tmp_path):

@@ -15,6 +15,7 @@ import pytest
 from shardline.data.clean import language
 from shardline.data.clean.language import Language as Settings
 from shardline.data.clean.verdict import Drop
+from shardline.data.document import Document
 from tests.conftest import make_project
 
 UDHR_1 = {
@@ -48,22 +49,23 @@ def test_each_language_is_identified_with_its_probability():
 
 def test_english_is_kept_and_other_languages_are_dropped_with_what_was_measured():
     rule = language.LanguageRule(Settings(languages=("en",), min_score=0.65))
-    kept = rule(UDHR_1["en"])
-    assert isinstance(kept, language.Found) and kept.lang == "en" and kept.text is UDHR_1["en"]
+    doc = Document(UDHR_1["en"], "udhr.jsonl:1")
+    assert rule(doc) is UDHR_1["en"]  # kept: its text, what it found in the document's metadata
+    assert doc.metadata["language"] == "en" and doc.metadata["language_score"] > 0.9
     for lang in ("de", "fr", "es", "it"):
-        drop = rule(UDHR_1[lang])
+        drop = rule(Document(UDHR_1[lang]))
         assert isinstance(drop, Drop) and drop.rule == "language" and drop.limit == 0.65
         assert drop.value < 0.05 and drop.detail.startswith(f"detected {lang} (")
     italian = humanize_messages("it_IT")
-    assert len(italian) > 100 and rule(italian).detail.startswith("detected it (")
+    assert len(italian) > 100 and rule(Document(italian)).detail.startswith("detected it (")
     both = language.LanguageRule(Settings(languages=("en", "it"), min_score=0.65))
-    assert both(italian).lang == "it"
+    assert both(doc := Document(italian)) is italian and doc.metadata["language"] == "it"
 
 
 def test_only_the_first_max_chars_are_read():
     rule = language.LanguageRule(Settings(max_chars=len(UDHR_1["en"])))
-    assert isinstance(rule(UDHR_1["en"] + " " + UDHR_1["de"] * 5), language.Found)
-    assert isinstance(language.LanguageRule(Settings())(UDHR_1["en"] + " " + UDHR_1["de"] * 5), Drop)
+    assert isinstance(rule(Document(UDHR_1["en"] + " " + UDHR_1["de"] * 5)), str)
+    assert isinstance(language.LanguageRule(Settings())(Document(UDHR_1["en"] + " " + UDHR_1["de"] * 5)), Drop)
 
 
 @pytest.mark.timeout(120)

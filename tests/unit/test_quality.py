@@ -22,6 +22,7 @@ from shardline.data.clean.gopher import GopherQuality, GopherQualityRule, Gopher
 from shardline.data.clean.ruleset import RuleSet
 from shardline.data.clean.settings import Clean
 from shardline.data.clean.verdict import Drop
+from shardline.data.document import Document as D
 
 
 def build(gopher_quality, gopher_repetition, c4, fineweb):
@@ -248,15 +249,15 @@ DROPS = [
                          ids=[f"{c.__name__}.{k}-{i}" for i, (c, k, *_) in enumerate(DROPS)])
 def test_each_check_keeps_drops_and_switches_off(cls, check, limit, keeps, drops, value):
     rule = only(cls, **{check: limit})
-    assert rule(keeps) is keeps
+    assert rule(D(keeps)) is keeps
     setting = cls.model_fields[check].default if limit is ... else limit
     name = f"{rule.name}.{check}" + (f".{setting[0][0]}" if check.endswith("_n_grams") else "")
-    got = rule(drops)
+    got = rule(D(drops))
     assert got[:3] == (name, value, setting[0][1] if check.endswith("_n_grams") else 0 if setting is True else setting)
     empty = (f"{rule.name}.empty",) if cls in (GopherRepetition, FineWeb) else ()
     assert rule.checks == (("c4", name, "c4.all_lines_removed") if cls is C4 else (*empty, name))  # c4: lines first
     off = only(cls, **{check: False if setting is True else None})
-    assert off(drops) is drops
+    assert off(D(drops)) is drops
 
 
 def test_values_are_plain_counts_on_real_text():
@@ -266,38 +267,38 @@ def test_values_are_plain_counts_on_real_text():
     for text in texts:
         for n in range(1, 11):
             share = top_share(text, n)
-            assert only(GopherRepetition, top_n_grams=((n, share - 1e-9),))(text).value == round(share, 4)
-            assert only(GopherRepetition, top_n_grams=((n, share),))(text) is text
+            assert only(GopherRepetition, top_n_grams=((n, share - 1e-9),))(D(text)).value == round(share, 4)
+            assert only(GopherRepetition, top_n_grams=((n, share),))(D(text)) is text
             dup = dup_share(text, n)
             if dup:
-                assert only(GopherRepetition, dup_n_grams=((n, dup - 1e-9),))(text).value == round(dup, 4)
-            assert only(GopherRepetition, dup_n_grams=((n, dup),))(text) is text
+                assert only(GopherRepetition, dup_n_grams=((n, dup - 1e-9),))(D(text)).value == round(dup, 4)
+            assert only(GopherRepetition, dup_n_grams=((n, dup),))(D(text)) is text
 
 
 def test_ngrams_repeat_by_their_characters_as_datatrove_joins_them():
     # "".join: "ab c" repeats "a bc" for the duplicate n-grams; the top n-gram is keyed by its words
     text = "x" * 40 + " ab c d e f g  a bc d e f g"
     assert dup_share(text, 5) == 6 / len(text)  # "a bc d e f" repeats "ab c d e f": 6 characters
-    assert only(GopherRepetition, dup_n_grams=((5, 0.05),))(text).value == round(6 / len(text), 4)
-    assert only(GopherRepetition, top_n_grams=((2, 0.05),))(text).value == round(2 * len("d e") / len(text), 4)
-    assert only(GopherRepetition, top_n_grams=((2, 0.1),))(text) is text  # "ab c" and "a bc" are not one 2-gram
+    assert only(GopherRepetition, dup_n_grams=((5, 0.05),))(D(text)).value == round(6 / len(text), 4)
+    assert only(GopherRepetition, top_n_grams=((2, 0.05),))(D(text)).value == round(2 * len("d e") / len(text), 4)
+    assert only(GopherRepetition, top_n_grams=((2, 0.1),))(D(text)) is text  # "ab c" and "a bc" are not one 2-gram
 
 
 def test_gopher_quality_counts_datatroves_words():
     # spaCy's words: "and," is "and" ","; "(self," three words; "don't" two
-    assert only(GopherQuality, min_stop_words=...)("Yet may he live awhile; and, it may be,") == \
+    assert only(GopherQuality, min_stop_words=...)(D("Yet may he live awhile; and, it may be,")) == \
         "Yet may he live awhile; and, it may be,"
-    assert only(GopherQuality, min_stop_words=...)("To be, or not To be").value == 1  # case counts: "be" only
-    assert only(GopherQuality, min_doc_words=...)("def f(self, x): don't return x;").value == words(
+    assert only(GopherQuality, min_stop_words=...)(D("To be, or not To be")).value == 1  # case counts: "be" only
+    assert only(GopherQuality, min_doc_words=...)(D("def f(self, x): don't return x;")).value == words(
         "def f(self, x): don't return x;") == 7  # def f(self , x ): do n't return x ; less "," and ";"
     starred = "\n".join("* " + x for x in SPEECH)  # datatrove's bullets are '•' and '-' only
-    assert only(GopherQuality, max_bullet_lines_ratio=...)(starred) is starred
-    assert only(GopherQuality, max_bullet_lines_ratio=...)("\n".join("• " + x for x in SPEECH)).value == 1.0
+    assert only(GopherQuality, max_bullet_lines_ratio=...)(D(starred)) is starred
+    assert only(GopherQuality, max_bullet_lines_ratio=...)(D("\n".join("• " + x for x in SPEECH))).value == 1.0
 
 
 def test_c4_removes_exactly_the_lines_datatrove_does():
     rule = C4Rule(C4(min_num_sentences=None))
-    kept = rule(SHAKESPEARE)
+    kept = rule(D(SHAKESPEARE))
     lines = [
         "Before we proceed any further, hear me speak.",
         "You are all resolved rather to die than to famish?",
@@ -315,10 +316,10 @@ def test_c4_removes_exactly_the_lines_datatrove_does():
         "report fort, but that he pays himself with being proud.",
     ]
     assert kept == "\n".join(lines)
-    assert C4Rule(C4())(SHAKESPEARE) == kept  # 14 sentences: enough
+    assert C4Rule(C4())(D(SHAKESPEARE)) == kept  # 14 sentences: enough
     # blank lines go; "[0]" goes too, a citation to datatrove's pattern ("[k]" is not)
-    assert C4Rule(C4())(PROSE) == "\n".join(PROSE.split("\n\n")).replace("a[0]", "a")
-    assert C4Rule(C4())(kept) is kept
+    assert C4Rule(C4())(D(PROSE)) == "\n".join(PROSE.split("\n\n")).replace("a[0]", "a")
+    assert C4Rule(C4())(D(kept)) is kept
 
 
 LINE_CHECKS = [  # (check, a line it removes; PROSE's lines stay)
@@ -335,36 +336,36 @@ LINE_CHECKS = [  # (check, a line it removes; PROSE's lines stay)
 def test_c4_line_checks_remove_their_lines(check, line):
     page = PROSE.replace("\n\n", "\n")  # lines that every check keeps
     mixed = page.replace("\n", "\n" + line + "\n", 1)
-    assert only(C4, **{check: ...})(page) is page
-    assert only(C4, **{check: ...})(mixed) == page
-    assert only(C4)(mixed) is mixed  # off
+    assert only(C4, **{check: ...})(D(page)) is page
+    assert only(C4, **{check: ...})(D(mixed)) == page
+    assert only(C4)(D(mixed)) is mixed  # off
 
 
 def test_c4_citations_all_lines_removed_and_sentences():
     wiki = "Heaps are arrays[1] for which a[k] <= a[2*k+1].[citation needed] See the tree above.[edit]"
-    assert only(C4, remove_citations=True)(wiki) == "Heaps are arrays for which a[k] <= a[2*k+1]. See the tree above."
-    assert only(C4, filter_no_terminal_punct=True)("First Citizen:\nAll:") == Drop("c4.all_lines_removed", 0, 1)
-    assert only(C4, min_num_sentences=4)(PARAGRAPHS[0].replace("\n", " ")).value == 3
+    assert only(C4, remove_citations=True)(D(wiki)) == "Heaps are arrays for which a[k] <= a[2*k+1]. See the tree above."
+    assert only(C4, filter_no_terminal_punct=True)(D("First Citizen:\nAll:")) == Drop("c4.all_lines_removed", 0, 1)
+    assert only(C4, min_num_sentences=4)(D(PARAGRAPHS[0].replace("\n", " "))).value == 3
     # an initial or a title is no sentence end; '?' and '!' are, closing quotes may follow
-    assert only(C4, min_num_sentences=9)("Mr. Smith met J. R. Tolkien. He asked \"why?\" Go! U.S. Army.").value == 4
+    assert only(C4, min_num_sentences=9)(D("Mr. Smith met J. R. Tolkien. He asked \"why?\" Go! U.S. Army.")).value == 4
 
 
 def test_fineweb_punctuation_zero_and_short_line_length():
     code = "\n".join(HEAPPOP.split("\n")[2:])  # no docstring: no line ends in punctuation
-    assert only(FineWeb, line_punct_thr=...)(code) == Drop("fineweb.line_punct_thr", 0.0, 0.12)
+    assert only(FineWeb, line_punct_thr=...)(D(code)) == Drop("fineweb.line_punct_thr", 0.0, 0.12)
     spared = FineWebRule(FineWeb(**{**OFF[FineWeb], "line_punct_thr": 0.12, "line_punct_exclude_zero": True}))
-    assert spared(code) is code
-    assert spared(code + "\n#\n# The end.").value == round(1 / 9, 4)  # one line does: no longer spared
+    assert spared(D(code)) is code
+    assert spared(D(code + "\n#\n# The end.")).value == round(1 / 9, 4)  # one line does: no longer spared
     lax = FineWebRule(FineWeb(**{**OFF[FineWeb], "short_line_thr": 0.67, "short_line_length": 10}))
-    assert lax(OPENING) is OPENING  # 4 of its 19 non-blank lines have at most 10 characters
-    assert only(FineWeb, short_line_thr=0.5)(OPENING).value == round(14 / 19, 4)
+    assert lax(D(OPENING)) is OPENING  # 4 of its 19 non-blank lines have at most 10 characters
+    assert only(FineWeb, short_line_thr=0.5)(D(OPENING)).value == round(14 / 19, 4)
 
 
 def test_defaults_keep_prose():
     sets = build(GopherQuality(), GopherRepetition(), C4(), FineWeb())
     text = PROSE
     for rule in sets:
-        text = rule(text)
+        text = rule(D(text))
         assert isinstance(text, str), text
     assert text == "\n".join(PROSE.split("\n\n")).replace("a[0]", "a")  # C4's doing (see below)
 
@@ -386,7 +387,7 @@ def test_build_order_checks_and_pickling():
     for rule in sets:
         back = pickle.loads(pickle.dumps(rule))
         assert back == rule and back.checks == rule.checks
-        assert [back(t) for t in (SHAKESPEARE, OPENING, PROSE)] == [rule(t) for t in (SHAKESPEARE, OPENING, PROSE)]
+        assert [back(D(t)) for t in (SHAKESPEARE, OPENING, PROSE)] == [rule(D(t)) for t in (SHAKESPEARE, OPENING, PROSE)]
 
 
 def test_settings_are_validated_by_name():
@@ -485,6 +486,6 @@ def _whitespace_by_python(text: str) -> str:
 def test_the_compiled_whitespace_rule_is_the_python_one(text):
     from shardline.data.clean import basic
 
-    out = basic.whitespace(text)
+    out = basic.whitespace(D(text))
     assert out == _whitespace_by_python(text)
     assert (out is text) == (out == text)  # unchanged: the same object, as before

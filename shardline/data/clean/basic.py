@@ -1,8 +1,9 @@
 """The basic cleaning rules: the transforms (normalize, strip_control, whitespace) and the length
 and character filters (min_chars, max_chars, max_line_chars, max_repeated_line_fraction,
-min_alpha_fraction, max_replacement_fraction), each a small callable `text -> text | Drop` (a
-Drop removes the document and says which check removed it, what it measured and the limit it
-broke), with its setting: one `RuleEntry` per key of the clean section.
+min_alpha_fraction, max_replacement_fraction), each a small callable `Document -> text | Drop`
+that reads the document's text (a Drop removes the document and says which check removed it,
+what it measured and the limit it broke), with its setting: one `RuleEntry` per key of the
+clean section.
 
 Contract: rules hold no state and are picklable (they run in worker processes). Their order
 among all the rules is `shardline.data.clean.rules.RULES`'s; transforms come first there so
@@ -23,6 +24,7 @@ from pydantic import Field
 
 from shardline.data.clean import lines as ls
 from shardline.data.clean.verdict import Drop, RuleEntry
+from shardline.data.document import Document
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 LETTER, SPACE = ls.LETTER, ls.SPACE  # what min_alpha_fraction counts, as re's own classes (lines.py)
@@ -33,19 +35,21 @@ class Normalize:
     form: str
     name = "normalize"
 
-    def __call__(self, text: str) -> str:
+    def __call__(self, doc: Document) -> str:
+        text = doc.text
         return text if unicodedata.is_normalized(self.form, text) else unicodedata.normalize(self.form, text)
 
 
-def strip_control(text: str) -> str:
+def strip_control(doc: Document) -> str:
     """Control characters other than \\t \\n \\r (CR is handled by the whitespace rule)."""
+    text = doc.text
     return _CONTROL.sub("", text) if ls.line_stats(text)[7] else text  # most texts hold none
 
 
-def whitespace(text: str) -> str:
+def whitespace(doc: Document) -> str:
     """CRLF and CR to LF, spaces and tabs before each LF out, at most three LFs in a row, then
     rstrip() and lstrip("\\n"); compiled (lines.whitespace: the regular expressions' result)."""
-    return ls.whitespace(text)
+    return ls.whitespace(doc.text)
 
 
 @dataclass(frozen=True)
@@ -53,7 +57,8 @@ class MinChars:
     n: int
     name = "min_chars"
 
-    def __call__(self, text: str) -> "str | Drop":
+    def __call__(self, doc: Document) -> "str | Drop":
+        text = doc.text
         return text if len(text) >= self.n else Drop(self.name, len(text), self.n)
 
 
@@ -62,7 +67,8 @@ class MaxChars:
     n: int
     name = "max_chars"
 
-    def __call__(self, text: str) -> "str | Drop":
+    def __call__(self, doc: Document) -> "str | Drop":
+        text = doc.text
         return text if len(text) <= self.n else Drop(self.name, len(text), self.n)
 
 
@@ -71,7 +77,8 @@ class MaxLineChars:
     n: int
     name = "max_line_chars"
 
-    def __call__(self, text: str) -> "str | Drop":
+    def __call__(self, doc: Document) -> "str | Drop":
+        text = doc.text
         longest = ls.line_stats(text)[0]  # of text.split("\n")
         return text if longest <= self.n else Drop(self.name, longest, self.n)
 
@@ -83,7 +90,8 @@ class RepeatedLines:
     limit: float
     name = "max_repeated_line_fraction"
 
-    def __call__(self, text: str) -> "str | Drop":
+    def __call__(self, doc: Document) -> "str | Drop":
+        text = doc.text
         _, n, repeats, *_ = ls.line_stats(text)  # non-blank stripped lines, and repeats among them
         if not n:
             return text
@@ -96,7 +104,8 @@ class AlphaFraction:
     limit: float
     name = "min_alpha_fraction"
 
-    def __call__(self, text: str) -> "str | Drop":
+    def __call__(self, doc: Document) -> "str | Drop":
+        text = doc.text
         letters, spaces = ls.line_stats(text)[3:5]
         visible = len(text) - spaces
         if visible == 0 or letters / visible >= self.limit:
@@ -109,7 +118,8 @@ class ReplacementFraction:
     limit: float
     name = "max_replacement_fraction"
 
-    def __call__(self, text: str) -> "str | Drop":
+    def __call__(self, doc: Document) -> "str | Drop":
+        text = doc.text
         share = ls.line_stats(text)[5] / len(text) if text else 0.0
         return text if share <= self.limit else Drop(self.name, round(share, 4), self.limit)
 
@@ -120,18 +130,18 @@ whitespace.name = "whitespace"  # type: ignore[attr-defined]
 
 def _limit(rule):
     """make() of a filter whose setting is its limit: off when null."""
-    return lambda v, _index: rule(v) if v is not None else None
+    return lambda v, _files: rule(v) if v is not None else None
 
 
 NORMALIZE = RuleEntry("normalize", Literal["NFC", "NFKC", "none"],
                   Field("NFC", description="Unicode normalisation form applied first."),
-                  lambda v, _index: Normalize(v) if v != "none" else None)
+                  lambda v, _files: Normalize(v) if v != "none" else None)
 STRIP_CONTROL = RuleEntry("strip_control", bool,
                       Field(True, description="Remove control characters other than newline and tab."),
-                      lambda v, _index: strip_control if v else None)
+                      lambda v, _files: strip_control if v else None)
 WHITESPACE = RuleEntry("whitespace", bool, Field(True, description="CRLF -> LF, strip trailing spaces per line, at most "
                                              "two consecutive blank lines, strip ends."),
-                   lambda v, _index: whitespace if v else None)
+                   lambda v, _files: whitespace if v else None)
 MIN_CHARS = RuleEntry("min_chars", int | None, Field(64, ge=0, description="Drop documents shorter than this (characters, "
                                                  "after the transforms above)."), _limit(MinChars))
 MAX_CHARS = RuleEntry("max_chars", int | None, Field(1_000_000, ge=1, description="Drop documents longer than this (a guard "

@@ -17,6 +17,7 @@ from shardline.core.section_base import _Section
 from shardline.data.clean import words as wd
 from shardline.data.clean.ruleset import RuleSet
 from shardline.data.clean.verdict import Drop, RuleEntry
+from shardline.data.document import Document
 
 _CITATION = re.compile(r"\[\d*]|\[edit]|\[citation needed]")
 _POLICY = ("terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies", "use cookies")
@@ -73,7 +74,8 @@ class C4Rule(RuleSet):
         drops = tuple(c for c in super().checks if c.rpartition(".")[2] in self.DROPS)
         return (self.name, *drops, f"{self.name}.all_lines_removed")
 
-    def __call__(self, text: str) -> str | Drop:
+    def __call__(self, doc: Document) -> str | Drop:
+        text = doc.text
         c = self.cfg
         # a phrase the whole text lacks, no line has: most lines skip most checks. The text's ASCII,
         # lowered, holds every phrase str.lower() shows (only the Kelvin sign lowers to ASCII: "k")
@@ -118,4 +120,4 @@ class C4Rule(RuleSet):
 C4_QUALITY = RuleEntry("c4", C4 | None,
                    Field(None, description="C4's filter: removes javascript, policy and unterminated lines; drops "
                          "lorem ipsum, curly braces."),
-                   lambda v, _index: C4Rule(v) if v is not None else None, reference=True)
+                   lambda v, _files: C4Rule(v) if v is not None else None, reference=True)

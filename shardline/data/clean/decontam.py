@@ -49,6 +49,7 @@ from shardline.core.errors import BadInput
 from shardline.core.layout import JSONL, PARQUET, index_meta_of
 from shardline.core.section_base import _Section
 from shardline.data.clean.verdict import Drop, RuleEntry
+from shardline.data.document import Document
 
 _U64 = np.uint64
 HASH_VERSION = 1  # bump when ngram_hashes changes: indexes on disk are keyed by it (inputs.py)
@@ -284,7 +285,8 @@ class DecontaminateRule:
     n: int
     name = "decontaminate"
 
-    def __call__(self, text: str) -> "str | Drop":
+    def __call__(self, doc: Document) -> "str | Drop":
+        text = doc.text
         index = _loaded(self.index_path)
         if index.n != self.n:
             raise BadInput(f"{self.index_path}: built for {index.n}-grams, the rule asks for {self.n}-grams; "
@@ -300,4 +302,4 @@ DECONTAMINATE = RuleEntry(
     "decontaminate", Decontaminate | None,
     Field(None, description="Benchmark decontamination: `{paths: [eval.jsonl, ...], ngram: 13}`. The evaluation sets' "
           "content hash is part of the rules' key (and the lineage): a changed set is a new data version."),
-    lambda v, index: DecontaminateRule(index, v.ngram) if v is not None and index else None)
+    lambda v, files: DecontaminateRule(files.index, v.ngram) if v is not None and files and files.index else None)

@@ -2,8 +2,9 @@
 
 Contract: `explain(doc_id)` says where a document went: kept (training or held out, which part
 and row, its language), dropped in phase 2 (which reason, the document it repeats), or dropped by
-a rule (the rules are run again on the raw record: which check, the value, the limit). It reads
-what the clean stage wrote (its plan, parts and selections) and never writes.
+a rule (the part's rules are run again on the raw record, through `rules.apply` as the stage
+runs them: which check, the value, the limit). It reads what the clean stage wrote (its plan,
+parts and selections) and never writes.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from shardline.core.config import Params
 from shardline.core.errors import BadInput
 from shardline.core.layout import Layout
 from shardline.data import compressed, frame, readers
-from shardline.data.clean import rules, urls
+from shardline.data.clean import rules
 from shardline.data.clean.stage import plan, read_selection
 from shardline.data.clean.verdict import Drop
 
@@ -99,13 +100,11 @@ def explain(params: Params, layout: Layout, doc_id: str, source: str | None = No
                         return {**out, "verdict": "dropped", "rule": reason, "of": of}
             side = "val" if row in set(sel["heldout"]) else "train"
             return {**out, "verdict": "kept", "side": side}
-    cfg = params.clean_for(next(s for s in params.sources if s.name == src))
     stats = readers.ReadStats()
     w = part.work
-    for rid, text in readers.read(Path(w.raw_dir, path), path, w.source, stats, readers.Span(*span)):
-        if rid == doc_id:
-            blocked = urls.blocked(doc_id, *w.blocklist) if w.blocklist and _URL.match(doc_id) else None
-            result = blocked or rules.apply(rules.build(cfg, part.work.index), text, {}, {})
+    for doc in readers.documents(Path(w.raw_dir, path), path, w.source, stats, readers.Span(*span)):
+        if doc.id == doc_id:
+            result = rules.apply(w.chain(), doc, {})  # the decision the clean stage took
             if isinstance(result, Drop):
                 return {**out, "verdict": "dropped", "rule": result.rule, "value": result.value,
                         "limit": result.limit, **({"detail": result.detail} if result.detail else {})}

@@ -17,6 +17,7 @@ from shardline.data.clean import ruleset as rs
 from shardline.data.clean import textstats as ts
 from shardline.data.clean.ruleset import RuleSet
 from shardline.data.clean.verdict import Drop, RuleEntry
+from shardline.data.document import Document
 
 _STOPS = tuple(ts.TERMINAL)  # what ends a line for FineWeb (datatrove 0.10's stop_chars)
 
@@ -52,7 +53,8 @@ class FineWebRule(RuleSet):
     def checks(self) -> tuple[str, ...]:
         return (f"{self.name}.empty", *super().checks)
 
-    def __call__(self, text: str) -> str | Drop:
+    def __call__(self, doc: Document) -> str | Drop:
+        text = doc.text
         c = self.cfg
         if not (lines := [line for line in text.split("\n") if line.strip()]):
             return self.drop("empty", 0, 1)
@@ -74,4 +76,4 @@ class FineWebRule(RuleSet):
 FINEWEB = RuleEntry("fineweb", FineWeb | None,
                 Field(None, description="FineWeb's extras: line-ending punctuation, short lines, duplicate-line "
                       "characters."),
-                lambda v, _index: FineWebRule(v) if v is not None else None, reference=True)
+                lambda v, _files: FineWebRule(v) if v is not None else None, reference=True)

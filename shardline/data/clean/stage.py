@@ -4,8 +4,9 @@ Contract:
 - A source's raw files (manifest order) are grouped into parts of about `clean.part_mb`; a
   bigger file is cut into spans at record boundaries (`readers.spans`), a part each.
 - Phase 1 (per part, in the stage frame `shardline.data.frame`, on worker processes: the rules
-  are Python that holds the GIL): read records, run the source's rules (`Params.clean_for`,
-  `rules.py`), write every document they keep to the part: columns id, text, hash
+  are Python that holds the GIL): read each record as a `Document`, run it through the source's
+  rules (`Params.clean_for`, `rules.apply`: the one decision, which `shardline explain` asks
+  again), write every document they keep to the part: columns id, text, hash
   (of the text), bytes (UTF-8 length), u (the split hash of source and content, `split.py`), lang and
   lang_score (what the language rule found; null without one). Its done-marker `part-NNNNN.json`
   holds `key` = hash(input files' sha256, reading options, the source's rules other than dedup
@@ -48,7 +49,7 @@ from shardline.core.layout import (Layout, clean_marker_of, clean_part_name, cle
 from shardline.core.parallel import Mapper, process_map
 from shardline.core.progress import Sink
 from shardline.data import compressed, download, frame, grouping, readers, staging
-from shardline.data.clean import dropped, inputs, ruleset, rules, select, split, urls
+from shardline.data.clean import dropped, inputs, ruleset, rules, select, split
 from shardline.data.clean.settings import Clean
 from shardline.data.clean.verdict import Drop
 
@@ -72,6 +73,11 @@ class Work:
     cfg: Clean  # the clean section
     blocklist: tuple[str, str] | None = None  # clean.url_blocklist: (absolute path, sha256)
     index: str | None = None  # clean.decontaminate: the n-gram index's path
+
+    def chain(self) -> list:
+        """The part's rules, in order: what the stage runs each document through, and what
+        `shardline explain` runs a dropped one through again."""
+        return rules.build(self.cfg, inputs.Inputs(self.blocklist, self.index))
 
 
 def plan(params: Params, layout: Layout, known: dict | None = None) -> list[frame.Part]:
@@ -132,40 +138,34 @@ def clean_part(part: frame.Part) -> tuple[list[Path], dict]:
     """Phase 1 for one part: its parquet file, its dropped sample and tallies (the frame skips a
     part already done)."""
     w: Work = part.work
-    chain = rules.build(w.cfg, w.index)
+    chain = w.chain()
     schema = _WEB if w.source.format == "warc" else _SCHEMA
     rstats = readers.ReadStats()
     counts: dict[str, list[int]] = {name: [0, 0] for name in rules.names(w.cfg)}
     cols: dict[str, list] = {name: [] for name in schema.names}
     batches: list[pa.RecordBatch] = []
     samples = dropped.Samples(w.cfg.drop_samples)
-    notes: dict = {}
-    meta: dict = {}
     docs_in = bytes_in = kept = kept_bytes = 0
     for rel, _sha, span in w.files:
-        for doc_id, text in readers.read(Path(w.raw_dir, rel), rel, w.source, rstats, readers.Span(*span), meta):
+        for doc in readers.documents(Path(w.raw_dir, rel), rel, w.source, rstats, readers.Span(*span)):
             docs_in += 1
+            text = doc.text
             bytes_in += (size := len(text) if text.isascii() else len(text.encode()))  # isascii: a flag, O(1)
-            notes.clear()
-            out = (w.blocklist and "url" in meta and urls.blocked(meta["url"], *w.blocklist)) or None
-            if out is not None:
-                counts[urls.NAME][0] += 1
-                counts[urls.NAME][1] += size
-            else:
-                out = rules.apply(chain, text, counts, notes, size)
-            u = split.hash_id(w.source.name, doc_id)  # the dropped samples' choice: by id, cheap
+            out = rules.apply(chain, doc, counts, size)
+            u = split.hash_id(w.source.name, doc.id)  # the dropped samples' choice: by id, cheap
             if isinstance(out, Drop):
                 if samples.wants(out.rule, u):  # most drops cannot enter their sample: no row made
-                    samples.offer(out.rule, u, {"id": doc_id, "value": out.value, "limit": out.limit,
+                    samples.offer(out.rule, u, {"id": doc.id, "value": out.value, "limit": out.limit,
                                                 **({"detail": out.detail} if out.detail else {}),
                                                 "head": text[:dropped.HEAD_CHARS]})
                 continue
             data = out.encode()
+            meta = doc.metadata
             digest = hashlib.blake2b(data, digest_size=16).digest()
-            row = {"id": doc_id, "text": out, "hash": digest, "bytes": len(data),
+            row = {"id": doc.id, "text": out, "hash": digest, "bytes": len(data),
                    "u": split.hash_doc(w.source.name, digest),  # the split's: by content (split.py)
-                   "lang": notes.get("lang"), "lang_score": notes.get("score"),
-                   "url": meta.get("url"), "date": meta.get("date")}
+                   "lang": meta.get("language"), "lang_score": meta.get("language_score"),
+                   "url": doc.url, "date": meta.get("date")}
             for name in schema.names:
                 cols[name].append(row[name])
             kept += 1

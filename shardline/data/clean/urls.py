@@ -4,26 +4,30 @@ and sampled as the check `url_blocklist`, like any rule.
 Contract: the list is a local text file, one domain per line (`#` starts a comment, blank lines
 and a leading `*.` or `.` are ignored, case does not matter). A URL is blocked when its host is
 a listed domain or a subdomain of one (`ads.example.com` is blocked by `example.com`, and
-`notexample.com` is not). Only documents with a URL (WARC records) are judged. The file's
-sha256 is part of the rules' key, so an edited list is a new data version. `URL_BLOCKLIST` is its
-registry entry: judged by the stage on the record's URL, before every text rule.
+`notexample.com` is not). `UrlBlocklist` is the rule: it reads the document's `url`, so only
+documents with one (WARC records) are judged. The file's sha256 is part of the rules' key, so an
+edited list is a new data version. `URL_BLOCKLIST` is its registry entry, first in the rules'
+order: a blocked page is dropped before its text is read.
 """
 
 from __future__ import annotations
 
 import functools
 import ipaddress
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from pydantic import Field
 
 from shardline.data.clean.verdict import Drop, RuleEntry
+from shardline.data.document import Document
 
 NAME = "url_blocklist"
 URL_BLOCKLIST = RuleEntry(NAME, str | None, Field(None, description=(
     "A local text file of domains, one per line (relative to the project): documents whose URL's host is one of them "
     "or a subdomain are dropped, counted as the check `url_blocklist` (only documents with a URL: WARC records). "
-    "Judged first, before every rule; its sha256 is part of the rules' key.")))
+    "Judged first, before every rule; its sha256 is part of the rules' key.")),
+    lambda v, files: UrlBlocklist(*files.blocklist) if v and files and files.blocklist else None)
 
 
 @functools.lru_cache(maxsize=2)
@@ -54,3 +58,17 @@ def blocked(url: str, path: str, digest: str) -> Drop | None:
         if ".".join(labels[i:]) in domains:
             return Drop(NAME, host, ".".join(labels[i:]))
     return None
+
+
+@dataclass(frozen=True)
+class UrlBlocklist:
+    """The rule: `path` the list, `digest` its sha256 (which list is cached)."""
+
+    path: str
+    digest: str
+    name = NAME
+
+    def __call__(self, doc: Document) -> "str | Drop":
+        if doc.url is None:
+            return doc.text
+        return blocked(doc.url, self.path, self.digest) or doc.text

@@ -1,17 +1,24 @@
 """What a cleaning rule is and answers: the text it keeps (or changes), or a `Drop` saying why it
 went; and its `RuleEntry`, how the registry knows it.
 
-Contract: a `Rule` maps a document's text to its kept text or a `Drop(rule, value, limit, detail)`.
-A `RuleEntry` is one key of params.yaml's `clean` section: the setting's type and pydantic `Field`
-(default, bounds, documentation) and `make(value, index) -> Rule | None` (None: switched off).
-Every rule module declares its entries next to its code and settings; `rules.RULES` orders
-them. This module imports no rule, so every rule module (and the registry) can import it.
+Contract: a `Rule` is called with the whole `Document` (text, id, url, metadata:
+shardline/data/document.py) and answers keep, the document's text (a transform: its new
+text), or drop, a `Drop(rule, value, limit, detail)`. That answer is the rule's one decision:
+the clean stage and `shardline explain` both get it through `rules.apply`. A `RuleEntry` is
+one key of params.yaml's `clean` section: the setting's type and pydantic `Field` (default,
+bounds, documentation) and `make(value, files) -> Rule | None` (None: switched off; `files`:
+the files rules read besides the text, `inputs.Inputs`: the URL blocklist, the decontamination
+index). Every rule module declares its entries next to its code and settings; `rules.RULES`
+orders them. This module imports no rule, so every rule module (and the registry) can import it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple
+
+if TYPE_CHECKING:
+    from shardline.data.document import Document
 
 
 class Drop(NamedTuple):
@@ -24,18 +31,19 @@ class Drop(NamedTuple):
     detail: str = ""  # what a number cannot say, e.g. the language detected
 
 
-Rule = Callable[[str], "str | Drop"]
+Rule = Callable[["Document"], "str | Drop"]
 
 
 @dataclass(frozen=True)
 class RuleEntry:
-    """One rule's place in the clean section. `make(value, index)`: the rule for the setting's
-    value (`index`: the decontamination index's path), or None when the value switches it off;
-    `make` None: a rule judged by the stage before the text rules (the URL blocklist).
-    `reference`: the rule decides as datatrove does, so its parts' keys carry the reference."""
+    """One rule's place in the clean section. `make(value, files)`: the rule for the setting's
+    value, or None when the value switches it off (`files`: an `inputs.Inputs`, whose
+    `blocklist` and `index` are the URL blocklist and the decontamination index; None where no
+    files were resolved). `reference`: the rule decides as datatrove does, so its parts' keys
+    carry the reference."""
 
     key: str
     setting: Any  # the annotation of the section's field
     field: Any  # its pydantic FieldInfo
-    make: Callable[[Any, "str | None"], "Rule | None"] | None = None
+    make: Callable[[Any, Any], "Rule | None"]
     reference: bool = False
