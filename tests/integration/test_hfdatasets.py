@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from shardline.core import extras
 from shardline.core import fsio
 from shardline.core.errors import BadInput, ConfigError
 from shardline.data import download, hfdatasets
@@ -218,5 +219,5 @@ def test_without_datasets_installed_a_dataset_source_is_one_line_naming_the_extr
     repo = hub_repo(tmp_path / "repo")
     params, layout = make_project(tmp_path / "p", [{"name": "web", "dataset": {"name": str(repo)}}])
     monkeypatch.setitem(sys.modules, "datasets", None)  # what `import datasets` meets where it is not installed
-    with pytest.raises(BadInput, match=re.escape("sources[web].dataset needs datasets: pip install 'shardline[hf]'")):
+    with pytest.raises(extras.MissingExtra, match=re.escape("sources[web].dataset needs datasets: pip install 'shardline[hf]'")):
         download.run(params, layout, **QUIET)

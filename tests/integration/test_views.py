@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from shardline.core import shardformat
+from shardline.core import extras, shardformat
 from shardline.core.errors import BadInput
 from shardline.data import download, shard, tokenize, views
 from shardline.data.clean import stage as clean
@@ -76,5 +76,5 @@ def test_token_blocks_open_as_a_dataset_equal_to_the_shards(tmp_path, code_dir):
 
 def test_without_datasets_installed_a_view_is_one_line_naming_the_extra(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "datasets", None)  # what `import datasets` meets where it is not installed
-    with pytest.raises(BadInput, match=re.escape("needs datasets: pip install 'shardline[hf]'")):
+    with pytest.raises(extras.MissingExtra, match=re.escape("needs datasets: pip install 'shardline[hf]'")):
         views.blocks_dataset(tmp_path)
