@@ -186,7 +186,7 @@ class Eval(_Section):
     fraction between two consecutive evals."""
     tasks: tuple[str, ...] = ()
     """Downstream tasks run by lm-evaluation-harness on the model's Hugging Face export at
-    checkpoints during training (`pip install -e '.[tasks]'`): lm-eval task names
+    checkpoints during training (`pip install 'shardline[tasks]'`): lm-eval task names
     (`hellaswag`, offline: their data must be in the Hugging Face cache) or paths to task YAML
     files (relative to the project root). Their results join the held-out eval of that step, so
     they need eval.every > 0. Empty: none (`shardline eval CKPT --tasks` still works)."""

@@ -20,7 +20,7 @@ class Log(_Section):
     """Trackers that get every step (loss, learning rate, gradient norm, tokens/s, MFU, data
     wait), every held-out eval per source (loss and bits per byte), the guards' skipped steps and
     rollbacks, and the run's lineage as config and tags. Each is an optional extra
-    (`pip install -e '.[tensorboard]'`, `[wandb]`, `[mlflow]`); data/metrics/train.jsonl is kept
+    (`pip install 'shardline[tensorboard]'`, `[wandb]`, `[mlflow]`); data/metrics/train.jsonl is kept
     whatever is listed. After a kill, resume or rollback each holds exactly one value per step,
     the same as train.jsonl."""
     dir: str = "logs"
