@@ -51,6 +51,7 @@ import yaml
 
 from shardline.core import config
 from shardline.core.layout import Layout
+from shardline.training import checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
 LLAMA_124M = {"arch": "llama", "n_layer": 12, "n_head": 12, "d_model": 768, "ffn_hidden": 3072, "dropout": 0.0,
@@ -174,8 +175,8 @@ class Bench:
 
     def sharded(self):
         ok, detail = self.resume(checkpoint_format="sharded")
-        manifest = json.loads((self.newest() / "manifest.json").read_text())
-        return ok and manifest["format"] == "sharded", f"format {manifest['format']}; {detail}"
+        fmt = checkpoint.read_manifest(self.newest()).format
+        return ok and fmt == "sharded", f"format {fmt}; {detail}"
 
     def exact(self):
         from shardline.model import ModelConfig, build

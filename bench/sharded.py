@@ -43,6 +43,8 @@ def worker(args: argparse.Namespace) -> None:
     from shardline.training.dist import Dist
     from shardline.model import ModelConfig, build
     from shardline.training.optimizer import configure_optimizer
+    from harness.projects import lineage_of
+    from shardline.training import checkpoint
     from shardline.training.checkpointer import Checkpointer
     from shardline.training.state import ModelState, OptimizerState, TrainState
 
@@ -65,19 +67,20 @@ def worker(args: argparse.Namespace) -> None:
     gc.collect()
     ctypes.CDLL("libc.so.6").malloc_trim(0)  # memory freed so far (the gradients) leaves the baseline
     dist.barrier()
+    lin = lineage_of(root)  # a real lineage, made before the measured save
     base = status_kb("VmRSS") * 1024
     reset_peak()
     t0 = time.perf_counter()
-    saving.save(1, {}, None, then=lambda _: None)
+    saving.save(1, lin, None, then=lambda _: None)
     blocked = time.perf_counter() - t0
     saving.wait()
     dist.barrier()  # valid: the manifest is on disk and every rank is done
     took = time.perf_counter() - t0
     peak = status_kb("VmHWM") * 1024
-    manifest = json.loads((root / "step-000000001/manifest.json").read_text())
-    ranks = manifest.get("ranks") or [list(manifest["files"])] + [[] for _ in range(dist.world - 1)]
+    manifest = checkpoint.read_manifest(root / "step-000000001")
+    ranks = manifest.ranks or [list(manifest.files)] + [[] for _ in range(dist.world - 1)]
     rows = [{"format": fmt, "rank": dist.rank, "peak_b": peak - base, "hwm_b": peak, "base_b": base,
-             "blocked_s": blocked, "valid_s": took, "written_b": sum(manifest["files"][n]["bytes"]
+             "blocked_s": blocked, "valid_s": took, "written_b": sum(manifest.files[n].bytes
                                                                      for n in ranks[dist.rank])}]
     gathered = [None] * dist.world
     torch.distributed.all_gather_object(gathered, rows)

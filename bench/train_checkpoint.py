@@ -100,7 +100,7 @@ def checkpoint_block(res: dict, layout, root: Path, steps: int, repeats: int) ->
              "grad_accum": cfg.grad_accum, "world_size": 1}
     tensors = {"model.pt": model.state_dict(), "optimizer.pt": opt.state_dict(),
                "scaler.pt": scaler.state_dict(), "rng.pt": rng.capture()}
-    bare_objs = {**tensors, "train_state": state, "lineage": lin}
+    bare_objs = {**tensors, "train_state": state, "lineage": lin.to_json()}  # the baseline saves plain JSON
     ck_root, bare_dir, block_root = root / "ckpt-save", root / "ckpt-bare", root / "ckpt-block"
     bare_dir.mkdir()
 
@@ -115,7 +115,7 @@ def checkpoint_block(res: dict, layout, root: Path, steps: int, repeats: int) ->
     def do_thread(i):  # fair baseline (i): a snapshot, then torch.save + fsyncs on a thread
         snap = {**checkpointer.snapshot({"model.pt": model.state_dict(), "optimizer.pt": opt.state_dict(),
                                          "scaler.pt": scaler.state_dict(), "rng.pt": rng.capture()}),
-                "train_state": json.loads(json.dumps(state)), "lineage": lin}
+                "train_state": json.loads(json.dumps(state)), "lineage": lin.to_json()}
         t = threading.Thread(target=bare_save, args=(bare_dir / f"thread-{i:09d}.pt", snap))
         t.start()
         threads.append(t)

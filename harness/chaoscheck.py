@@ -18,6 +18,8 @@ import subprocess
 from collections import Counter
 from pathlib import Path
 
+from shardline.training import checkpoint
+
 DATA = ("data/clean", "data/tokenizer", "data/tokens", "data/shards")
 
 # What differs between two runs of the same line by design, left out of the comparison (everything
@@ -88,8 +90,8 @@ def leftovers(root: Path) -> list[str]:
 def training(root: Path) -> tuple[list, dict]:
     rows = [json.loads(ln) for ln in (root / "data/metrics/train.jsonl").read_text().splitlines() if ln.strip()]
     last = sorted((root / "data/checkpoints").glob("step-*"))[-1]
-    files = json.loads((last / "manifest.json").read_text())["files"]
-    return [(r["step"], r["loss"], r["batches"]) for r in rows], {k: files[k]["sha256"] for k in ("model.pt", "optimizer.pt")}
+    files = checkpoint.read_manifest(last).files
+    return [(r["step"], r["loss"], r["batches"]) for r in rows], {k: files[k].sha256 for k in ("model.pt", "optimizer.pt")}
 
 
 def fired(lines: list[str]) -> list[str]:

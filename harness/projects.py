@@ -87,3 +87,14 @@ def commit_trained(root: Path, *targets: str) -> None:
     run([str(BIN / "dvc"), "repro", *targets], root, timeout=600)
     run(["git", "add", "-A"], root)
     run(["git", "commit", "-qm", "trained"], root)
+
+
+def lineage_of(root: Path):
+    """A real lineage (lineage.collect) of a small one-source project at `root` that has trained
+    nothing: what a checkpoint saved outside a training run (a test's, a benchmark's) records."""
+    from shardline.core import config
+    from shardline.core.layout import Layout
+    from shardline.training import lineage
+
+    params = config.parse(small_params([{"name": "code", "uri": "code.txt", "format": "txt"}]))
+    return lineage.collect(params, Layout.at(root), "0" * 64)

@@ -20,7 +20,7 @@ from pathlib import Path
 from shardline.cli import log
 from shardline.core import config
 from shardline.core.errors import ShardlineError
-from shardline.core.layout import MANIFEST, Layout, step_dirs
+from shardline.core.layout import Layout, step_dirs
 
 CHECKPOINT_HELP = "a step-NNNNNNNNN directory (or its name, or 'latest')"
 
@@ -96,11 +96,14 @@ def cmd_checkpoints(args: argparse.Namespace) -> int:
 
 
 def cmd_lineage(args: argparse.Namespace) -> int:
-    from shardline.training import lineage
+    from shardline.training import checkpoint, lineage
 
     path = _checkpoint(Layout.at(args.root), args.checkpoint, args)
-    manifest = json.loads((path / MANIFEST).read_text())
-    print(json.dumps(manifest["lineage"], indent=2) if args.json else lineage.describe(manifest))
+    manifest = checkpoint.read_manifest(path)
+    if args.json:  # sorted, as manifest.json holds it: the order it has always printed in
+        print(json.dumps(manifest.lineage.to_json(), indent=2, sort_keys=True))
+    else:
+        print(lineage.describe(manifest))
     return 0
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 
 from shardline.training import guard
+from shardline.training.records import Lineage, Manifest
 
 CAVEAT = ("The tokenizer's ids equal the line's encoder's for text that holds no special-token string. Where the "
           "text holds one (e.g. `{eos}`), `transformers` turns it into the special token's id (its default, "
@@ -29,31 +30,30 @@ def _cell(v) -> str:
     return s.replace("|", "\\|").replace("\n", " ")
 
 
-def _data(lin: dict) -> list[str]:
-    dv, out = lin["data_version"], ["## Data", ""]
-    dvc = f"`{dv['dvc_md5']}`" if dv.get("dvc_md5") else "none (no dvc.lock when it trained)"
-    out.append(f"- data version: shards sha256 `{dv.get('shards_sha256')}`, DVC md5 of data/shards {dvc}, "
-               f"tokenizer sha256 `{dv.get('tokenizer_sha256')}`")
-    mix = ", ".join(f"{n} {w:g}" for n, w in (lin.get("mix") or {}).items())
+def _data(lin: Lineage) -> list[str]:
+    dv, out = lin.data_version, ["## Data", ""]
+    dvc = f"`{dv.dvc_md5}`" if dv.dvc_md5 else "none (no dvc.lock when it trained)"
+    out.append(f"- data version: shards sha256 `{dv.shards_sha256}`, DVC md5 of data/shards {dvc}, "
+               f"tokenizer sha256 `{dv.tokenizer_sha256}`")
+    mix = ", ".join(f"{n} {w:g}" for n, w in (lin.mix or {}).items())
     out.append(f"- mix (sampling weights at load time): {mix}")
-    if lin.get("parent"):
-        out.append(f"- continued from checkpoint `{lin['parent']}`")
-    if lin.get("data_change"):
-        out.append("- allowed data change at a resume: " + "; ".join(lin["data_change"]))
-    if lin.get("continued_from"):
-        o = lin["continued_from"]
+    if lin.parent:
+        out.append(f"- continued from checkpoint `{lin.parent}`")
+    if lin.data_change:
+        out.append("- allowed data change at a resume: " + "; ".join(lin.data_change))
+    if lin.continued_from:
+        o = lin.continued_from
         out.append(f"- its training continued from `{o.get('checkpoint')}` of another data version or mix "
                    f"({'; '.join(o.get('changes') or [])})")
     out += ["", "| source | uri | raw files |", "|---|---|---|"]
-    for s in lin.get("sources") or []:
-        files = s.get("files")
-        out.append(f"| {_cell(s['name'])} | `{_cell(s.get('uri'))}` | {len(files) if files else '?'} |")
+    for s in lin.sources:
+        out.append(f"| {_cell(s.name)} | `{_cell(s.uri)}` | {len(s.files) if s.files else '?'} |")
     out += ["", "Cleaning rules (values, as recorded in the lineage):", ""]
-    out += [f"- `{k}`: `{_cell(v)}`" for k, v in sorted((lin.get("clean_rules") or {}).items())]
-    tok = lin["params"].get("tokenizer") or {}
+    out += [f"- `{k}`: `{_cell(v)}`" for k, v in sorted(lin.clean_rules.items())]
+    tok = lin.params["tokenizer"]
     specials = _cell(list(tok.get("special_tokens") or []))
     out.append("")
-    given = (lin.get("init") or {}).get("from") or tok.get("path")
+    given = (lin.init.source if lin.init else None) or tok.get("path")
     kind = (f"the tokenizer.json of `{given}`" if given else
             f"byte-level BPE, vocab_size {tok.get('vocab_size')}, special tokens {specials}")
     bos = f", BOS `{tok['bos_token']}` before every document" if tok.get("bos_token") else ""
@@ -61,9 +61,9 @@ def _data(lin: dict) -> list[str]:
     return out
 
 
-def _training(lin: dict, state: dict) -> list[str]:
-    p = lin["params"]
-    t, loader = p.get("train") or {}, p.get("loader") or {}
+def _training(lin: Lineage, state: dict) -> list[str]:
+    p = lin.params
+    t, loader = p["train"], p["loader"]
     sched = t.get("schedule", "cosine")  # lineages older than train.schedule were all cosine
     if sched == "wsd" and "decay_fraction" in t:
         decay = f"held, then a linear decay to min_lr over the last {t['decay_fraction']:g} of train.steps"
@@ -72,7 +72,7 @@ def _training(lin: dict, state: dict) -> list[str]:
     out = ["## Training", ""]
     out.append(f"- steps: {state['step']} optimizer steps (train.steps {t.get('steps')}), "
                f"{state.get('tokens_seen', 0):,} tokens seen")
-    out.append(f"- batch: {loader.get('global_batch')} blocks of {(p.get('shard') or {}).get('seq_len')} tokens "
+    out.append(f"- batch: {loader.get('global_batch')} blocks of {p['shard'].get('seq_len')} tokens "
                f"per loader step, grad_accum {t.get('grad_accum', 1)}")
     out.append(f"- precision {t.get('precision')}, world size {state.get('world_size', 1)}, strategy "
                f"{state.get('strategy', t.get('strategy'))}, resumes {state.get('resumes', 0)}")
@@ -80,23 +80,22 @@ def _training(lin: dict, state: dict) -> list[str]:
                f"then {decay} (min_lr {t.get('min_lr')})")
     out.append(f"- AdamW betas ({t.get('beta1')}, {t.get('beta2')}), weight decay {t.get('weight_decay')}, "
                f"grad clip {t.get('grad_clip')}; seed {t.get('seed')}, loader seed {loader.get('seed')}")
-    code = lin.get("code") or {}
-    if code.get("commit"):
-        out.append(f"- code: git {code['commit']}{' (dirty)' if code.get('dirty') else ''}")
+    if lin.code.commit:
+        out.append(f"- code: git {lin.code.commit}{' (dirty)' if lin.code.dirty else ''}")
     else:
         out.append("- code: not a git checkout (no commit recorded)")
-    if "rollbacks" in lin:
-        out.append(f"- rollbacks by the training guards: {len(lin['rollbacks']) or 'none'}")
-        out += [f"  - {_cell(guard.describe(e))}" for e in lin["rollbacks"]]
+    if "rollbacks" not in lin.absent:
+        out.append(f"- rollbacks by the training guards: {len(lin.rollbacks) or 'none'}")
+        out += [f"  - {_cell(guard.describe(e))}" for e in lin.rollbacks]
     return out
 
 
-def _eval(manifest: dict) -> list[str]:
-    ev = manifest.get("eval")
+def _eval(manifest: Manifest) -> list[str]:
+    ev = manifest.eval
     out = ["## Evaluation (held-out)", ""]
     if not ev:
         return out + ["No held-out evaluation is recorded for this checkpoint (eval was off)."]
-    out.append(f"At step {manifest['step']}, on a fixed set of held-out blocks per source (documents the "
+    out.append(f"At step {manifest.step}, on a fixed set of held-out blocks per source (documents the "
                "tokenizer and the model never trained on). Loss in nats per token; bits per byte = summed "
                "loss / ln 2 / the UTF-8 bytes the targets spell.")
     out += ["", "| source | loss | bits/byte | tokens |", "|---|---|---|---|"]
@@ -123,14 +122,14 @@ def _shape(c) -> str:
             f"{c.d_model}, SwiGLU {c.mlp_hidden}, RoPE theta {c.rope_theta:g}{', QK-norm' if c.qk_norm else ''}")
 
 
-def render(name: str, manifest: dict, state: dict, model, eos_id: int, config: dict | None = None) -> str:
+def render(name: str, manifest: Manifest, state: dict, model, eos_id: int, config: dict | None = None) -> str:
     """The card of `model` (a shardline.model network) exported with `config` (its config.json)."""
-    c, lin = model.cfg, manifest["lineage"]
+    c, lin = model.cfg, manifest.lineage
     arch = (config or {}).get("architectures", ["GPT2LMHeadModel"])[0]
-    eos = lin["params"]["tokenizer"]["eos_token"]
+    eos = lin.params["tokenizer"]["eos_token"]
     out = ["---", "library_name: transformers", "pipeline_tag: text-generation",
            f"tags: [shardline, {(config or {}).get('model_type', 'gpt2')}]", "---", "",
-           f"# {name} (step {manifest['step']})", ""]
+           f"# {name} (step {manifest.step})", ""]
     out.append(f"A causal language model, `{arch}` ({_shape(c)}, a {c.seq_len}-token context, vocab "
                f"{c.vocab_size}, {model.num_params(False):,} parameters, {'tied' if c.tie_embeddings else 'untied'} "
                f"embeddings), exported from Shardline checkpoint `{name}` by `shardline export`. "
@@ -140,11 +139,11 @@ def render(name: str, manifest: dict, state: dict, model, eos_id: int, config: d
         out.append("It trained with document attention (no token attended across a document boundary, positions "
                    "restarting at each document); `transformers` runs plain causal attention, which is the same on "
                    "input holding one document.")
-    if lin.get("init"):
+    if lin.init:
         out.append("")
-        out.append(f"Its training started from `{lin['init']['from']}` ({lin['init']['architecture']}).")
+        out.append(f"Its training started from `{lin.init.source}` ({lin.init.architecture}).")
     out += ["", "## Use", "", USE, "", CAVEAT.format(eos=eos, eos_id=eos_id), ""]
-    bos = lin["params"]["tokenizer"].get("bos_token")
+    bos = lin.params["tokenizer"].get("bos_token")
     if bos:
         out += [f"Every training document started with BOS `{bos}`: start a prompt with it too (a tokenizer "
                 "brought from another model may add it itself, check `tok(text).input_ids[0]`; a trained one does "
@@ -156,5 +155,5 @@ def render(name: str, manifest: dict, state: dict, model, eos_id: int, config: d
         out.append(f"It trained on {c.seq_len}-token blocks (max_position_embeddings); `shardline sample` crops its "
                    "context to the last seq_len tokens.")
     out += ["", *_data(lin), "", *_training(lin, state), "", *_eval(manifest)]
-    versions = ", ".join(f"{k} {v}" for k, v in sorted((manifest.get("versions") or {}).items()))
+    versions = ", ".join(f"{k} {v}" for k, v in sorted(manifest.versions.items()))
     return "\n".join([*out, "", "## Versions", "", versions, ""])

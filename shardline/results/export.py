@@ -84,10 +84,10 @@ def export(path: Path, out: Path, layout: Layout, force: bool = False) -> Path:
         tmp.mkdir()
         try:
             config, copied = hf_dir.write(tmp, model, tok_path, eos_token(manifest), bos_token(manifest),
-                                          {"shardline_checkpoint": name, "step": str(manifest["step"])})
-            if copied != manifest["lineage"]["data_version"]["tokenizer_sha256"]:
+                                          {"shardline_checkpoint": name, "step": str(manifest.step)})
+            if copied != manifest.lineage.data_version.tokenizer_sha256:
                 raise BadInput(f"{layout.rel(tok_path)} changed while being exported; re-run the export")
-            fsio.write_json(tmp / HF_LINEAGE, manifest["lineage"])
+            fsio.write_json(tmp / HF_LINEAGE, manifest.lineage.to_json())  # records.Lineage.from_json reads it
             fsio.write_bytes(tmp / HF_CARD, card.render(name, manifest, state, model, config["eos_token_id"],
                                                         config).encode())
             fsio.fsync_dir(tmp)

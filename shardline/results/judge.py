@@ -30,7 +30,7 @@ from shardline.results.trained import load_model
 
 def judge(path: Path, params: Params, layout: Layout, device: torch.device | None = None) -> dict:
     model, state, manifest = load_model(path)
-    gcfg, lin = model.cfg, manifest["lineage"]
+    gcfg, lin = model.cfg, manifest.lineage
     names = [s.name for s in params.sources]
     meta = fsio.read_json(layout.tokenizer_meta) if layout.tokenizer_meta.exists() else {}
     c = params.loader  # a node that streams its shards judges on the store's held-out shards
@@ -40,7 +40,7 @@ def judge(path: Path, params: Params, layout: Layout, device: torch.device | Non
     if not any(len(b.ids) for b in held.blocks):
         raise BadInput(f"{layout.rel(layout.shards)}: no source has a held-out block (val/ holds fewer tokens than "
                        "one block): nothing to judge on; raise eval.fraction or eval.min_docs and re-run 'dvc repro'")
-    trained_tok = lin["data_version"]["tokenizer_sha256"]
+    trained_tok = lin.data_version.tokenizer_sha256
     if trained_tok != held.tokenizer_sha256:
         raise BadInput(f"{path.name} was trained with tokenizer {(trained_tok or '?')[:12]}…, but the held-out shards "
                        f"in {layout.rel(layout.shards)} are encoded with {held.tokenizer_sha256[:12]}…: its ids would "
@@ -50,22 +50,22 @@ def judge(path: Path, params: Params, layout: Layout, device: torch.device | Non
         raise BadInput(f"{path.name} has {gcfg.seq_len} positions; the held-out blocks are {held.seq_len} tokens "
                        "long (shard.seq_len): re-shard with its seq_len to judge it")
     now = data_version(open_sources(layout.shards, names, remote))
-    trained = lin["data_version"]["shards_sha256"]
+    trained = lin.data_version.shards_sha256
     device = device or torch.device("cpu")
     model.to(device)
-    cfg = Train(**{k: v for k, v in lin["params"]["train"].items() if k in Train.model_fields})
+    cfg = Train(**{k: v for k, v in lin.params["train"].items() if k in Train.model_fields})
     # the batches training scored with (one rank's share of a global batch), so a judged
     # checkpoint of this data version gives back the eval its manifest holds
     batch = state["loader"]["global_batch"] // state.get("world_size", 1)
     ev = evaluate(model, held, params.mix or {n: 1.0 for n in names}, batch=batch,
                   device=device, autocast=autocast_for(cfg, device) if cfg.precision != "fp16" or device.type == "cuda"
                   else None)
-    return {"checkpoint": path.name, "step": manifest["step"],
-            "trained_on": {"data_version": trained, "mix": lin["mix"]},
+    return {"checkpoint": path.name, "step": manifest.step,
+            "trained_on": {"data_version": trained, "mix": lin.mix},
             "judged_on": {"data_version": now, "mix": params.mix,
                           "blocks": {b.name: [len(b.ids), b.available] for b in held.blocks}},
-            "same_data": trained == now, "same_mix": lin["mix"] == params.mix,
-            "recorded": manifest.get("eval"), **ev}
+            "same_data": trained == now, "same_mix": lin.mix == params.mix,
+            "recorded": manifest.eval, **ev}
 
 
 def describe(result: dict) -> str:

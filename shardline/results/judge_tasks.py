@@ -22,17 +22,17 @@ from typing import Sequence
 
 import torch
 
-from shardline.core import fsio
-from shardline.core.layout import MANIFEST, Layout
+from shardline.core.layout import Layout
 from shardline.results import export
-from shardline.training import downstream, task_results
+from shardline.training import checkpoint, downstream, task_results
+from shardline.training.records import Manifest
 from shardline.training.monitor import read_records, write_derived
 
 
 def judge_tasks(path: Path, layout: Layout, specs: Sequence[str], limit: int | None = None,
                 batch_size: int = 1) -> dict:
     tasks = downstream.Tasks.open(specs, layout.root, "--tasks[{i}]" if len(specs) > 1 else "--tasks")
-    manifest = fsio.read_json(Path(path) / MANIFEST)
+    manifest = checkpoint.read_manifest(path)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     layout.scratch.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="tasks-", dir=layout.scratch) as tmp:
@@ -42,18 +42,18 @@ def judge_tasks(path: Path, layout: Layout, specs: Sequence[str], limit: int | N
     if row is not None:
         task_results.record(layout.tasks_record, Path(path).resolve().name, row, results)
         write_derived(read_records(layout.train_log), layout.metrics)
-    return {"checkpoint": Path(path).resolve().name, "step": manifest["step"], "tasks": results,
+    return {"checkpoint": Path(path).resolve().name, "step": manifest.step, "tasks": results,
             "kept": layout.rel(layout.tasks_record) if row is not None else None, "why": why}
 
 
-def _this_runs(path: Path, manifest: dict, layout: Layout) -> tuple[dict | None, str | None]:
+def _this_runs(path: Path, manifest: Manifest, layout: Layout) -> tuple[dict | None, str | None]:
     """The step record of this run that the checkpoint at `path` was saved at, or None and why not."""
     if path.resolve().parent != layout.checkpoints.resolve():
         return None, f"not under {layout.rel(layout.checkpoints)}: not one of this run's checkpoints"
-    step = manifest["step"]
+    step = manifest.step
     row = next((r for r in read_records(layout.train_log) if r["step"] == step), None)
     if row is None:
         return None, f"{layout.rel(layout.train_log)} holds no record of step {step}"
-    if manifest.get("eval") and row.get("eval") and manifest["eval"] != row["eval"]:
+    if manifest.eval and row.get("eval") and manifest.eval != row["eval"]:
         return None, f"its held-out eval differs from step {step}'s in {layout.rel(layout.train_log)}: another run's"
     return row, None

@@ -25,9 +25,10 @@ from shardline.core import fsio
 from shardline.data.clean import split
 from shardline.training import checkpoint, guard, task_results
 from shardline.core.config import Params
-from shardline.core.layout import EVAL_JSON, MANIFEST, TRAIN_STATE, Layout
+from shardline.core.layout import EVAL_JSON, TRAIN_STATE, Layout
 from shardline.core.shardformat import read_index
 from shardline.stream.mixing import Schedule
+from shardline.training.records import Lineage, Manifest
 from shardline.training.monitor import eval_rows, eval_sources, profile_command, read_records, summarize
 
 Log = Callable[[str], None]
@@ -113,7 +114,7 @@ def _drops(stats: dict, layout: Layout) -> list[str]:
     return lines + ["", "`shardline explain <doc-id>` says why any one document went, or where it was kept.", ""]
 
 
-def _evaluation(rows: list[dict], manifest: dict | None) -> list[str]:
+def _evaluation(rows: list[dict], manifest: Manifest | None) -> list[str]:
     evals = eval_rows(rows)
     lines = ["## Held-out evaluation", ""]
     if not evals:
@@ -130,9 +131,9 @@ def _evaluation(rows: list[dict], manifest: dict | None) -> list[str]:
     train_s = sum(r["step_s"] for r in rows)
     lines += ["", f"{len(evals)} eval(s), {cost:.1f} s in all = {100 * cost / max(train_s, 1e-9):.1f}% of the "
                   f"{train_s:.1f} s of training steps.", ""]
-    origin = (manifest or {}).get("lineage", {}).get("continued_from")
+    origin = manifest.lineage.continued_from if manifest else None
     if origin:
-        before, now = origin.get("eval_now"), manifest.get("eval") or evals[-1]["eval"]
+        before, now = origin.get("eval_now"), manifest.eval or evals[-1]["eval"]
         lines += [f"### Before and after: continued from `{origin['checkpoint']}` (step {origin['step']})", "",
                   f"What changed: {'; '.join(origin['changes'])}. Both columns are judged on this run's held-out set.",
                   ""]
@@ -164,16 +165,16 @@ def _drift(rows: list[dict], tolerance: float) -> list[str]:
     return out
 
 
-def _model_line(lin: dict) -> str:
-    m, train = lin["params"]["model"], lin["params"]["train"]
+def _model_line(lin: Lineage) -> str:
+    m, train = lin.params["model"], lin.params["train"]
     shape = ", ".join(f"{k} {m[k]}" for k in ("n_layer", "n_head", "n_kv_head", "d_model", "ffn_hidden")
                       if m.get(k) is not None)
     line = f"- model: {m.get('arch', 'gpt2')} ({shape}), {train.get('attention', 'causal')} attention"
-    init = lin.get("init")
+    init = lin.init
     if init:
-        line += (f"; started from `{init['from']}` ({init['architecture']}, held-out loss before training "
-                 f"{init['eval']['total']['loss']:.4f})" if init.get("eval") else
-                 f"; started from `{init['from']}` ({init['architecture']})")
+        line += (f"; started from `{init.source}` ({init.architecture}, held-out loss before training "
+                 f"{init.eval['total']['loss']:.4f})" if init.eval else
+                 f"; started from `{init.source}` ({init.architecture})")
     return line
 
 
@@ -182,20 +183,20 @@ def build(params: Params, layout: Layout) -> str:
     ck_root = layout.checkpoints
     entries = checkpoint.entries(ck_root)
     latest = next((e for e in reversed(entries) if e.valid), None)
-    manifest = json.loads((latest.path / MANIFEST).read_text()) if latest else None
+    manifest = checkpoint.read_manifest(latest.path) if latest else None
     state = json.loads((latest.path / TRAIN_STATE).read_text()) if latest else None
 
     lines += ["## Data version and lineage", ""]
     if manifest:
-        lin = manifest["lineage"]
-        dv = lin["data_version"]
-        lines += [f"- shards content hash `{dv['shards_sha256'][:16]}`, DVC md5 `{dv['dvc_md5']}`, "
-                  f"tokenizer `{(dv['tokenizer_sha256'] or '')[:16]}`",
-                  f"- mix {json.dumps(lin['mix'])}; code `{lin['code']['commit']}`"
-                  f"{' (dirty)' if lin['code']['dirty'] else ''}; parent {lin['parent'] or '(fresh start)'}",
-                  "- sources: " + ", ".join(f"{s['name']} ({s['uri']}, {len(s['files'] or [])} files)"
-                                            for s in lin["sources"]),
-                  f"- cleaning rules: `{json.dumps(lin['clean_rules'], sort_keys=True)}`", _model_line(lin), ""]
+        lin = manifest.lineage
+        dv = lin.data_version
+        lines += [f"- shards content hash `{dv.shards_sha256[:16]}`, DVC md5 `{dv.dvc_md5}`, "
+                  f"tokenizer `{(dv.tokenizer_sha256 or '')[:16]}`",
+                  f"- mix {json.dumps(lin.mix)}; code `{lin.code.commit}`"
+                  f"{' (dirty)' if lin.code.dirty else ''}; parent {lin.parent or '(fresh start)'}",
+                  "- sources: " + ", ".join(f"{s.name} ({s.uri}, {len(s.files or [])} files)"
+                                            for s in lin.sources),
+                  f"- cleaning rules: `{json.dumps(lin.clean_rules, sort_keys=True)}`", _model_line(lin), ""]
     else:
         lines += ["No valid checkpoint yet.", ""]
     stats = fsio.read_json(layout.clean_stats)

@@ -105,6 +105,6 @@ def sample(path: Path, layout: Layout, prompt: str, s: Settings) -> dict:
     # a document starts as in training: with BOS when the line puts one, else after an EOS
     ids = ([bos] if bos is not None else []) + toks.Encoder.build(tok).encode_batch([prompt])[0] or [eos]
     out = continue_ids(model, ids, s, eos)
-    return {"checkpoint": Path(path).name, "step": manifest["step"], "prompt": prompt, "prompt_ids": ids,
+    return {"checkpoint": Path(path).name, "step": manifest.step, "prompt": prompt, "prompt_ids": ids,
             "ids": out.ids, "text": tok.decode(out.ids, skip_special_tokens=True), "stopped": out.stopped,
             "cropped": out.cropped, "seq_len": model.cfg.seq_len, "eos_id": eos, **asdict(s)}

@@ -26,58 +26,58 @@ import torch
 
 from shardline.core import fsio
 from shardline.training import checkpoint, sharded
+from shardline.training.records import Manifest
 from shardline.core.errors import BadInput
-from shardline.core.layout import CHECKPOINT_MODEL, DCP, DCP_METADATA, MANIFEST, Layout
+from shardline.core.layout import CHECKPOINT_MODEL, DCP, DCP_METADATA, Layout
 from shardline.model import build, resolve
 
 
-def load_model(path: Path) -> tuple[torch.nn.Module, dict, dict]:
+def load_model(path: Path) -> tuple[torch.nn.Module, dict, Manifest]:
     path = Path(path)
     ok, why = checkpoint.verify(path)
     if not ok:
         raise BadInput(f"{path}: not a valid checkpoint ({why}); 'shardline checkpoints' lists them")
-    files = fsio.read_json(path / MANIFEST)["files"]
+    files = checkpoint.read_manifest(path).files
     if CHECKPOINT_MODEL not in files and f"{DCP}/{DCP_METADATA}" not in files:
         raise BadInput(f"{path}: the manifest lists no {CHECKPOINT_MODEL} (files: {sorted(files)}); not a checkpoint "
                        "of 'shardline stage train'")
     tensors, state, manifest = checkpoint.load(path, skip=tuple(n for n in files if n != CHECKPOINT_MODEL))
-    weights = sharded.full_state(path) if manifest.get("format") == "sharded" else tensors[CHECKPOINT_MODEL]
-    lin = manifest["lineage"]
-    special = lin.get("special_ids") or {}
+    weights = sharded.full_state(path) if manifest.format == "sharded" else tensors[CHECKPOINT_MODEL]
+    params, special = manifest.lineage.params, manifest.lineage.special_ids
     wpe = weights.get("transformer.wpe.weight")
-    cfg = resolve(lin["params"]["model"], vocab_size=weights["lm_head.weight"].shape[0],
-                  seq_len=state["loader"]["seq_len"], attention=lin["params"]["train"].get("attention", "causal"),
-                  eos_id=special.get("eos"), bos_id=special.get("bos"), n_positions=0 if wpe is None else wpe.shape[0])
+    cfg = resolve(params["model"], vocab_size=weights["lm_head.weight"].shape[0],
+                  seq_len=state["loader"]["seq_len"], attention=params["train"].get("attention", "causal"),
+                  eos_id=special.eos, bos_id=special.bos, n_positions=0 if wpe is None else wpe.shape[0])
     with torch.random.fork_rng(devices=[]):  # building draws its (discarded) init: keep the caller's RNG as it was
         model = build(cfg)
     model.load_state_dict(weights)
     return model.eval(), state, manifest
 
 
-def tokenizer_file(manifest: dict, layout: Layout, what: str) -> Path:
+def tokenizer_file(manifest: Manifest, layout: Layout, what: str) -> Path:
     """The tokenizer.json this checkpoint was trained with (checked by hash, never assumed);
     `what` names the use in messages ("export", "sample")."""
-    path = layout.tokenizer_json
-    want = manifest["lineage"]["data_version"].get("tokenizer_sha256")
+    path, step = layout.tokenizer_json, manifest.step
+    want = manifest.lineage.data_version.tokenizer_sha256
     if not path.exists():
-        raise BadInput(f"{layout.rel(path)} is missing: {what} needs the tokenizer step {manifest['step']} was "
+        raise BadInput(f"{layout.rel(path)} is missing: {what} needs the tokenizer step {step} was "
                        "trained with; 'dvc checkout data/tokenizer' (or 'dvc repro tokenize') restores it")
     got = fsio.sha256_file(path)
     if want is None:
-        raise BadInput(f"{what}: step {manifest['step']}'s lineage records no tokenizer hash "
+        raise BadInput(f"{what}: step {step}'s lineage records no tokenizer hash "
                        "(data_version.tokenizer_sha256 is null), so the ids of "
                        f"{layout.rel(path)} ({got[:12]}…) cannot be shown to be the ones it was trained on")
     if got != want:
-        raise BadInput(f"{what}: step {manifest['step']} was trained with tokenizer sha256 {want} (its lineage's "
+        raise BadInput(f"{what}: step {step} was trained with tokenizer sha256 {want} (its lineage's "
                        f"data_version.tokenizer_sha256), but {layout.rel(path)} has sha256 {got}: its ids would "
                        "mean other text. Check out the checkpoint's data version ('git checkout <its commit>' + "
                        "'dvc checkout data/tokenizer') first")
     return path
 
 
-def eos_token(manifest: dict) -> str:
-    return manifest["lineage"]["params"]["tokenizer"]["eos_token"]
+def eos_token(manifest: Manifest) -> str:
+    return manifest.lineage.params["tokenizer"]["eos_token"]
 
 
-def bos_token(manifest: dict) -> str | None:
-    return manifest["lineage"]["params"]["tokenizer"].get("bos_token")
+def bos_token(manifest: Manifest) -> str | None:
+    return manifest.lineage.params["tokenizer"].get("bos_token")

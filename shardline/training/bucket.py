@@ -39,6 +39,7 @@ from shardline.core.errors import ShardlineError, is_transient
 from shardline.core.layout import DCP, MANIFEST, TENSORS, TRAIN_STATE, step_dir, step_of
 from shardline.core.stores import filesystem
 from shardline.training import checkpoint, sharded
+from shardline.training.records import Lineage, Manifest
 
 Log = Callable[[str], None]
 _CHUNK = 1 << 22
@@ -127,7 +128,7 @@ def _put(url: str, fill: Callable[[Any], None]) -> dict:
     return out.meta()  # closed: the object is stored
 
 
-def save(root: str, step: int, tensors: dict[str, Any], state: dict, lineage: dict, eval: dict | None = None,
+def save(root: str, step: int, tensors: dict[str, Any], state: dict, lineage: Lineage, eval: dict | None = None,
          shards: list[dict[str, dict]] | None = None) -> URL:
     """checkpoint.save on a store: `shards`, a sharded checkpoint whose ranks have put their files
     under step_url(root, step) (cleared before they did); full, the prefix is cleared here."""
@@ -148,7 +149,8 @@ def save(root: str, step: int, tensors: dict[str, Any], state: dict, lineage: di
         files[TRAIN_STATE] = _put(url / TRAIN_STATE,
                                   lambda out: out.write(json.dumps(state, indent=2, sort_keys=True).encode()))
         chaos.point("checkpoint.files", str(step))
-        body = json.dumps(checkpoint.manifest_of(step, files, lineage, eval, shards), sort_keys=True).encode()
+        manifest = checkpoint.manifest_of(step, files, lineage, eval, shards).to_json()
+        body = json.dumps(manifest, sort_keys=True).encode()
         _put(url / MANIFEST, lambda out: out.write(body))  # last: from here on the checkpoint is valid
     except BaseException:
         with suppress(Exception):  # no manifest vouches for what is there; the previous checkpoint stays the newest
@@ -180,19 +182,19 @@ def verify(url: str, cached: bool = False) -> tuple[bool, str]:
 
 def _verify(url: str, body: bytes) -> tuple[bool, str]:
     try:
-        manifest = json.loads(body)
+        obj = json.loads(body)
     except ValueError as e:
         return False, f"manifest.json unreadable ({e})"
-    checkpoint.check_version(manifest, url)
+    manifest = Manifest.from_json(obj, url)
     stored = listing(url)
-    for name, meta in manifest.get("files", {}).items():
+    for name, meta in manifest.files.items():
         if name not in stored:
             return False, f"{name} missing"
-        if stored[name] != meta["bytes"]:
-            return False, f"{name} is {stored[name]} bytes, manifest says {meta['bytes']} (truncated)"
-        if _sha256(URL(url) / name) != meta["sha256"]:
+        if stored[name] != meta.bytes:
+            return False, f"{name} is {stored[name]} bytes, manifest says {meta.bytes} (truncated)"
+        if _sha256(URL(url) / name) != meta.sha256:
             return False, f"{name} sha256 differs from the manifest (corrupt)"
-    if manifest.get("format") == "sharded":
+    if manifest.format == "sharded":
         why = sharded.files_check(url, manifest, {n for n in stored if n.startswith(f"{DCP}/")})
         if why:
             return False, why
@@ -224,15 +226,20 @@ def latest_valid(root: str, log: Log = print) -> URL | None:
     return None
 
 
-def load(url: str, skip: tuple[str, ...] = ()) -> tuple[dict[str, Any], dict, dict]:
+def load(url: str, skip: tuple[str, ...] = ()) -> tuple[dict[str, Any], dict, Manifest]:
     """checkpoint.load on a store: (tensors by file name, train state, manifest) of a verified
     checkpoint, each tensor file by torch.load(weights_only=True)."""
     import torch
 
-    manifest = checkpoint.check_version(read_json(url, MANIFEST), url)
+    manifest = read_manifest(url)
     tensors = {name: torch.load(io.BytesIO(cat(url, name)), map_location="cpu", weights_only=True)
-               for name in manifest["files"] if name.endswith(TENSORS) and name not in skip}  # not dcp/
+               for name in manifest.files if name.endswith(TENSORS) and name not in skip}  # not dcp/
     return tensors, read_json(url, TRAIN_STATE), manifest
+
+
+def read_manifest(url: str) -> Manifest:
+    """The manifest of checkpoint `url` (BadInput for one this release does not read)."""
+    return Manifest.from_json(read_json(url, MANIFEST), url)
 
 
 @_read

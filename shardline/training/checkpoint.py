@@ -9,10 +9,12 @@ Contract:
 - `verify` is the only judge of validity: manifest present and parseable, every file present
   with its size and sha256. `latest_valid` returns the newest valid checkpoint and says, for
   every newer one it skips, why.
-- The manifest carries `format_version` (`FORMAT_VERSION`, an int). One of another version is
-  neither valid nor invalid here: `verify` (so every reader: resume, retention, load, export)
-  raises BadInput naming it, the release that wrote it and what to do, so a newer release's
-  checkpoint is never skipped, misread or removed. No field (written before it existed): 1.
+- The manifest is a `records.Manifest` (typed, with its `format_version`), built by `manifest_of`
+  and read only through `read_manifest` (or `load`). One of another version, or with a field this
+  release does not read, is neither valid nor invalid here: `verify` (so every reader: resume,
+  retention, load, export) raises BadInput naming it, the release that wrote it and what to do,
+  so a newer release's checkpoint is never skipped, misread or removed. No field (written before
+  it existed): 1.
 - `retain` keeps the newest `keep_last` valid checkpoints plus every step divisible by
   `keep_every` (and, when asked, the newest one before a given step); it removes a checkpoint's manifest first (fsynced), so one half-deleted is
   already invalid, and never removes the newest valid one.
@@ -25,7 +27,7 @@ Contract:
   manifest, listing the gathered ranks' files too). Both verify, retain, keep and remove alike.
 - On an object store (train.checkpoint_uri), where nothing can be renamed,
   shardline.training.bucket keeps this contract (objects first, the manifest last), sharing
-  `manifest_of`, `check_version` and retention's choice (`prune`) with this module.
+  `manifest_of` and retention's choice (`prune`) with this module.
 
 Design: docs/architecture.md (Data contracts: Checkpoints).
 """
@@ -43,12 +45,12 @@ from typing import Any, Callable
 
 from shardline.core import chaos, fsio
 from shardline import __version__
-from shardline.core.errors import BadInput, ShardlineError
+from shardline.core.errors import ShardlineError
 from shardline.core.layout import ARCHIVE, DCP, MANIFEST, STEP_DIRS, TENSORS, TRAIN_STATE, step_dir, step_dirs, step_of
 from shardline.training import sharded
+from shardline.training.records import Lineage, Manifest
 
 Log = Callable[[str], None]
-FORMAT_VERSION = 1  # of the manifest and the files it lists (module docstring); bump on any change to either
 
 
 @dataclass(frozen=True)
@@ -76,11 +78,9 @@ def _write(path: Path, fill: Callable[[Any], None]) -> dict:
     return out.meta()
 
 
-def manifest_of(step: int, files: dict, lineage: dict, eval: dict | None, shards: list | None) -> dict:
+def manifest_of(step: int, files: dict, lineage: Lineage, eval: dict | None, shards: list | None) -> Manifest:
     """A checkpoint's manifest (what `save` writes last, here or on a store: shardline.training.bucket)."""
-    return {"format_version": FORMAT_VERSION, "step": step, "format": "full" if shards is None else "sharded",
-            "files": files, "lineage": lineage, "eval": eval, "versions": versions(), "created": time.time(),
-            **({"ranks": [sorted(mine) for mine in shards]} if shards is not None else {})}
+    return Manifest.new(step, files, lineage, eval, shards, versions(), time.time())
 
 
 def temp_dir(root: Path, step: int) -> Path:
@@ -88,7 +88,7 @@ def temp_dir(root: Path, step: int) -> Path:
     return fsio.temp_name(step_dir(root, step))
 
 
-def save(root: Path, step: int, tensors: dict[str, Any], state: dict, lineage: dict, eval: dict | None = None,
+def save(root: Path, step: int, tensors: dict[str, Any], state: dict, lineage: Lineage, eval: dict | None = None,
          shards: list[dict[str, dict]] | None = None) -> Path:
     """Write checkpoint `step`: `tensors` (name -> torch-saveable) and `state` (JSON); the manifest
     also holds the lineage and `eval`, the held-out evaluation at this step (None: eval off).
@@ -120,7 +120,7 @@ def save(root: Path, step: int, tensors: dict[str, Any], state: dict, lineage: d
         chaos.point("checkpoint.files", str(step))
         manifest = manifest_of(step, files, lineage, eval, shards)
         # compact: the C encoder (indent= forces the pure-Python one, ~5x slower on a big lineage)
-        _write(tmp / MANIFEST, lambda out: out.write(json.dumps(manifest, sort_keys=True).encode()))
+        _write(tmp / MANIFEST, lambda out: out.write(json.dumps(manifest.to_json(), sort_keys=True).encode()))
         fsio.fsync_dir(tmp)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)  # e.g. ENOSPC: the previous checkpoint stays the newest valid
@@ -155,40 +155,30 @@ def verify(path: Path, cached: bool = False) -> tuple[bool, str]:
 
 
 def _verify(path: Path) -> tuple[bool, str]:
-    try:
-        manifest = json.loads((path / MANIFEST).read_text())
+    try:  # unreadable JSON is a torn write (invalid); a record this release cannot read raises BadInput
+        manifest = Manifest.from_json(json.loads((path / MANIFEST).read_text()), path)
     except FileNotFoundError:
         return False, "no manifest.json (torn or interrupted write)"
     except (OSError, ValueError) as e:
         return False, f"manifest.json unreadable ({e})"
-    check_version(manifest, path)
-    for name, meta in manifest.get("files", {}).items():
+    for name, meta in manifest.files.items():
         p = path / name
         if not p.exists():
             return False, f"{name} missing"
-        if p.stat().st_size != meta["bytes"]:
-            return False, f"{name} is {p.stat().st_size} bytes, manifest says {meta['bytes']} (truncated)"
-        if fsio.sha256_file(p) != meta["sha256"]:
+        if p.stat().st_size != meta.bytes:
+            return False, f"{name} is {p.stat().st_size} bytes, manifest says {meta.bytes} (truncated)"
+        if fsio.sha256_file(p) != meta.sha256:
             return False, f"{name} sha256 differs from the manifest (corrupt)"
-    if manifest.get("format") == "sharded":
+    if manifest.format == "sharded":
         why = sharded.files_check(path, manifest)
         if why:
             return False, why
     return True, "ok"
 
 
-def check_version(manifest: dict, path: Path | str) -> dict:
-    """`manifest` (of checkpoint `path`, a folder or a store's URL) when this release reads its
-    format, else BadInput naming the release that wrote it. No field: version 1 (written before
-    the field existed)."""
-    found = manifest.get("format_version", 1)
-    if found != FORMAT_VERSION:
-        wrote = (manifest.get("versions") or {}).get("shardline", "unknown")
-        parent, _, name = str(path).rstrip("/").rpartition("/")
-        raise BadInput(f"{parent}/{name}/{MANIFEST}: format_version {found!r}, but this shardline ({__version__}) "
-                       f"reads format {FORMAT_VERSION}; it was written by shardline {wrote}: use that release for it, "
-                       f"or move {name} out of {parent} to resume from an older checkpoint")
-    return manifest
+def read_manifest(path: Path) -> Manifest:
+    """The manifest of checkpoint folder `path` (BadInput for one this release does not read)."""
+    return Manifest.from_json(fsio.read_json(Path(path) / MANIFEST), path)
 
 
 def entries(root: Path, cached: bool = False) -> list[Entry]:
@@ -212,16 +202,16 @@ def latest_valid(root: Path, log: Log = print) -> Path | None:
     return None
 
 
-def load(path: Path, skip: tuple[str, ...] = ()) -> tuple[dict[str, Any], dict, dict]:
+def load(path: Path, skip: tuple[str, ...] = ()) -> tuple[dict[str, Any], dict, Manifest]:
     """(tensors by file name, train state, manifest) of a verified checkpoint; `skip`: tensor
     files not to read (e.g. what another rank will broadcast)."""
     path = Path(path)
     import torch
 
-    manifest = check_version(json.loads((path / MANIFEST).read_text()), path)
+    m = read_manifest(path)
     tensors = {name: torch.load(path / name, map_location="cpu", weights_only=True)
-               for name in manifest["files"] if name.endswith(TENSORS) and name not in skip}  # not dcp/
-    return tensors, json.loads((path / TRAIN_STATE).read_text()), manifest
+               for name in m.files if name.endswith(TENSORS) and name not in skip}  # not dcp/
+    return tensors, json.loads((path / TRAIN_STATE).read_text()), m
 
 
 def remove(path: Path) -> None:

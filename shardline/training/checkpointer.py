@@ -53,6 +53,7 @@ from shardline.core.config import Train
 from shardline.core.layout import CHECKPOINT_MODEL, CHECKPOINT_OPTIMIZER, CHECKPOINT_RNG, CHECKPOINT_SCALER
 from shardline.training import sharded, storage
 from shardline.training.dist import Dist
+from shardline.training.records import Lineage, Manifest
 from shardline.training.state import Stateful
 
 FILES = {"model": CHECKPOINT_MODEL, "optimizer": CHECKPOINT_OPTIMIZER, "scaler": CHECKPOINT_SCALER,
@@ -76,7 +77,7 @@ class Checkpointer:
                  **{k: p.state_dict() for k, p in parts.items() if k not in FILES and k != TRAIN}}
         return tensors, state
 
-    def save(self, step: int, lineage: dict, eval: dict | None, then: Callable[[Path], None]) -> Path | None:
+    def save(self, step: int, lineage: Lineage, eval: dict | None, then: Callable[[Path], None]) -> Path | None:
         dist, store, parts = self.dist, self.store, self.parts
         held = [k for k in SHARDED if k in parts]
         self.wait()  # the previous save is over on every rank (or its failure raises on every rank)
@@ -88,7 +89,7 @@ class Checkpointer:
             return self.saver.submit(store, step, {**full, **tensors}, state, lineage, then=then, eval=eval)
         tmp = dist.share(store.staging(step) if dist.rank == 0 else None)
         local = snapshot({SHARDED[k]: parts[k].state_dict() for k in held})
-        tensors, state, lineage, eval = frozen(*(self._rank0() if dist.rank == 0 else ({}, {})), lineage, eval)
+        tensors, state, eval = frozen(*(self._rank0() if dist.rank == 0 else ({}, {})), eval)  # the lineage: a record
         group, rank, world = self.group, dist.rank, dist.world
 
         def work() -> None:
@@ -120,7 +121,7 @@ class Checkpointer:
         self.saver.run(work, f"checkpoint-{step}")
         return store.step_path(step) if rank == 0 else None
 
-    def load(self, path: Path, parts: dict[str, Stateful] | None = None) -> dict:
+    def load(self, path: Path, parts: dict[str, Stateful] | None = None) -> Manifest:
         dist, parts = self.dist, self.parts if parts is None else parts
         # fsdp ranks > 0 get the model and optimizer broadcast by rank 0: not a full copy in each one's memory
         skip = () if dist.holds_full_state else tuple(FILES[k] for k in SHARDED)
@@ -131,7 +132,7 @@ class Checkpointer:
             elif k not in FILES and k in state:
                 p.load_state_dict(state[k])
         held = {k: parts[k] for k in SHARDED if k in parts}
-        if manifest.get("format") == "sharded":  # every rank reads the chunks its own shards need
+        if manifest.format == "sharded":  # every rank reads the chunks its own shards need
             sharded.load(path, {SHARDED[k]: p for k, p in held.items()}, dist.world)
         else:
             for k, p in held.items():  # model before optimizer: under fsdp each is a broadcast
@@ -184,11 +185,11 @@ class AsyncSaver:
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
 
-    def submit(self, store: storage.Store, step: int, tensors: dict, state: dict, lineage: dict,
+    def submit(self, store: storage.Store, step: int, tensors: dict, state: dict, lineage: Lineage,
                then: Callable[[Path], None] | None = None, eval: dict | None = None) -> Path:
         self.wait()
-        # the lineage is never changed in place (the loop rebinds it for the next checkpoint), so the
-        # write reads it as it is: copying it here would only lengthen the block training waits for
+        # the lineage is a frozen record (the loop rebinds it for the next checkpoint), so the write
+        # reads it as it is: copying it here would only lengthen the block training waits for
         snap, state, eval = frozen(tensors, state, eval)
 
         def work() -> None:

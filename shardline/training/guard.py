@@ -32,8 +32,8 @@ from pathlib import Path
 from shardline.core import chaos
 from shardline.training import storage
 from shardline.core.config import Train
-from shardline.core.errors import ShardlineError
-from shardline.core.layout import MANIFEST, ROLLBACKS, step_dirs, step_of
+from shardline.core.errors import BadInput, ShardlineError
+from shardline.core.layout import ROLLBACKS, step_dirs, step_of
 
 Where = storage.Store | Path  # the checkpoints: a store, or a folder of them
 
@@ -79,8 +79,8 @@ def tainted(step: int, known: int, ledger: list[dict]) -> bool:
 def _recorded(store: storage.Store, path) -> list[dict] | None:
     """The ledger the checkpoint at `path` was saved with (None: no readable manifest)."""
     try:
-        return store.read_json(path, MANIFEST)["lineage"].get("rollbacks") or []
-    except (OSError, ValueError, KeyError, TypeError):
+        return list(store.manifest(path).lineage.rollbacks)
+    except (OSError, ValueError, BadInput):  # verify, which judges every checkpoint, says why
         return None
 
 

@@ -133,7 +133,7 @@ class Checkpoints(Base):
         s.trackers.flush()
         if path is not None:
             self.saved.append(path.name)
-            s.lin = {**s.lin, "parent": path.name, "data_change": []}
+            s.lin = s.lin.after(path.name)
         s.dist.barrier()
 
     def close(self, ok: bool) -> None:

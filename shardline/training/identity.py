@@ -31,6 +31,7 @@ from shardline.core.config import Params, Train
 from shardline.core.sections_run import identity_of
 from shardline.core.errors import BadInput
 from shardline.core.layout import ARCHIVE, ROLLBACKS, STEP_DIRS
+from shardline.training.records import Lineage
 
 SHAPING = ("grad_accum", "lr", "min_lr", "warmup_steps", "schedule", "decay_fraction", "weight_decay", "beta1",
            "beta2", "grad_clip", "precision", "seed", "attention")
@@ -71,12 +72,12 @@ def current(params: Params, loader_state: dict, model: dict | None = None, init=
             **_shaping(params.section("train")), **_init(init.files if init else None)}
 
 
-def saved(state: dict, manifest: dict) -> dict:
-    ld, lin = state["loader"], manifest["lineage"]["params"]
-    init = manifest["lineage"].get("init")
+def saved(state: dict, lineage: Lineage) -> dict:
+    """The identity a checkpoint was saved with: its train state and its manifest's lineage."""
+    ld, params, init = state["loader"], lineage.params, lineage.init
     return {"data_version": ld["data_version"], "mix": ld["mix"], "loader.seed": ld["seed"],
-            "loader.global_batch": ld["global_batch"], "seq_len": ld["seq_len"], "model": identity_of(lin["model"]),
-            **_shaping(lin["train"]), **_init(init["weights_sha256"] if init else None)}
+            "loader.global_batch": ld["global_batch"], "seq_len": ld["seq_len"], "model": identity_of(params["model"]),
+            **_shaping(params["train"]), **_init(init.weights_sha256 if init else None)}
 
 
 def diff(old: dict, new: dict) -> list[str]:

@@ -11,7 +11,8 @@ orchestrator's run id (a Prefect flow-run id), the parent checkpoint, the traini
 `continued_from`: when this identity's training continued from a
 checkpoint of another data version or mix, that checkpoint, what changed, its own eval and its
 eval on this run's held-out set (the "before" of a before/after). `describe` renders it, with
-the manifest's eval, for `shardline lineage`.
+the manifest's eval, for `shardline lineage`. The lineage is a typed record
+(shardline.training.records.Lineage), and so is what `describe` reads.
 
 Design: docs/architecture.md (Data contracts: Lineage; Layers: what orchestrators hand the engine).
 """
@@ -27,6 +28,7 @@ from shardline.core import fsio
 from shardline.training import guard
 from shardline.core.config import Params
 from shardline.core.layout import PARAMS, Layout
+from shardline.training.records import Code, DataVersion, Init, Lineage, Manifest, RawFile, RawSource, Run, SpecialIds
 
 
 def git_state(root: Path, not_code: tuple[str, ...] = ()) -> dict:
@@ -53,43 +55,41 @@ def git_state(root: Path, not_code: tuple[str, ...] = ()) -> dict:
     return {"commit": commit, "dirty": bool(status) if status is not None else None}
 
 
-def sources(params: Params, layout: Layout) -> list[dict]:
+def sources(params: Params, layout: Layout) -> tuple[RawSource, ...]:
     out = []
     for s in params.sources:
-        m = layout.manifest(s.name)
+        m = layout.manifest(s.name)  # the download's manifest (data/raw), not a checkpoint's
         files = fsio.read_json(m)["files"] if m.exists() else None
-        out.append({"name": s.name, "uri": s.uri,
-                    "files": [{"path": f["path"], "sha256": f["sha256"]} for f in files] if files else None})
-    return out
+        out.append(RawSource(s.name, s.uri, tuple(RawFile(f["path"], f["sha256"]) for f in files) if files else None))
+    return tuple(out)
 
 
 def collect(params: Params, layout: Layout, shards_version: str, *, parent: str | None = None,
             run_id: str | None = None, shards_md5: str | None = None, data_change: list[str] | None = None,
             continued_from: dict | None = None, rollbacks: list[dict] | None = None, model: dict | None = None,
-            init: dict | None = None, not_code: tuple[str, ...] = ()) -> dict:
+            init: dict | Init | None = None, not_code: tuple[str, ...] = ()) -> Lineage:
+    """`init`: as shardline.model's import gives it (a dict), or the record a checkpoint holds."""
     meta = fsio.read_json(layout.tokenizer_meta) if layout.tokenizer_meta.exists() else {}
     sections = {k: params.section(k) for k in ("model", "train", "loader", "shard", "tokenizer")}
-    return {
-        "data_version": {"shards_sha256": shards_version, "dvc_md5": shards_md5,
-                         "tokenizer_sha256": meta.get("sha256")},
+    return Lineage(
+        data_version=DataVersion(shards_version, shards_md5, meta.get("sha256")),
         # the document boundaries the model's attention reads (train.attention document), as ids
-        "special_ids": {"eos": meta.get("eos_id"), "bos": meta.get("bos_id")},
-        "clean_rules": params.section("clean"),
+        special_ids=SpecialIds(meta.get("eos_id"), meta.get("bos_id")),
+        clean_rules=params.section("clean"),
         # what the rules read besides the raw data (URL blocklist, evaluation sets), by content hash
-        "clean_rule_inputs": (fsio.read_json(layout.clean_stats).get("rule_inputs") or None)
+        clean_rule_inputs=(fsio.read_json(layout.clean_stats).get("rule_inputs") or None)
         if layout.clean_stats.exists() else None,
-        "source_clean_rules": {s.name: s.clean for s in params.sources if s.clean},
-        "mix": params.mix,
-        "sources": sources(params, layout),
-        "params": {**sections, "model": model or sections["model"]},  # the model as built (init_from's shape)
-        "code": git_state(layout.root, not_code),  # not_code: what the orchestrator writes
-        "run": {"prefect_flow_run_id": run_id},
-        "parent": parent,
-        "data_change": data_change or [],
-        "continued_from": continued_from,
-        "rollbacks": rollbacks or [],
-        "init": init,
-    }
+        source_clean_rules={s.name: s.clean for s in params.sources if s.clean},
+        mix=params.mix,
+        sources=sources(params, layout),
+        params={**sections, "model": model or sections["model"]},  # the model as built (init_from's shape)
+        code=Code(**git_state(layout.root, not_code)),  # not_code: what the orchestrator writes
+        run=Run(run_id),
+        parent=parent,
+        data_change=tuple(data_change or ()),
+        continued_from=continued_from,
+        rollbacks=tuple(rollbacks or ()),
+        init=Init.parse(init, "init.") if isinstance(init, dict) else init)
 
 
 def eval_line(ev: dict | None) -> str:
@@ -99,37 +99,34 @@ def eval_line(ev: dict | None) -> str:
     return f"loss {ev['total']['loss']:.4f}, {ev['total']['bpb']:.4f} bits/byte (mix-weighted); {per}"
 
 
-def describe(manifest: dict) -> str:
-    lin = manifest["lineage"]
-    dv = lin["data_version"]
-    lines = [f"checkpoint step {manifest['step']}",
-             f"  data version: shards {dv['shards_sha256'][:16]}  dvc md5 {dv['dvc_md5']}  tokenizer "
-             f"{(dv['tokenizer_sha256'] or '')[:16]}",
-             f"  mix: {json.dumps(lin['mix'])}",
-             f"  parent: {lin['parent'] or '(fresh start)'}",
-             f"  code: git {lin['code']['commit']}{' (dirty)' if lin['code']['dirty'] else ''}",
-             f"  prefect flow run: {lin['run']['prefect_flow_run_id']}"]
-    if lin["data_change"]:
-        lines.append("  ALLOWED DATA CHANGE at this resume: " + "; ".join(lin["data_change"]))
-    lines.append(f"  eval (held-out) at step {manifest['step']}: {eval_line(manifest.get('eval'))}")
-    init = lin.get("init")
-    if init:
-        files = ", ".join(f"{f} {h}" for f, h in init["weights_sha256"].items())
-        lines.append(f"  initialised from {init['from']} ({init['architecture']}); weights sha256: {files}")
-        lines.append(f"    it, on the held-out set before training: {eval_line(init.get('eval'))}")
-    origin = lin.get("continued_from")
+def describe(manifest: Manifest) -> str:
+    lin, dv = manifest.lineage, manifest.lineage.data_version
+    lines = [f"checkpoint step {manifest.step}",
+             f"  data version: shards {dv.shards_sha256[:16]}  dvc md5 {dv.dvc_md5}  tokenizer "
+             f"{(dv.tokenizer_sha256 or '')[:16]}",
+             f"  mix: {json.dumps(lin.mix)}",
+             f"  parent: {lin.parent or '(fresh start)'}",
+             f"  code: git {lin.code.commit}{' (dirty)' if lin.code.dirty else ''}",
+             f"  prefect flow run: {lin.run.prefect_flow_run_id}"]
+    if lin.data_change:
+        lines.append("  ALLOWED DATA CHANGE at this resume: " + "; ".join(lin.data_change))
+    lines.append(f"  eval (held-out) at step {manifest.step}: {eval_line(manifest.eval)}")
+    if lin.init:
+        files = ", ".join(f"{f} {h}" for f, h in lin.init.weights_sha256.items())
+        lines.append(f"  initialised from {lin.init.source} ({lin.init.architecture}); weights sha256: {files}")
+        lines.append(f"    it, on the held-out set before training: {eval_line(lin.init.eval)}")
+    origin = lin.continued_from
     if origin:
         lines.append(f"  continued from {origin['checkpoint']} of another data version/mix "
                      f"({'; '.join(origin['changes'])})")
         lines.append(f"    it, on today's held-out set: {eval_line(origin['eval_now'])}")
-    for e in lin.get("rollbacks") or []:
+    for e in lin.rollbacks:
         lines.append(f"  {guard.describe(e)}")
-    for s in lin["sources"]:
-        n = len(s["files"]) if s["files"] else "?"
-        lines.append(f"  source {s['name']}: {s['uri']} ({n} files)")
-    lines.append("  clean rules: " + json.dumps(lin["clean_rules"], sort_keys=True))
-    for name, own in (lin.get("source_clean_rules") or {}).items():
+    for s in lin.sources:
+        lines.append(f"  source {s.name}: {s.uri} ({len(s.files) if s.files else '?'} files)")
+    lines.append("  clean rules: " + json.dumps(lin.clean_rules, sort_keys=True))
+    for name, own in lin.source_clean_rules.items():
         lines.append(f"  clean rules of {name}: " + json.dumps(own, sort_keys=True))
-    lines.append("  params: " + json.dumps(lin["params"], sort_keys=True))
-    lines.append("  versions: " + json.dumps(manifest["versions"], sort_keys=True))
+    lines.append("  params: " + json.dumps(lin.params, sort_keys=True))
+    lines.append("  versions: " + json.dumps(manifest.versions, sort_keys=True))
     return "\n".join(lines)

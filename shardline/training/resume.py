@@ -22,11 +22,12 @@ from pathlib import Path
 
 from shardline.context import RunContext
 from shardline.core.config import Params
-from shardline.core.layout import MANIFEST, TRAIN_STATE, Layout
+from shardline.core.layout import TRAIN_STATE, Layout
 from shardline.stream.loader import Loader
 from shardline.training import guard, identity, storage
 from shardline.training.checkpointer import TRAIN, Checkpointer
 from shardline.training.dist import Dist
+from shardline.training.records import Init
 
 
 @dataclass
@@ -37,7 +38,7 @@ class Origin:
     changed: list[str] = field(default_factory=list)
     continued_from: dict | None = None  # this identity's training continued from a checkpoint of another
     known: int = 0  # rollback-ledger entries the checkpoint was saved with
-    init: dict | None = None  # train.init_from as the run's first checkpoint recorded it (lineage)
+    init: Init | None = None  # train.init_from as the run's first checkpoint recorded it (lineage)
 
 
 class _Changed:
@@ -63,12 +64,12 @@ def resume(checkpointer: Checkpointer, latest: Path, changes: list[str], rolled_
     train.resumes += not rolled_back  # not a crash
     if changes:
         train.version_start = train.step
-    lin = manifest["lineage"]
-    origin = lin.get("continued_from")
+    lin = manifest.lineage
+    origin = lin.continued_from
     if changes:  # before/after attribution: the parent as it was, and (in train) on the new held-out set
-        origin = {"checkpoint": latest.name, "step": train.step, "data_version": lin["data_version"],
-                  "mix": lin["mix"], "changes": changes, "eval": manifest.get("eval"), "eval_now": None}
-    return Origin(latest.name, changes, origin, len(lin.get("rollbacks") or []), lin.get("init"))
+        origin = {"checkpoint": latest.name, "step": train.step, "data_version": lin.data_version.to_json(),
+                  "mix": lin.mix, "changes": changes, "eval": manifest.eval, "eval_now": None}
+    return Origin(latest.name, changes, origin, len(lin.rollbacks), lin.init)
 
 
 def find_start(params: Params, layout: Layout, store: storage.Store, ctx: RunContext, dist: Dist, ident: dict,
@@ -88,7 +89,7 @@ def find_start(params: Params, layout: Layout, store: storage.Store, ctx: RunCon
     if latest is None:
         return None, [], ledger
     # verified: its JSON is what the tensors were saved with
-    old = identity.saved(store.read_json(latest, TRAIN_STATE), store.read_json(latest, MANIFEST))
+    old = identity.saved(store.read_json(latest, TRAIN_STATE), store.manifest(latest).lineage)
     changes = identity.diff(old, ident)
     action = identity.decide(changes, latest.name, allow=cfg.allow_data_change,
                              fresh=cfg.fresh_on_data_change or ctx.new_run)

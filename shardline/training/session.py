@@ -25,6 +25,7 @@ from shardline.core.errors import BadInput
 from shardline.core.layout import Layout, step_dir
 from shardline.stream.loader import Loader
 from shardline.training import checkpoint, identity, lineage, storage
+from shardline.training.records import Lineage
 from shardline.training.checkpointer import Checkpointer
 from shardline.training.dist import Dist
 from shardline.training.evaluate import HeldOut, compact, evaluate
@@ -72,7 +73,7 @@ class Session:
     ledger: list[dict]  # the guard's rollbacks on record
     pending: list[dict]  # rollbacks this timeline has not recorded yet
     kept: Path  # .shardline/kept/<identity>/
-    lin: dict  # the lineage the next checkpoint records
+    lin: Lineage  # the lineage the next checkpoint records
     target: int  # the step this run trains to
     tokens_per_step: int
 

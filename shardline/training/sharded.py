@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING
 from shardline.core import chaos, fsio, stores
 from shardline.core.errors import BadInput, ShardlineError
 from shardline.core.layout import DCP, DCP_METADATA, dcp_shards
+from shardline.training.records import Manifest
 
 if TYPE_CHECKING:  # torch on first use: what lists and verifies checkpoints never needs it (~3 s)
     from torch.distributed.checkpoint.metadata import Metadata
@@ -85,10 +86,10 @@ def write(ckpt_tmp: Path | str, state: dict, rank: int, group, qualifier: str = 
     return {f"{DCP}/{p.name}": {"bytes": p.stat().st_size, "sha256": fsio.sha256_file(p)} for p in mine}
 
 
-def files_check(path: Path | str, manifest: dict, present: set[str] | None = None) -> str | None:
+def files_check(path: Path | str, manifest: Manifest, present: set[str] | None = None) -> str | None:
     """Why a sharded checkpoint's dcp/ disagrees with its manifest (None: it agrees); `present`:
     the dcp/ files a store lists (a folder's are listed here)."""
-    listed = {n for n in manifest["files"] if n.startswith(f"{DCP}/")}
+    listed = {n for n in manifest.files if n.startswith(f"{DCP}/")}
     if present is None:
         d = Path(path) / DCP
         present = {f"{DCP}/{p.name}" for p in d.iterdir()} if d.is_dir() else set()

@@ -25,6 +25,7 @@ from shardline.core.config import Params
 from shardline.core.errors import BadInput
 from shardline.core.layout import MANIFEST, Layout, step_dir, step_dirs
 from shardline.training import bucket, checkpoint, identity
+from shardline.training.records import Lineage, Manifest
 
 Log = Callable[[str], None]
 
@@ -48,7 +49,7 @@ class Local:
     def clear(self, staging: Path) -> None:
         shutil.rmtree(staging, ignore_errors=True)
 
-    def save(self, step: int, tensors: dict, state: dict, lineage: dict, eval: dict | None = None,
+    def save(self, step: int, tensors: dict, state: dict, lineage: Lineage, eval: dict | None = None,
              shards: list | None = None) -> Path:
         return checkpoint.save(self.root, step, tensors, state, lineage, eval, shards)
 
@@ -66,6 +67,9 @@ class Local:
 
     def read_json(self, path: Path, name: str) -> Any:
         return fsio.read_json(Path(path) / name)
+
+    def manifest(self, path: Path) -> Manifest:
+        return checkpoint.read_manifest(path)
 
     def write_json(self, name: str, obj: Any) -> None:
         fsio.write_json(self.root / name, obj)
@@ -113,7 +117,7 @@ class Bucket:
     def clear(self, staging: str) -> None:
         bucket.remove(staging)
 
-    def save(self, step: int, tensors: dict, state: dict, lineage: dict, eval: dict | None = None,
+    def save(self, step: int, tensors: dict, state: dict, lineage: Lineage, eval: dict | None = None,
              shards: list | None = None) -> bucket.URL:
         return bucket.save(self.root, step, tensors, state, lineage, eval, shards)
 
@@ -131,6 +135,9 @@ class Bucket:
 
     def read_json(self, path: str, name: str) -> Any:
         return bucket.read_json(path, name)
+
+    def manifest(self, path: str) -> Manifest:
+        return bucket.read_manifest(path)
 
     def write_json(self, name: str, obj: Any) -> None:
         bucket.write_json(self.root, name, obj)

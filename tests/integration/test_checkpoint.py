@@ -21,6 +21,7 @@ from shardline.core.config import Train
 from shardline.model import ModelConfig, build
 from shardline.training.optimizer import configure_optimizer
 from shardline.training.schedule import lr_at
+from harness.projects import lineage_of
 from tests.conftest import env_for
 
 
@@ -44,7 +45,7 @@ def sharded_at_step_3(tmp_path):
     saving = Checkpointer(Train(checkpoint_format="sharded"), dist, tmp_path / "ck", {
         "model": ModelState(model, dist), "optimizer": OptimizerState(model, opt, dist), "rng": rng.RNG(),
         "train": TrainState(step=3)})
-    path = saving.save(3, {"x": 1}, None, then=lambda _: None)
+    path = saving.save(3, lineage_of(tmp_path), None, then=lambda _: None)
     saving.wait()
     return model, opt, dist, saving, path
 
@@ -55,7 +56,8 @@ def test_round_trip_in_a_fresh_process(tmp_path):
     torch.rand(3)
     state = rng.capture()
     path = checkpoint.save(tmp_path, 3, {"model.pt": model.state_dict(), "optimizer.pt": opt.state_dict(),
-                                         "rng.pt": state}, {"step": 3, "loader": {"blocks_consumed": 9}}, {"x": 1})
+                                         "rng.pt": state}, {"step": 3, "loader": {"blocks_consumed": 9}},
+                           lineage_of(tmp_path))
     expect_next = torch.rand(3)
     code = f"""
 import torch, json
@@ -68,7 +70,7 @@ model = build(ModelConfig("gpt2", vocab_size=64, seq_len=8, n_layer=1, n_head=2,
 opt = configure_optimizer(model, lr=1e-2, weight_decay=0.1, betas=(0.9, 0.95), device_type="cpu")
 model.load_state_dict(t["model.pt"]); opt.load_state_dict(t["optimizer.pt"]); rng.restore(t["rng.pt"])
 checkpoint.save({str(tmp_path / 'again')!r}, 3, {{"model.pt": model.state_dict(), "optimizer.pt": opt.state_dict()}},
-                state, manifest["lineage"])
+                state, manifest.lineage)
 print(json.dumps(torch.rand(3).tolist()))
 """
     r = subprocess.run([sys.executable, "-c", code], env=env_for(), capture_output=True, text=True, check=True)
@@ -81,8 +83,9 @@ print(json.dumps(torch.rand(3).tolist()))
 
 def test_validity_and_reasons(tmp_path):
     model, _ = trained_state(1)
+    lin = lineage_of(tmp_path)
     for step in (2, 4, 6):
-        checkpoint.save(tmp_path, step, {"model.pt": model.state_dict()}, {"step": step}, {})
+        checkpoint.save(tmp_path, step, {"model.pt": model.state_dict()}, {"step": step}, lin)
     (tmp_path / "step-000000006" / "manifest.json").write_text("{not json")
     st = tmp_path / "step-000000004" / "train_state.json"
     st.write_bytes(st.read_bytes().replace(b"4", b"5"))  # same size, other bytes
@@ -99,7 +102,7 @@ def test_malicious_pickle_is_not_executed(tmp_path):
         def __reduce__(self):
             return (exec, (f"open({str(tmp_path / 'pwned')!r}, 'w').write('x')",))
 
-    path = checkpoint.save(tmp_path, 1, {"model.pt": {"w": Boom()}}, {"step": 1}, {})
+    path = checkpoint.save(tmp_path, 1, {"model.pt": {"w": Boom()}}, {"step": 1}, lineage_of(tmp_path))
     with pytest.raises(Exception, match="(?i)weights_only|unsupported|global"):
         checkpoint.load(path)
     assert not (tmp_path / "pwned").exists()
@@ -191,8 +194,9 @@ def test_sharded_metadata_pickled_as_python_3_11_2_does_is_read(tmp_path):
 
 def test_retention_keeps_last_and_every(tmp_path):
     model, _ = trained_state(1)
+    lin = lineage_of(tmp_path)
     for step in range(10, 110, 10):
-        checkpoint.save(tmp_path, step, {"model.pt": model.state_dict()}, {"step": step}, {})
+        checkpoint.save(tmp_path, step, {"model.pt": model.state_dict()}, {"step": step}, lin)
     removed = checkpoint.retain(tmp_path, keep_last=2, keep_every=40, log=lambda _: None)
     assert [e.step for e in checkpoint.entries(tmp_path)] == [40, 80, 90, 100]
     assert removed == [10, 20, 30, 50, 60, 70]
@@ -200,8 +204,9 @@ def test_retention_keeps_last_and_every(tmp_path):
 
 def test_retention_killed_midway_leaves_only_invalid_or_whole_checkpoints(tmp_path):
     model, _ = trained_state(1)
+    lin = lineage_of(tmp_path)
     for step in (1, 2, 3):
-        checkpoint.save(tmp_path, step, {"model.pt": model.state_dict()}, {"step": step}, {})
+        checkpoint.save(tmp_path, step, {"model.pt": model.state_dict()}, {"step": step}, lin)
     code = f"from shardline.training import checkpoint; checkpoint.retain({str(tmp_path)!r}, 1, 0, print)"
     r = subprocess.run([sys.executable, "-c", code], env=env_for(SHARDLINE_CHAOS="retention@2"))
     assert r.returncode == -9

@@ -18,6 +18,7 @@ from shardline.data import tokenizer as toks
 from shardline.model import ModelConfig, build
 from shardline.model.hf import to_hf
 from shardline.results.trained import load_model
+from shardline.training.records import Lineage, Manifest
 from tests.conftest import env_for, run, stdlib_files
 from tests.integration.test_train import GPT2, SL, built, project  # noqa: F401 (the fixture)
 
@@ -73,18 +74,20 @@ def test_export_loads_in_transformers_with_our_logits(trained):
         diff = (ours(x)[0] - hf(x).logits).abs().max().item()
     print(f"max abs logit difference, ours vs transformers (fp32, {x.numel()} positions): {diff:.3g}")
     assert diff == 0  # bit-identical: transformers' Conv1D adds its (here zero) bias to the same product
-    lin = trained["manifest"]["lineage"]
-    assert json.loads((out / "lineage.json").read_text()) == lin
+    lin = trained["manifest"].lineage
+    # the lineage alone, as the manifest holds it: the records read it back (its version included)
+    assert Lineage.from_json(json.loads((out / "lineage.json").read_text()), str(out / "lineage.json")) == lin
+    assert json.loads((out / "lineage.json").read_text()) == lin.to_json()
     cfg = json.loads((out / "config.json").read_text())
     # the logits alone would not catch these (gelu_new moves them ~1e-6 here, eps 1e-6 ~5e-6)
     assert (cfg["n_positions"], cfg["activation_function"], cfg["layer_norm_epsilon"], cfg["eos_token_id"]) == \
         (32, "gelu", ours.transformer.ln_f.eps, 0)
     readme = (out / "README.md").read_text()
-    ev = trained["manifest"]["eval"]
+    ev = trained["manifest"].eval
     for n, v in ev["sources"].items():
         assert f"| {n} | {v['loss']:.4f} | {v['bpb']:.4f} | {v['tokens']} |" in readme
     assert f"{trained['state']['tokens_seen']:,} tokens seen" in readme and "precision fp32, world size 1" in readme
-    assert f"shards sha256 `{lin['data_version']['shards_sha256']}`" in readme and "| more | `" in readme
+    assert f"shards sha256 `{lin.data_version.shards_sha256}`" in readme and "| more | `" in readme
     assert "`min_chars`: `16`" in readme and "linear warmup over 4 steps to lr 0.01" in readme
 
 
@@ -168,7 +171,7 @@ def test_refusals_exit_2_with_one_line_and_write_nothing(trained, tmp_path):
     other = tmp_path / "other"
     (other / "data/tokenizer").mkdir(parents=True)
     (other / "data/tokenizer/tokenizer.json").write_text((root / "data/tokenizer/tokenizer.json").read_text() + " ")
-    want = trained["manifest"]["lineage"]["data_version"]["tokenizer_sha256"]
+    want = trained["manifest"].lineage.data_version.tokenizer_sha256
     got = fsio.sha256_file(other / "data/tokenizer/tokenizer.json")
     for cmd in (["export", str(path), str(tmp_path / "out-tok")], ["sample", str(path), "--prompt", "x"]):
         r = run([SL, "--root", str(other), *cmd], root, check=False)
@@ -197,13 +200,13 @@ def test_bias_true_maps_exactly_and_the_card_lists_rollbacks(trained, tmp_path):
         diff = (model(x)[0] - hf(x).logits).abs().max().item()
     print(f"max abs logit difference with biases (model.bias true): {diff:.3g}")
     assert diff == 0
-    (e,) = trained["manifest"]["lineage"]["rollbacks"]
+    (e,) = trained["manifest"].lineage.rollbacks
     assert e["steps"] == [2, 2] and e["to"] == 0
     text = (trained["out"] / "README.md").read_text()
     assert f"- rollbacks by the training guards: 1\n  - {guard.describe(e)}\n" in text
-    m, state = json.loads(json.dumps(trained["manifest"])), trained["state"]
+    m, state = trained["manifest"].to_json(), trained["state"]
     del m["lineage"]["rollbacks"]  # an older lineage: the line is left out, not guessed
-    assert "rollbacks" not in card.render("step-x", m, state, trained["model"], 0)
+    assert "rollbacks" not in card.render("step-x", Manifest.from_json(m, "x/step-x"), state, trained["model"], 0)
 
 
 @pytest.fixture(scope="module")

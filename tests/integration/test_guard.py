@@ -4,6 +4,7 @@ and after a rollback, and one decision for every rank under torchrun."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import signal
 from pathlib import Path
@@ -12,7 +13,8 @@ import pytest
 import torch
 
 from shardline.core import fsio
-from shardline.training import bucket, guard, storage
+from harness.projects import lineage_of
+from shardline.training import bucket, checkpoint, guard, storage
 from shardline.core.config import Train
 from tests.conftest import env_for, run
 from tests.integration.test_train import SL, assert_same_state, built, final_state, project  # noqa: F401 (the fixture)
@@ -69,9 +71,11 @@ def test_the_ledger_is_the_longest_record_of_it(tmp_path):
     """rollbacks.json lost, or checkpoints restored from .shardline/kept over older ones: the
     checkpoints' lineage still holds the ledger, and a next rollback must not reuse its numbers."""
     e1, e2 = {"n": 1, "steps": [5, 6]}, {"n": 2, "steps": [9, 9]}
+    lin = lineage_of(tmp_path)
     for step, ledger in ((4, []), (8, [e1]), (12, [e1, e2])):
         (tmp_path / f"step-{step:09d}").mkdir()
-        fsio.write_json(tmp_path / f"step-{step:09d}" / "manifest.json", {"lineage": {"rollbacks": ledger}})
+        m = checkpoint.manifest_of(step, {}, dataclasses.replace(lin, rollbacks=tuple(ledger)), None, None)
+        fsio.write_json(tmp_path / f"step-{step:09d}" / "manifest.json", m.to_json())
     assert guard.read_ledger(tmp_path) == [e1, e2]
     guard.write_ledger(tmp_path, [e1])
     assert guard.read_ledger(tmp_path) == [e1, e2]

@@ -25,6 +25,7 @@ from shardline.stream.loader import Loader
 from shardline.core.stores import aws_env
 from shardline.stream.remote import FetchError, Remote, read_indexes
 from tests.conftest import BIN, env_for, init_repo, run, small_params, stdlib_files, write_params
+from harness.projects import lineage_of
 from harness.s3 import BUCKET, CountingServer, aws, client, s3_env, upload_dir  # noqa: F401 (fixtures)
 from tests.unit.test_loader import ids, make_shards
 
@@ -309,9 +310,11 @@ def test_without_credentials_the_metadata_endpoint_is_never_probed(s3_env, monke
 
 
 SAVE_8 = """
-import torch
+import json, torch
 from shardline.training import bucket
-bucket.save({root!r}, 8, {{"model.pt": {{"w": torch.full((3,), 8.0)}}}}, {{"step": 8}}, {{"run": "x"}})
+from shardline.training.records import Lineage
+lin = Lineage.from_json(json.loads({lin!r}), "the test's lineage")
+bucket.save({root!r}, 8, {{"model.pt": {{"w": torch.full((3,), 8.0)}}}}, {{"step": 8}}, lin)
 """
 
 
@@ -324,16 +327,16 @@ def test_a_checkpoint_in_a_bucket_is_valid_iff_its_manifest_verifies(s3_env, aws
 
     from shardline.training import bucket, checkpoint, storage
 
-    root, prefix = f"s3://{BUCKET}/unit/checkpoints", "unit/checkpoints"
+    root, prefix, lin = f"s3://{BUCKET}/unit/checkpoints", "unit/checkpoints", lineage_of(tmp_path)
     for step in (2, 4, 6):
-        bucket.save(root, step, {"model.pt": {"w": torch.full((3,), float(step))}}, {"step": step}, {"run": "x"})
+        bucket.save(root, step, {"model.pt": {"w": torch.full((3,), float(step))}}, {"step": step}, lin)
 
     def objects(step: int) -> list[str]:
         listed = client(s3_env).list_objects_v2(Bucket=BUCKET, Prefix=f"{prefix}/step-{step:09d}/")
         return sorted(o["Key"].rsplit("/", 1)[1] for o in listed.get("Contents", []))
 
     assert objects(6) == ["manifest.json", "model.pt", "train_state.json"]
-    r = run([sys.executable, "-c", SAVE_8.format(root=root)], tmp_path, check=False,
+    r = run([sys.executable, "-c", SAVE_8.format(root=root, lin=json.dumps(lin.to_json()))], tmp_path, check=False,
             env=env_for(SHARDLINE_CHAOS="checkpoint.files@8", **{k: v for k, v in s3_env.items() if "AWS" in k}))
     assert r.returncode == -signal.SIGKILL and objects(8) == ["model.pt", "train_state.json"]  # no manifest yet
     said: list[str] = []
@@ -354,4 +357,4 @@ def test_a_checkpoint_in_a_bucket_is_valid_iff_its_manifest_verifies(s3_env, aws
     assert got == tmp_path / "here/step-000000004" and checkpoint.verify(got) == (True, "ok")
     tensors, state, manifest = checkpoint.load(got)
     assert torch.equal(tensors["model.pt"]["w"], torch.full((3,), 4.0)) and state == {"step": 4}
-    assert manifest["lineage"] == {"run": "x"} and manifest["format"] == "full"
+    assert manifest.lineage == lin and manifest.format == "full"

@@ -146,15 +146,15 @@ def test_sharded_checkpoints_reshard_between_1_2_and_4_ranks(built, fsdp2, tmp_p
 def test_export_eval_and_lineage_read_a_sharded_checkpoint(fsdp2, tmp_path):
     path = latest(fsdp2)
     model, st, manifest = load_model(path)
-    assert st["step"] == 8 and manifest["format"] == "sharded"
+    assert st["step"] == 8 and manifest.format == "sharded"
     lin = json.loads(run([SL, "lineage", "latest", "--json"], fsdp2).stdout)
-    assert lin == manifest["lineage"]
+    assert lin == manifest.lineage.to_json()
     # judged in one process from the gathered shards, the checkpoint scores what the two FSDP ranks
     # recorded for it while training (their sums in another order: close, not equal)
     ev = json.loads(run([SL, "eval", "latest", "--json"], fsdp2).stdout)
-    assert ev["step"] == 8 and ev["recorded"] == manifest["eval"]
+    assert ev["step"] == 8 and ev["recorded"] == manifest.eval
     assert close([ev["total"]["loss"]] + [v["loss"] for v in ev["sources"].values()],
-                 [manifest["eval"]["total"]["loss"]] + [manifest["eval"]["sources"][n]["loss"] for n in ev["sources"]],
+                 [manifest.eval["total"]["loss"]] + [manifest.eval["sources"][n]["loss"] for n in ev["sources"]],
                  rel=1e-5)
     out = tmp_path / "hf"
     run([SL, "export", "latest", str(out)], fsdp2)

@@ -76,7 +76,7 @@ def final_state(root: Path) -> dict:
     full, by name when sharded: compare checkpoints of one format)."""
     path = checkpoint.latest_valid(root / "data/checkpoints", lambda _: None)
     tensors, state, manifest = checkpoint.load(path)
-    if manifest["format"] == "sharded":
+    if manifest.format == "sharded":
         tensors = {"model.pt": sharded.full_state(path), "optimizer.pt": {"state": sharded.full_state(path, "optim")}}
     return {"step": state["step"], "model": tensors["model.pt"], "opt": tensors["optimizer.pt"]["state"],
             "loader": state["loader"]}

@@ -55,6 +55,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
+from harness.projects import lineage_of
 from shardline.core import fsio, shardformat
 from shardline.data import download, tokenize, shard
 from shardline.data.clean import stage as clean
@@ -211,10 +212,11 @@ def test_enospc_at_the_kth_fsync_of_the_tokenize_stage_never_mixes_old_and_new(t
 def test_enospc_at_the_kth_fsync_of_a_checkpoint_keeps_the_last_valid(tmp_path, monkeypatch, k):
     model = torch.nn.Linear(4, 4)
     files = {"model.pt": model.state_dict(), "optimizer.pt": {"x": torch.ones(3)}, "rng.pt": torch.zeros(2)}
-    checkpoint.save(tmp_path, 1, files, {"step": 1}, {})
+    lin = lineage_of(tmp_path)
+    checkpoint.save(tmp_path, 1, files, {"step": 1}, lin)
     monkeypatch.setattr(checkpoint.os, "fsync", _fsync_fails_at(k))
     with pytest.raises(OSError):
-        checkpoint.save(tmp_path, 2, files, {"step": 2}, {})
+        checkpoint.save(tmp_path, 2, files, {"step": 2}, lin)
     monkeypatch.undo()
     assert [p.name for p in tmp_path.iterdir()] == ["step-000000001"]  # no half-written step-2, no temp dir
     assert checkpoint.latest_valid(tmp_path, lambda _: None).name == "step-000000001"

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
+from harness.projects import lineage_of
 from shardline.core import config
 from shardline.training import identity
 from shardline.core.errors import BadInput
@@ -54,7 +57,7 @@ def test_every_train_setting_is_classified():
     assert sorted(identity.SHAPING + identity.RUNNING) == sorted(config.Train.model_fields)
 
 
-def test_settings_added_later_keep_old_checkpoints_identity_and_tag():
+def test_settings_added_later_keep_old_checkpoints_identity_and_tag(tmp_path):
     """A checkpoint saved before train.schedule / decay_fraction existed is the same run as a cosine
     run now (same identity, same tag: its .shardline/kept/<tag>/ copies stay its own); wsd is not,
     and decay_fraction only counts under wsd."""
@@ -62,7 +65,8 @@ def test_settings_added_later_keep_old_checkpoints_identity_and_tag():
     loader = {"data_version": "v1", "mix": params.mix, "seed": params.loader.seed,
               "global_batch": params.loader.global_batch, "seq_len": params.shard.seq_len}
     train = {k: v for k, v in params.section("train").items() if k not in ("schedule", "decay_fraction")}
-    old = identity.saved({"loader": loader}, {"lineage": {"params": {"model": params.section("model"), "train": train}}})
+    lin = dataclasses.replace(lineage_of(tmp_path), params={"model": params.section("model"), "train": train})
+    old = identity.saved({"loader": loader}, lin)
     now = identity.current(params, loader)
     assert identity.diff(old, now) == [] and identity.tag(old) == identity.tag(now)
     # what tag() hashed before the fields existed: an identity without them
@@ -76,7 +80,7 @@ def test_settings_added_later_keep_old_checkpoints_identity_and_tag():
         "train.decay_fraction: saved 0.2, now 0.5"]
 
 
-def test_a_gpt2_run_from_before_llama_keeps_its_identity_and_tag():
+def test_a_gpt2_run_from_before_llama_keeps_its_identity_and_tag(tmp_path):
     """Pinned from the code before the model section had `arch` (commit 56b5288): a params.yaml of that
     time is still gpt2 with the same identity, tag (its .shardline/kept/<tag>/ copies) and, read from
     its checkpoint's lineage, no change."""
@@ -91,7 +95,7 @@ def test_a_gpt2_run_from_before_llama_keeps_its_identity_and_tag():
     old_lineage = {"model": {"n_layer": 1, "n_head": 2, "d_model": 32, "dropout": 0.1, "bias": False},
                    "train": {k: v for k, v in params.section("train").items()
                              if k not in ("attention", "activation_checkpointing", "init_from")}}
-    old = identity.saved({"loader": state}, {"lineage": {"params": old_lineage}})
+    old = identity.saved({"loader": state}, dataclasses.replace(lineage_of(tmp_path), params=old_lineage))
     assert identity.diff(old, now) == [] and identity.tag(old) == "aa38c2fe9328"
     # document attention is another run: its blocks see other contexts
     doc = config.parse({**raw, "train": {"attention": "document"}})

@@ -32,6 +32,7 @@ from shardline.stream import loader as stream_loader
 from shardline.stream.mixing import Schedule
 from shardline.stream.permute import Permutation, key_for
 from shardline.stream.remote import Remote
+from harness.projects import lineage_of
 from shardline.training import checkpoint
 from tests.conftest import make_project
 from tests.unit.test_shard import fake_tokens
@@ -286,7 +287,7 @@ def test_a_token_index_of_another_version_stops_the_shard_stage(tmp_path):
 
 def _checkpoint(tmp_path):
     root = tmp_path / "checkpoints"
-    return root, checkpoint.save(root, 7, {"model.pt": {"w": torch.arange(3.0)}}, {"step": 7}, {"params": {}})
+    return root, checkpoint.save(root, 7, {"model.pt": {"w": torch.arange(3.0)}}, {"step": 7}, lineage_of(tmp_path))
 
 
 def test_checkpoint_manifest_carries_format_version_one_and_reads_without_it(tmp_path):

@@ -3,6 +3,7 @@ trackers' own process: a failing or hanging backend, its CPU priority."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import socket
@@ -14,8 +15,16 @@ import pytest
 
 from shardline.core import config
 from shardline.core.errors import ConfigError
+from shardline.training.records import DataVersion, Lineage
 from shardline.training.tracking import Trackers, run_config, run_tags, series
 from shardline.training.tracking.mlflow_run import MLflow
+
+
+LIN = Lineage.from_json({
+    "data_version": {"shards_sha256": "a" * 64, "dvc_md5": None, "tokenizer_sha256": "b" * 64},
+    "params": {"tokenizer": {}, "model": {"arch": "gpt2"}, "train": {}, "loader": {}, "shard": {}}, "mix": {"a": 1.0},
+    "clean_rules": {}, "sources": [], "code": {"commit": None, "dirty": False}, "run": {"prefect_flow_run_id": None},
+    "parent": None, "data_change": []}, "a test's lineage")
 
 
 def test_a_record_becomes_these_series_and_a_null_stays_out():
@@ -32,8 +41,8 @@ def test_a_record_becomes_these_series_and_a_null_stays_out():
 
 
 def test_run_tags_are_short_enough_for_wandb():
-    lin = {"data_version": {"shards_sha256": "f" * 64}, "code": {"commit": None}, "params": {"model": {"arch": "llama"}},
-           "mix": {f"source{i}": 0.01 for i in range(30)}}
+    lin = dataclasses.replace(LIN, data_version=DataVersion("f" * 64, None, None), params={
+        **LIN.params, "model": {"arch": "llama"}}, mix={f"source{i}": 0.01 for i in range(30)})
     tags = run_tags(lin)
     assert tags["data"] == "f" * 12 and tags["code"] == "none" and tags["model"] == "llama"
     assert all(len(f"{k}:{v}") <= 64 for k, v in tags.items())
@@ -58,9 +67,6 @@ def test_a_profile_needs_a_start_step():
 
 
 # ---- the trackers' process (real backends, a real child process)
-LIN = {"data_version": {"shards_sha256": "a" * 64, "dvc_md5": None, "tokenizer_sha256": "b" * 64},
-       "params": {"tokenizer": {}, "model": {"arch": "gpt2"}, "train": {}, "loader": {}}, "mix": {"a": 1.0},
-       "clean_rules": {}, "code": {"commit": None, "dirty": False}, "parent": None, "init": None}
 
 
 def _trackers(tmp_path: Path, said: list, **log) -> Trackers:

@@ -46,6 +46,7 @@ from shardline.core import extras  # light, as the child needs (importlib only)
 
 if TYPE_CHECKING:  # not at run time: the child imports this package before it lowers its priority
     from shardline.core.config import Log as LogSection
+    from shardline.training.records import Lineage
 
 Log = Callable[[str], None]
 STEP = {"train/loss": "loss", "train/lr": "lr", "train/grad_norm": "grad_norm", "perf/tokens_per_s": "tokens_per_s",
@@ -70,22 +71,21 @@ def series(rec: dict) -> dict[str, float]:
     return out
 
 
-def run_config(lin: dict) -> dict:
+def run_config(lin: Lineage) -> dict:
     """The run's identity and lineage, as trackers take config: what it trained on and with what."""
-    dv, params = lin["data_version"], lin["params"]
-    return {"data_version": dv["shards_sha256"], "dvc_md5": dv["dvc_md5"], "tokenizer_sha256": dv["tokenizer_sha256"],
-            "mix": lin["mix"], "clean_rules": lin["clean_rules"], "tokenizer": params["tokenizer"],
+    dv, params = lin.data_version, lin.params
+    return {"data_version": dv.shards_sha256, "dvc_md5": dv.dvc_md5, "tokenizer_sha256": dv.tokenizer_sha256,
+            "mix": lin.mix, "clean_rules": lin.clean_rules, "tokenizer": params["tokenizer"],
             "model": params["model"], "train": params["train"], "loader": params["loader"],
-            "code_commit": lin["code"]["commit"], "code_dirty": lin["code"]["dirty"], "parent": lin["parent"],
-            "init_from": (lin.get("init") or {}).get("from")}
+            "code_commit": lin.code.commit, "code_dirty": lin.code.dirty, "parent": lin.parent,
+            "init_from": lin.init.source if lin.init else None}
 
 
-def run_tags(lin: dict) -> dict[str, str]:
+def run_tags(lin: Lineage) -> dict[str, str]:
     """Short facts to filter runs by (W&B tags are <= 64 characters)."""
-    dv = lin["data_version"]
-    return {"data": (dv["shards_sha256"] or "")[:12], "code": (lin["code"]["commit"] or "none")[:10],
-            "model": lin["params"]["model"].get("arch", "?"),
-            "mix": ",".join(f"{k}={v:g}" for k, v in (lin["mix"] or {}).items())[:58]}
+    return {"data": lin.data_version.shards_sha256[:12], "code": (lin.code.commit or "none")[:10],
+            "model": lin.params["model"].get("arch", "?"),
+            "mix": ",".join(f"{k}={v:g}" for k, v in (lin.mix or {}).items())[:58]}
 
 
 def _backend(name: str, cfg: LogSection, root: Path, run_name: str, key: str):
@@ -102,7 +102,7 @@ def _backend(name: str, cfg: LogSection, root: Path, run_name: str, key: str):
 
 
 class Trackers:
-    def __init__(self, cfg: LogSection, root: Path, state: Path, run_name: str, lin: dict, log: Log):
+    def __init__(self, cfg: LogSection, root: Path, state: Path, run_name: str, lin: Lineage, log: Log):
         self.cfg, self.root, self.path, self.run_name, self.lin, self.log = cfg, Path(root), state, run_name, lin, log
         self.said: list[str] = []  # lines from the child and the feeder, said by the training thread
         self.q: queue.Queue = queue.Queue()  # unbounded: training never waits on a full pipe, the feeder does

@@ -77,7 +77,7 @@ class Worker:
     def record(self) -> None:
         fsio.write_json(self.path, {"run_name": self.run_name, "backends": self.known})
 
-    def open(self, root: Path, lin: dict, rows: list, step: int) -> None:
+    def open(self, root: Path, lin, rows: list, step: int) -> None:  # lin: a records.Lineage (light to unpickle)
         self.known = fsio.read_json(self.path).get("backends", {}) if self.path.exists() else {}
         config, tags = run_config(lin), run_tags(lin)
         for name in self.cfg.backends:
