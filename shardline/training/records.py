@@ -6,17 +6,14 @@ Contract:
   the manifest holds it; a Hugging Face export holds it alone as lineage.json). Every reader
   parses through `from_json(obj, where)`, every writer writes `to_json()`: no other module
   indexes their JSON.
-- `to_json()` is the JSON the writers have always written, key for key, in their order. Written
-  with sort_keys (as every writer does), a record read from a file gives back that file byte for
-  byte: existing checkpoints verify, DVC's hashes stay, a re-export writes the same lineage.json.
-  Fields an older writer left out (written before they existed; all version 1) read as their
-  defaults and stay out when written back (`absent`).
-- Versions: the manifest's `format_version` (MANIFEST_VERSION) and the lineage's own
-  (LINEAGE_VERSION: it travels alone in exports). No field: 1. Any other raises BadInput, one line
-  naming the version found, the release that wrote it and the version this release reads, before
-  any field is looked at: a newer release's checkpoint is never skipped, misread or removed. The
-  manifest's version covers its own fields and the files it lists; a change to the lineage bumps
-  the lineage's.
+- `to_json()` is the JSON the writers have always written, key for key, in their order; written
+  with sort_keys (as every writer does), a record read from a file gives back its bytes, so
+  existing checkpoints verify and a re-export writes the same lineage.json. Fields an older writer
+  left out (all version 1) read as their defaults and stay out when written back (`absent`).
+- Versions: the manifest's `format_version` (MANIFEST_VERSION: its fields and the files it lists)
+  and the lineage's own (LINEAGE_VERSION: it travels alone in exports). No field: 1. Any other is
+  BadInput, one line naming the version found, the release that wrote it and the version this one
+  reads, before any field is read: a newer release's checkpoint is never misread or removed.
 - A field missing, of the wrong type, or not in this version: BadInput naming the file, the
   field's dotted path and what to do; never a KeyError or TypeError traceback.
 
@@ -44,9 +41,7 @@ _NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or 
           list: "a list", NULL: "null"}
 
 
-class _Bad(Exception):
-    """A field's problem, raised where it is found; the file and the remedy are added at the top."""
-
+class _Bad(Exception):  # a field's problem, raised where it is found; file and remedy are added at the top
     def __init__(self, at: str, problem: str):
         self.at, self.problem = at, problem
 
@@ -60,7 +55,10 @@ def _check(value: Any, kind: Any, at: str) -> Any:
     """`value` as `kind` reads it: a JSON type (float takes an int, no number takes a bool), a tuple
     of them, (kind, NULL), a record class, [kind] (a list, read as a tuple), {kind} (an object of
     those), or a function (value, at) -> value."""
-    if isinstance(kind, tuple) and len(kind) == 2 and kind[1] is NULL and not _json_type(kind[0]):
+    if type(value) is kind:  # the common case, first: a string, an integer (a bool is not one), an object
+        return value
+    if isinstance(kind, tuple) and len(kind) == 2 and kind[1] is NULL and not (
+            isinstance(kind[0], type) and kind[0] in _NAMES):  # (a composite kind, NULL)
         return None if value is None else _check(value, kind[0], at)
     if isinstance(kind, list):
         return tuple(_check(v, kind[0], f"{at}[{i}]") for i, v in enumerate(_check(value, list, at)))
@@ -75,10 +73,6 @@ def _check(value: Any, kind: Any, at: str) -> Any:
             or float in kinds and isinstance(value, int) and not isinstance(value, bool):
         return value
     raise _Bad(at, f"must be {' or '.join(_NAMES[k] for k in kinds)}, got {_show(value)}")
-
-
-def _json_type(kind: Any) -> bool:
-    return isinstance(kind, type) and kind in _NAMES
 
 
 def _plain(value: Any) -> Any:
@@ -105,13 +99,17 @@ class _Record:
 
     SPEC: ClassVar[tuple]
     ATTR: ClassVar[dict] = {}
+    KEYS: ClassVar[frozenset]
     absent: frozenset = _absent()
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls.KEYS = frozenset(key for key, *_ in cls.SPEC)
 
     @classmethod
     def parse(cls, obj: dict, prefix: str = ""):
-        unknown = sorted(set(obj) - {key for key, *_ in cls.SPEC})
-        if unknown:
-            raise _Bad(prefix + unknown[0], "is not a field of this format")
+        if not cls.KEYS.issuperset(obj):
+            raise _Bad(prefix + sorted(set(obj) - cls.KEYS)[0], "is not a field of this format")
         values, absent = {}, set()
         for key, kind, *default in cls.SPEC:
             attr = cls.ATTR.get(key, key)
@@ -129,9 +127,7 @@ class _Record:
 
 
 @dataclass(frozen=True)
-class FileMeta(_Record):
-    """A listed file, as verify checks it."""
-
+class FileMeta(_Record):  # a listed file, as verify checks it
     bytes: int
     sha256: str
     SPEC: ClassVar = (("bytes", int), ("sha256", str))
@@ -149,18 +145,14 @@ class DataVersion(_Record):
 
 
 @dataclass(frozen=True)
-class SpecialIds(_Record):
-    """The document boundaries the model's attention reads, as ids (None: the tokenizer has none)."""
-
+class SpecialIds(_Record):  # the document boundaries attention reads, as ids (None: the tokenizer has none)
     eos: int | None = None
     bos: int | None = None
     SPEC: ClassVar = (("eos", (int, NULL)), ("bos", (int, NULL)))
 
 
 @dataclass(frozen=True)
-class Code(_Record):
-    """The git commit checked out, and whether code differed from it (None: not a git checkout)."""
-
+class Code(_Record):  # the git commit checked out, and whether code differed from it (None: no git)
     commit: str | None
     dirty: bool | None
     SPEC: ClassVar = (("commit", (str, NULL)), ("dirty", (bool, NULL)))
@@ -180,9 +172,7 @@ class RawFile(_Record):
 
 
 @dataclass(frozen=True)
-class RawSource(_Record):
-    """A source and its raw files (None: no download manifest when it trained)."""
-
+class RawSource(_Record):  # a source and its raw files (None: no download manifest when it trained)
     name: str
     uri: str
     files: tuple[RawFile, ...] | None
@@ -304,7 +294,7 @@ class Manifest(_Record):
         return super().parse(obj, prefix)
 
 
-class _Version(Exception):
+class _Version(Exception):  # another format_version, as _Bad
     def __init__(self, at: str, found: Any, reads: int):
         self.at, self.found, self.reads = at, found, reads
 
