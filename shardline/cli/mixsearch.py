@@ -1,9 +1,10 @@
-"""`shardline mix-search`: proxy runs over data mixes as DVC experiments, a law fitted to their
-per-source held-out loss, a recommended mix and its evidence (data/reports/mix_search.md).
+"""`shardline mix-search`: proxy runs over data mixes as DVC experiments, in rounds, a law fitted
+to their per-source held-out loss, a recommended mix and its evidence (data/reports/mix_search.md).
 
-The design (which mixes, what is fitted, what is recommended) is the engine's
-(shardline.results.mixsearch, mixfit, mixreport): pure functions of params.yaml, the baseline
-commit and the proxies' measurements. This command only runs the proxies: each is `dvc exp run
+The design (which mixes, round by round, what is fitted, what is recommended) is the engine's
+(shardline.results.mixsearch, mixlaws, mixfit, mixrecommend, mixreport): pure functions of
+params.yaml, the baseline commit and the proxies' measurements; mixrecommend.search calls back
+here for each round's measurements. This command only runs the proxies: each is `dvc exp run
 --queue -n <name>` of the train stage, run by the queue's workers (`dvc queue start`), so each
 has its lineage and shows in `dvc exp show`.
 
@@ -34,7 +35,7 @@ from shardline.dvcrepo import experiments
 from shardline.core import config
 from shardline.core.errors import BadInput
 from shardline.core.layout import EVAL_JSON, Layout
-from shardline.results import mixreport, mixsearch
+from shardline.results import mixrecommend, mixreport, mixsearch
 from shardline.results.mixsearch import Proxy
 
 TARGETS = ["train"]  # a proxy needs its held-out eval (eval.json), not the evidence card the report stage writes
@@ -150,24 +151,28 @@ def run_proxies(root: Path, params, proxies: list[Proxy], total: int | None = No
 def cmd_mix_search(args: argparse.Namespace) -> int:
     layout = Layout.at(args.root)
     params = config.load(Path(layout.root, args.params))
-    proxies = mixsearch.plan(params, experiments.baseline(layout.root))
-    log(f"mix-search: {len(proxies)} proxy runs {proxies[0].name[:-3]}-00..{len(proxies) - 1:02d} around "
-        f"{', '.join(f'{n} {w:.3f}' for n, w in mixsearch.current_mix(params).items())}")
-    measured = run_proxies(layout.root, params, proxies)
-    r = mixreport.result(params, proxies, measured)
+    rounds = params.mix_search.rounds
+
+    def measure(r: int, centre: dict[str, float], proxies: list[Proxy]) -> dict[str, dict[str, float]]:
+        log(f"mix-search: {f'round {r + 1}/{rounds}: ' if rounds > 1 else ''}{len(proxies)} proxy runs "
+            f"{proxies[0].name[:-3]}-00..{len(proxies) - 1:02d} around "
+            f"{', '.join(f'{n} {w:.3f}' for n, w in centre.items())}")
+        return run_proxies(layout.root, params, proxies)
+
+    proxies, measured, drawn = mixrecommend.search(params, experiments.baseline(layout.root), measure)
+    r = mixreport.result(params, proxies, measured, rounds=drawn)
     if args.validate or params.mix_search.validate_best:
-        best = mixsearch.validation_proxy(proxies, r["recommended"]["mix"])
-        log(f"mix-search: validating the recommended mix as {best.name}")
-        got = run_proxies(layout.root, params, [best])
-        r = mixreport.result(params, proxies, measured, (best, got[best.name]))
+        best = mixsearch.validation_proxy(proxies, r["optimum"]["mix"])
+        if best.name in measured:
+            log(f"mix-search: the law's best mix is proxy {best.name}'s, measured already: it is the validation")
+            got = measured
+        else:
+            log(f"mix-search: validating the law's best mix as {best.name}")
+            got = run_proxies(layout.root, params, [best])
+        r = mixreport.result(params, proxies, measured, (best, got[best.name]), drawn)
     mixreport.write(r, layout)
-    rec = r["recommended"]
-    print(f"recommended mix: {', '.join(f'{n} {w:.4f}' for n, w in rec['mix'].items())} (predicted target "
-          f"{rec['predicted_target']:.4f}, {rec['predicted_gain']:+.4f} better than the current mix; leave-one-out "
-          f"error {r['fit']['loo_target_rmse']:.4f})")
-    if r["validation"]:
-        v = r["validation"]
-        print(f"validation: measured {v['measured_target']:.4f}, predicted {v['predicted_target']:.4f}")
+    for line in mixreport.terminal(r):
+        print(line)
     print(f"report: {layout.rel(layout.mix_search_report)}")
     return 0
 
@@ -175,6 +180,6 @@ def cmd_mix_search(args: argparse.Namespace) -> int:
 def add_parser(sub) -> None:
     s = sub.add_parser("mix-search", help="proxy runs over data mixes (DVC experiments), a fitted law per source, "
                        "a recommended mix and its report (params: mix_search)")
-    s.add_argument("--validate", action="store_true", help="also run the recommended mix as a proxy and report "
-                   "its measured target against the predicted one")
+    s.add_argument("--validate", action="store_true", help="also run the law's best mix as a proxy and print "
+                   "its measured target, its prediction and the best proxy's, side by side")
     s.set_defaults(fn=cmd_mix_search)

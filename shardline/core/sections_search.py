@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from shardline.core.section_base import _Section
 from shardline.core.sections_run import Model, Train
@@ -36,8 +36,19 @@ class Bound(_Section):
 
 class MixSearch(_Section):
     runs: int = Field(8, ge=2, le=1000)
-    """How many proxy runs (DVC experiments) to fit the model from. With ~8, the fit is a
-    log-linear law per source (a few coefficients each), not a learned regressor."""
+    """How many proxy runs (DVC experiments) each round draws. The laws fitted have a few
+    coefficients per source (not a learned regressor): tens of runs pin them down."""
+    rounds: int = Field(1, ge=1, le=100)
+    """Rounds of proxies: the first draws `runs` mixes around the line's `mix:`; each later one
+    draws `runs` more around the law's best mix so far. Every fit uses the runs of every round
+    so far: more rounds, more evidence near the best region."""
+    narrow: float = Field(2.0, ge=1)
+    """Each round's Dirichlet is this much more concentrated than the last's (round r:
+    concentration x narrow^r), so later rounds look closer to the best region."""
+    widen: float = Field(0.0, ge=0)
+    """Where the optimiser may look: 0, only the convex hull of the proxies' mixes (where the fit
+    has evidence); w > 0, that hull scaled by 1 + w about the proxies' mean mix (within the
+    bounds), a trust region the report names as such."""
     seed: int = 0
     """Seeds the draw of the proxies' mixes and the optimiser's candidates: the same seed and
     settings give the same mixes, the same experiment names and the same recommendation."""
@@ -51,24 +62,31 @@ class MixSearch(_Section):
     target: Literal["loss", "sources", "bpb"] = "loss"
     """What the recommended mix minimises: `loss`, the held-out loss per source weighted by the
     line's current `mix:` (a fixed weighting, so a proxy cannot win by its own weights);
-    `sources`, the mean held-out loss of `target_sources` only; `bpb`, as `loss` in bits per byte."""
-    target_sources: tuple[str, ...] = ()
-    """With target: sources, the sources whose held-out loss counts (e.g. the ones you care about,
-    not a noisy one you keep for coverage)."""
+    `sources`, the (weighted) mean held-out loss of `target_sources` only; `bpb`, as `loss` in bits per byte."""
+    target_sources: dict[str, float] = {}
+    """With target: sources, the sources whose held-out loss counts: a list (equal weights, e.g.
+    the ones you care about, not a noisy one you keep for coverage) or {source: weight} (e.g.
+    {code: 0.7, prose: 0.3} for a target set drawn 70/30 from them; weights are normalised)."""
     model: dict[str, Any] = {"n_layer": 1}
     """Keys of the `model:` section set for every proxy (a small model); the rest is the line's."""
     train: dict[str, Any] = {"steps": 40, "warmup_steps": 4, "checkpoint_every": 40}
     """Keys of the `train:` section set for every proxy (few steps); the rest is the line's.
     Every proxy trains from scratch (each is a new experiment)."""
     candidates: int = Field(20000, ge=100, le=10_000_000)
-    """How many mixes the optimiser scores (a seeded uniform sample of the bounded simplex, as
-    RegMix does, plus the proxies' own mixes): the best predicted one is recommended."""
+    """How many mixes the optimiser scores (a seeded sample of the proxies' region, see `widen`,
+    plus the proxies' own mixes): the best predicted one is the law's best mix."""
     validate_best: bool = False
-    """Also run the recommended mix as one more proxy and report its measured target against
-    the predicted one (`shardline mix-search --validate` does too)."""
+    """Also run the law's best mix as one more proxy and report its measured target beside its
+    prediction and the best proxy's (`shardline mix-search --validate` does too)."""
     workers: int = Field(1, ge=1, le=64)
     """DVC queue workers running proxies at once (`dvc queue start -j`); each trains on
     `train.threads` threads."""
+
+    @field_validator("target_sources", mode="before")
+    @classmethod
+    def _listed(cls, v):
+        """A list of sources is equal weights."""
+        return {n: 1.0 for n in v} if isinstance(v, (list, tuple)) else v
 
 
 def bounds_of(section: MixSearch, names: list[str]) -> tuple[list[float], list[float]]:
@@ -83,6 +101,8 @@ def problems(params) -> list[str]:
     out = [f"mix_search.bounds.{k}: unknown source; bounds are per source of `sources`" for k in s.bounds
            if k not in names]
     out += [f"mix_search.target_sources: unknown source {k!r}" for k in s.target_sources if k not in names]
+    out += [f"mix_search.target_sources.{k}: weight {w:g} must be > 0; leave the source out instead"
+            for k, w in s.target_sources.items() if not w > 0]
     if s.target == "sources" and not s.target_sources:
         out.append("mix_search.target_sources: required with target: sources; list the sources whose loss counts")
     if not out:

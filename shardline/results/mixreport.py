@@ -1,12 +1,16 @@
-"""A mix search's evidence: data/reports/mix_search.json, .md and .png (layout.mix_search_*).
+"""A mix search's evidence: data/reports/mix_search.json, .md and .png (layout.mix_search_*), and
+the lines `shardline mix-search` prints.
 
-Contract: `result(params, proxies, measured, validation)` is a pure function of the plan and the
-proxies' measurements (the design in shardline.results.mixsearch, the law in mixfit): the same
-runs give the same JSON, byte for byte, which is how a resumed search is checked against an
-unkilled one. `write` renders it: a table of the proxy runs (name, mix, per-source figure,
-target), the fit's leave-one-out error, the recommended mix and its predicted gain over the
-line's current mix, the validation run's predicted against measured when there is one, and a
-plot of predicted (leave-one-out) against measured target per run.
+Contract: `result(params, proxies, measured, validation, rounds)` is a pure function of the plan
+and the proxies' measurements (the design in shardline.results.mixsearch, the law in mixfit, the
+decision in mixrecommend): the same runs give the same JSON, byte for byte, which is how a
+resumed search is checked against an unkilled one. Its `headline`, the report's first line and
+the terminal's, says what is recommended: the law's best mix only when its predicted gain over the
+best measured proxy is beyond the fit's error, else "no better mix found within error" and the
+best measured proxy. `markdown` renders the per-source predicted losses with their intervals
+beside the best proxy's measurements, both laws' leave-one-out errors and the chosen law's
+parameters, the rounds, every proxy run, and the validation run's measurement beside its
+prediction and the best proxy's; the plot is predicted (leave-one-out) against measured target.
 """
 
 from __future__ import annotations
@@ -18,77 +22,135 @@ import numpy as np
 
 from shardline.core import fsio
 from shardline.core.layout import Layout
-from shardline.results import mixfit
-from shardline.results.mixsearch import Proxy, current_mix, metric, recommend, source_names, target_of, target_weights
-
-LAW = "log-linear per source: log L_s = a_s + b_s . mix (least squares)"
-
-
-def result(params, proxies: list[Proxy], measured: dict[str, dict[str, float]],
-           validation: tuple[Proxy, dict[str, float]] | None = None) -> dict:
-    """measured: proxy name -> per-source figure (metric(params)), for every proxy."""
-    names = source_names(params)
-    x = np.array([[p.mix[n] for n in names] for p in proxies])
-    y = np.array([[measured[p.name][n] for n in names] for p in proxies])
-    f = mixfit.fit(x, y)
-    errors = mixfit.loo_errors(f, y, target_weights(params))
-    loo_targets = f.loo @ target_weights(params)
-    out = {"metric": metric(params), "target": params.mix_search.target,
-           "target_weights": dict(zip(names, target_weights(params).tolist())), "current_mix": current_mix(params),
-           "proxies": [{"name": p.name, "mix": p.mix, "measured": measured[p.name],
-                        "target": target_of(params, measured[p.name]), "loo_predicted_target": float(t)}
-                       for p, t in zip(proxies, loo_targets)],
-           "fit": {"law": LAW, "intercept": dict(zip(names, f.intercept.tolist())),
-                   "coef": {n: dict(zip(names[:-1], c)) for n, c in zip(names, f.coef.tolist())},
-                   "loo_rmse": dict(zip(names, errors["rmse"])), "loo_target_rmse": errors["target_rmse"],
-                   "loo_target_mape": errors["target_mape"]},
-           "recommended": recommend(params, f.predict, proxies), "validation": None}
-    if validation:
-        vp, vm = validation
-        predicted = f.predict(np.array([[vp.mix[n] for n in names]]))[0]
-        out["validation"] = {"name": vp.name, "mix": vp.mix, "measured": vm, "measured_target": target_of(params, vm),
-                             "predicted": dict(zip(names, predicted.tolist())),
-                             "predicted_target": float(predicted @ target_weights(params))}
-    return out
+from shardline.results import mixfit, mixrecommend
+from shardline.results.mixsearch import Proxy, current_mix, metric, source_names, target_of, target_weights
 
 
 def _mix(m: dict[str, float]) -> str:
-    return ", ".join(f"{n} {w:.3f}" for n, w in m.items())
+    return ", ".join(f"{n} {w:.4f}" for n, w in m.items())
+
+
+def _iv(v: list[float]) -> str:
+    return f"{v[0]:.4f} [{v[1]:.4f}, {v[2]:.4f}]"
+
+
+def headline(r: dict) -> str:
+    o, b = r["optimum"], r["best_proxy"]
+    if r["beyond_error"]:
+        return (f"recommended mix {_mix(o['mix'])}: predicted target {_iv(o['predicted_target'])}, {r['gain']:.4f} "
+                f"below the best measured proxy's {b['measured_target']:.4f}, beyond the fit's error")
+    return (f"no better mix found within error: recommended the best measured proxy {b['name']} ({_mix(b['mix'])}), "
+            f"target {b['measured_target']:.4f}; the law's best mix's predicted gain, {r['gain']:+.4f}, is within the "
+            f"fit's error, {r['error']:.4f}")
+
+
+def result(params, proxies: list[Proxy], measured: dict[str, dict[str, float]],
+           validation: tuple[Proxy, dict[str, float]] | None = None, rounds: list[dict] | None = None) -> dict:
+    """measured: proxy name -> per-source figure (metric(params)), for every proxy."""
+    names, weights = source_names(params), target_weights(params)
+    f, d = mixrecommend.decide(params, proxies, measured)
+    law, laws = d.pop("law"), d.pop("laws")
+    e = laws[law]
+    out = {"metric": metric(params), "target": params.mix_search.target,
+           "target_weights": dict(zip(names, weights.tolist())), "current_mix": current_mix(params),
+           "proxies": [{"name": p.name, "round": i // params.mix_search.runs, "mix": p.mix,
+                        "measured": measured[p.name], "target": target_of(params, measured[p.name]),
+                        "loo_predicted_target": float(t)} for i, (p, t) in enumerate(zip(proxies, f.loo @ weights))],
+           "rounds": rounds,
+           "fit": {"law": law, "form": f.law.form, "params": f.law.table(f.params, names),
+                   "interval": f"{mixfit.INTERVAL}: at least {1 - 2 / (len(proxies) + 1):.0%} cover a new run "
+                               f"drawn as these {len(proxies)} were (jackknife+'s bound; a mix the optimiser picked "
+                               "is not such a draw, so there it is a guide)",
+                   "loo_rmse": dict(zip(names, e["loo_rmse"])), "loo_target_rmse": e["loo_target_rmse"],
+                   "loo_target_mape": e["loo_target_mape"], "laws": laws},
+           **d, "validation": None}
+    out["headline"] = headline(out)
+    if validation:
+        vp, vm = validation
+        at = mixrecommend.prediction(f, np.array([vp.mix[n] for n in names]), weights, names)
+        out["validation"] = {"name": vp.name, "mix": vp.mix, "measured": vm, "measured_target": target_of(params, vm),
+                             **at}
+    return out
+
+
+def terminal(r: dict) -> list[str]:
+    """What `shardline mix-search` prints: the headline, the law, and the validation's three numbers."""
+    laws = ", ".join(f"{n} {v['loo_target_rmse']:.4f}" for n, v in r["fit"]["laws"].items() if "skipped" not in v)
+    lines = [r["headline"], f"law: {r['fit']['law']} (leave-one-out target RMSE: {laws}); searched {r['region']}"]
+    if r["validation"]:
+        v, b = r["validation"], r["best_proxy"]
+        lines.append(f"validation target: measured {v['measured_target']:.4f} (run {v['name']}) | predicted "
+                     f"{_iv(v['predicted_target'])} | best proxy {b['measured_target']:.4f} ({b['name']})")
+    return lines
+
+
+def _per_source(r: dict) -> list[str]:
+    names, o, b, c = list(r["current_mix"]), r["optimum"], r["best_proxy"], r["current"]
+    lines = [f"| {r['metric']} | law's best mix: predicted | best proxy `{b['name']}`: measured | best proxy: "
+             "predicted | current mix: predicted |", "|---|---|---|---|---|",
+             f"| target | {_iv(o['predicted_target'])} | {b['measured_target']:.4f} | {_iv(b['predicted_target'])} | "
+             f"{_iv(c['predicted_target'])} |"]
+    return lines + [f"| {n} | {_iv(o['predicted'][n])} | {b['measured'][n]:.4f} | {_iv(b['predicted'][n])} | "
+                    f"{_iv(c['predicted'][n])} |" for n in names]
+
+
+def _validation(r: dict) -> list[str]:
+    v, b = r["validation"], r["best_proxy"]
+    if not v:
+        return ["- not run (mix_search.validate_best, or `shardline mix-search --validate`)"]
+    lines = [f"`{v['name']}` ran the law's best mix ({_mix(v['mix'])}).", "",
+             f"| {r['metric']} | validation run: measured | its prediction | best proxy `{b['name']}`: measured |",
+             "|---|---|---|---|",
+             f"| target | {v['measured_target']:.4f} | {_iv(v['predicted_target'])} | {b['measured_target']:.4f} |"]
+    return lines + [f"| {n} | {v['measured'][n]:.4f} | {_iv(v['predicted'][n])} | {b['measured'][n]:.4f} |"
+                    for n in r["current_mix"]]
+
+
+def _fit(r: dict, plot_name: str) -> list[str]:
+    fit, names = r["fit"], list(r["current_mix"])
+    lines = ["| law | form | leave-one-out RMSE, target | per source |", "|---|---|---|---|"]
+    for n, v in fit["laws"].items():
+        per = ", ".join(f"{s} {e:.4f}" for s, e in zip(names, v.get("loo_rmse", [])))
+        err = (f"not fitted: {v['skipped']} | |" if "skipped" in v else
+               f"{v['loo_target_rmse']:.4f} ({v['loo_target_mape']:.2%}) | {per} |")
+        lines.append(f"| {n}{' (chosen)' if n == fit['law'] else ''} | {v['form']} | {err}")
+    keys = list(next(iter(fit["params"].values())))
+    lines += ["", f"Chosen by the lower leave-one-out RMSE of the target: **{fit['law']}**. Its parameters (the last "
+              "source's mix column is the reference):", "", "| source | " + " | ".join(keys) + " |",
+              "|---|" + "---|" * len(keys)]
+    lines += [f"| {n} | " + " | ".join(f"{p[k]:.4f}" for k in keys) + " |" for n, p in fit["params"].items()]
+    return lines + ["", f"Intervals: {fit['interval']}.", "",
+                    f"![predicted (leave-one-out) against measured target]({plot_name})"]
 
 
 def markdown(r: dict, plot_name: str) -> str:
-    names, m = list(r["current_mix"]), r["metric"]
+    names, b, rec = list(r["current_mix"]), r["best_proxy"], r["recommended"]
     what = {"loss": "held-out loss weighted by the current mix", "bpb": "held-out bits per byte weighted by the "
-            "current mix", "sources": "mean held-out loss of " + ", ".join(n for n, w in r["target_weights"].items() if w)}
-    lines = ["# Mix search", "", f"Target: {what[r['target']]} (lower is better). {len(r['proxies'])} proxy runs, each "
-             "a DVC experiment (`dvc exp show` lists them by name).", "", "## Proxy runs", "",
-             "| run | mix | " + " | ".join(f"{n} {m}" for n in names) + " | target | LOO predicted |",
-             "|---|---|" + "---|" * len(names) + "---|---|"]
-    for p in r["proxies"]:
-        lines.append(f"| {p['name']} | {_mix(p['mix'])} | " + " | ".join(f"{p['measured'][n]:.4f}" for n in names)
-                     + f" | {p['target']:.4f} | {p['loo_predicted_target']:.4f} |")
-    fit, rec = r["fit"], r["recommended"]
-    lines += ["", "## Fit", "", f"- law: {fit['law']}",
-              f"- leave-one-out RMSE of the target: {fit['loo_target_rmse']:.4f} "
-              f"({fit['loo_target_mape']:.2%} mean relative error)",
-              "- leave-one-out RMSE per source: " + ", ".join(f"{n} {v:.4f}" for n, v in fit["loo_rmse"].items()),
-              "", f"![predicted (leave-one-out) against measured target]({plot_name})", "",
-              "## Recommended mix", "", f"- recommended: {_mix(rec['mix'])}",
-              f"- current: {_mix(r['current_mix'])}",
-              f"- predicted target {rec['predicted_target']:.4f} against {rec['current_predicted_target']:.4f} for the "
-              f"current mix: a predicted gain of {rec['predicted_gain']:.4f} "
-              f"({rec['predicted_gain'] / rec['current_predicted_target']:.2%})",
-              f"- within the fit's own error? {'yes' if rec['predicted_gain'] > fit['loo_target_rmse'] else 'no'}: "
-              f"the gain is {'above' if rec['predicted_gain'] > fit['loo_target_rmse'] else 'not above'} the "
-              "leave-one-out RMSE", "", "Apply it with `dvc exp run " + " ".join(f"-S mix.{n}={w}" for n, w in
-                                                                            rec["mix"].items()) + "`."]
-    v = r["validation"]
-    lines += ["", "## Validation", ""]
-    if v:
-        lines.append(f"- `{v['name']}` ran the recommended mix: measured target {v['measured_target']:.4f}, "
-                     f"predicted {v['predicted_target']:.4f} (off by {v['measured_target'] - v['predicted_target']:+.4f})")
-    else:
-        lines.append("- not run (mix_search.validate_best, or `shardline mix-search --validate`)")
+            "current mix", "sources": "held-out loss weighted " + ", ".join(f"{n} {w:.2f}" for n, w in
+                                                                          r["target_weights"].items() if w)}
+    lines = [f"# Mix search: {r['headline']}", "", f"Target: {what[r['target']]} (lower is better). "
+             f"{len(r['proxies'])} proxy runs in {len(r['rounds'] or [0])} round(s), each a DVC experiment "
+             "(`dvc exp show` lists them by name).", "", "## Recommendation", "",
+             f"- recommended: {_mix(rec['mix'])}, "
+             + ("the law's best mix" if rec["source"] == "law" else f"the best measured proxy `{rec['name']}`"),
+             f"- searched: {r['region']}",
+             f"- the law's best mix: {_mix(r['optimum']['mix'])}, predicted gain over the best measured proxy "
+             f"{r['gain']:+.4f}, the fit's error there {r['error']:.4f} (the upper half of its target interval): "
+             + ("beyond it" if r["beyond_error"] else "within it"),
+             f"- the best measured proxy: `{b['name']}` ({_mix(b['mix'])})", f"- current: {_mix(r['current_mix'])}",
+             "", "Apply it with `dvc exp run " + " ".join(f"-S mix.{n}={w}" for n, w in rec["mix"].items()) + "`.",
+             "", "Per source, predicted with its interval [low, high]:", "", *_per_source(r),
+             "", "## Validation", "", *_validation(r), "", "## Fit", "", *_fit(r, plot_name)]
+    if r["rounds"]:
+        lines += ["", "## Rounds", "", "| round | drawn around | concentration | best measured target |",
+                  "|---|---|---|---|"]
+        lines += [f"| {x['round']} | {_mix(x['centre'])} | {x['concentration']:g} | {x['best_measured_target']:.4f} |"
+                  for x in r["rounds"]]
+    lines += ["", "## Proxy runs", "", "| run | round | mix | " + " | ".join(f"{n} {r['metric']}" for n in names)
+              + " | target | LOO predicted |", "|---|---|---|" + "---|" * len(names) + "---|---|"]
+    lines += [f"| {p['name']} | {p['round']} | {_mix(p['mix'])} | "
+              + " | ".join(f"{p['measured'][n]:.4f}" for n in names)
+              + f" | {p['target']:.4f} | {p['loo_predicted_target']:.4f} |" for p in r["proxies"]]
     return "\n".join(lines) + "\n"
 
 
@@ -104,7 +166,8 @@ def _plot(r: dict, out) -> None:
     ax.scatter(meas, pred, label="proxy runs (leave-one-out)")
     if r["validation"]:
         v = r["validation"]
-        ax.scatter([v["measured_target"]], [v["predicted_target"]], marker="*", s=150, label="recommended mix")
+        ax.scatter([v["measured_target"]], [v["predicted_target"][0]], marker="*", s=150, label="the law's best mix")
+        meas, pred = meas + [v["measured_target"]], pred + [v["predicted_target"][0]]
     lo, hi = min(meas + pred), max(meas + pred)
     ax.plot([lo, hi], [lo, hi], color="grey", linewidth=0.8)
     ax.set_xlabel("measured target")

@@ -1,13 +1,16 @@
 """A mix search's design, as pure functions of params.yaml and the baseline commit: which proxy
-runs (their names and mixes), what each sets, what the target is, and which mix is recommended
-from a fitted model (shardline.results.mixfit). No orchestrator here: `shardline mix-search`
-(shardline/cli/mixsearch.py) runs the proxies as DVC experiments and hands their measurements back.
+runs (their names and mixes, round by round), what each sets, and what the target is. What is
+fitted and recommended from their measurements: shardline.results.mixfit and mixrecommend. No
+orchestrator here: `shardline mix-search` (shardline/cli/mixsearch.py) runs the proxies as DVC
+experiments and hands their measurements back.
 
 Contract: `plan(params, baseline)` is deterministic: the same params and baseline give the same
 names and mixes, in the same order, on any machine (numpy's PCG64 from mix_search.seed). The
 names carry a digest of everything that decides what a proxy trains (mixes, overrides, the
 baseline), so a search with other settings never takes an older search's experiment for its own.
-`recommend` is deterministic too: the best predicted of a seeded sample of the bounded simplex.
+A later round's proxies (`plan(params, baseline, round, centre)`) are drawn around a centre
+that earlier rounds' measurements decide; their names carry a digest of their own mixes, as the
+validation run's does, so a name always means one mix.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ def current_mix(params) -> dict[str, float]:
     return {n: raw[n] / total for n in source_names(params)}
 
 
-def _within(r: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+def within(r: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     return np.all((r >= lo - 1e-12) & (r <= hi + 1e-12), axis=1)
 
 
@@ -54,7 +57,7 @@ def sample(rng: np.random.Generator, alpha: np.ndarray, lo: np.ndarray, hi: np.n
         d = rng.dirichlet(alpha, size=max(1024, n))
         r = np.round(lo + free * d, DECIMALS)
         r[:, -1] = np.round(1.0 - r[:, :-1].sum(axis=1), DECIMALS)  # rounded, still summing to 1
-        out += list(r[_within(r, lo, hi)])
+        out += list(r[within(r, lo, hi)])
         if len(out) >= n:
             return np.array(out[:n])
     raise ConfigError(f"mix_search.bounds: too few {what} fall within the maximums (1000 tries); raise them")
@@ -67,19 +70,32 @@ def digest(params, baseline: str) -> str:
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:6]
 
 
-def plan(params, baseline: str) -> list[Proxy]:
-    """The proxies: `mix<seed>-<digest>-<i>` with mixes drawn around the line's mix."""
+def plan(params, baseline: str, rnd: int = 0, centre: dict[str, float] | None = None) -> list[Proxy]:
+    """A round's proxies. Round 0: `mix<seed>-<digest>-<i>`, drawn around the line's mix. Round
+    r > 0: `mix<seed>-<digest>-r<r><mixes' digest>-<i>`, drawn around `centre` with the
+    concentration times mix_search.narrow^r (narrower each round)."""
     s, names = params.mix_search, source_names(params)
     lo, hi = (np.array(x) for x in bounds_of(s, names))
-    centre = np.array([current_mix(params)[n] for n in names])
-    rng = np.random.default_rng([s.seed, 0])  # stream 0: the proxies; stream 1: the optimiser's candidates
-    mixes = sample(rng, s.concentration * centre, lo, hi, s.runs, "drawn mixes")
+    around = np.array([(centre or current_mix(params))[n] for n in names])
+    # streams: [seed, 0] round 0, [seed, 1] the optimiser's candidates, [seed, 2, r] round r
+    rng = np.random.default_rng([s.seed, 0] if rnd == 0 else [s.seed, 2, rnd])
+    if rnd:  # centred on the centre itself: sample() draws lo + (1 - sum lo) x Dirichlet
+        around = np.maximum((around - lo) / (1 - lo.sum()), 0.01)
+    mixes = sample(rng, s.concentration * s.narrow ** rnd * around, lo, hi, s.runs, "drawn mixes")
     tag = f"mix{s.seed}-{digest(params, baseline)}"
+    if rnd:
+        tag += f"-r{rnd}" + hashlib.sha256(json.dumps(mixes.tolist()).encode()).hexdigest()[:4]
     return [Proxy(f"{tag}-{i:02d}", {n: float(w) for n, w in zip(names, m)}) for i, m in enumerate(mixes)]
 
 
 def validation_proxy(proxies: list[Proxy], mix: dict[str, float]) -> Proxy:
-    return Proxy(proxies[0].name.rsplit("-", 1)[0] + f"-{VALIDATION}", mix)
+    """The run of the law's best mix: the proxy that ran that very mix (the law's best is often a
+    corner of the proxies' hull: a proxy), else `mix<seed>-<digest>-best-<its digest>`."""
+    same = next((p for p in proxies if p.mix == mix), None)
+    if same:
+        return same
+    h = hashlib.sha256(json.dumps(mix, sort_keys=True).encode()).hexdigest()[:4]
+    return Proxy(proxies[0].name.rsplit("-", 1)[0] + f"-{VALIDATION}-{h}", mix)
 
 
 def settings(params, proxy: Proxy) -> list[str]:
@@ -100,28 +116,11 @@ def target_weights(params) -> np.ndarray:
     else a mix would score well by weighting its easiest source)."""
     s, names = params.mix_search, source_names(params)
     if s.target == "sources":
-        return np.array([1.0 / len(s.target_sources) if n in s.target_sources else 0.0 for n in names])
+        total = sum(s.target_sources.values())
+        return np.array([s.target_sources.get(n, 0.0) / total for n in names])
     cur = current_mix(params)
     return np.array([cur[n] for n in names])
 
 
 def target_of(params, per_source: dict[str, float]) -> float:
     return float(np.dot(target_weights(params), [per_source[n] for n in source_names(params)]))
-
-
-def recommend(params, predict, proxies: list[Proxy]) -> dict:
-    """The mix with the lowest predicted target among a seeded uniform sample of the bounded
-    simplex and the proxies' own mixes (RegMix's way: dense sampling, no gradient; with a smooth
-    law a finer optimiser would move the answer by less than the fit's own error). `predict`
-    maps mixes (n, k) to per-source figures (n, k)."""
-    s, names = params.mix_search, source_names(params)
-    lo, hi = (np.array(x) for x in bounds_of(s, names))
-    rng = np.random.default_rng([s.seed, 1])
-    cands = np.vstack([sample(rng, np.ones(len(names)), lo, hi, s.candidates, "candidate mixes"),
-                       np.array([[p.mix[n] for n in names] for p in proxies]).reshape(-1, len(names))])
-    scores = predict(cands) @ target_weights(params)
-    best = int(np.argmin(scores))  # argmin: the first of equal scores, so the order decides ties
-    cur = np.array([[current_mix(params)[n] for n in names]])
-    now = float((predict(cur) @ target_weights(params))[0])
-    return {"mix": {n: float(w) for n, w in zip(names, cands[best])}, "predicted_target": float(scores[best]),
-            "current_predicted_target": now, "predicted_gain": now - float(scores[best])}
