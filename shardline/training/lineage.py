@@ -59,8 +59,12 @@ def sources(params: Params, layout: Layout) -> tuple[RawSource, ...]:
     out = []
     for s in params.sources:
         m = layout.manifest(s.name)  # the download's manifest (data/raw), not a checkpoint's
-        files = fsio.read_json(m)["files"] if m.exists() else None
-        out.append(RawSource(s.name, s.uri, tuple(RawFile(f["path"], f["sha256"]) for f in files) if files else None))
+        got = fsio.read_json(m) if m.exists() else {}
+        files = got.get("files")
+        dataset = None if s.dataset is None else {  # the commit it resolved to (a folder: its content hash)
+            **s.dataset.model_dump(), "resolved": got.get("revision") or got.get("content")}
+        out.append(RawSource(s.name, s.uri, tuple(RawFile(f["path"], f["sha256"]) for f in files) if files else None,
+                             dataset, absent=frozenset() if dataset else frozenset({"dataset"})))
     return tuple(out)
 
 
@@ -123,7 +127,8 @@ def describe(manifest: Manifest) -> str:
     for e in lin.rollbacks:
         lines.append(f"  {guard.describe(e)}")
     for s in lin.sources:
-        lines.append(f"  source {s.name}: {s.uri} ({len(s.files) if s.files else '?'} files)")
+        where = s.uri if s.dataset is None else f"dataset {s.dataset['name']} at {s.dataset.get('resolved')}"
+        lines.append(f"  source {s.name}: {where} ({len(s.files) if s.files else '?'} files)")
     lines.append("  clean rules: " + json.dumps(lin.clean_rules, sort_keys=True))
     for name, own in lin.source_clean_rules.items():
         lines.append(f"  clean rules of {name}: " + json.dumps(own, sort_keys=True))

@@ -171,12 +171,26 @@ class RawFile(_Record):
     SPEC: ClassVar = (("path", str), ("sha256", str))
 
 
+def _uri(value: Any, at: str) -> str | tuple[str, ...] | None:
+    """A source's uri as params.yaml gives it: one location, several, or none (a Hub dataset source)."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    raise _Bad(at, f"must be a string, a list of strings or null, got {_show(value)}")
+
+
 @dataclass(frozen=True)
-class RawSource(_Record):  # a source and its raw files (None: no download manifest when it trained)
+class RawSource(_Record):
+    """A source and its raw files (None: no download manifest when it trained); `dataset`, for a
+    source read through `datasets` (sources[].dataset), what was asked and the commit (or, for a
+    local folder, the content hash) it resolved to. Absent for every other source."""
+
     name: str
-    uri: str
+    uri: str | tuple[str, ...] | None
     files: tuple[RawFile, ...] | None
-    SPEC: ClassVar = (("name", str), ("uri", str), ("files", ([RawFile], NULL)))
+    dataset: dict | None = None
+    SPEC: ClassVar = (("name", str), ("uri", _uri), ("files", ([RawFile], NULL)), ("dataset", (dict, NULL), None))
 
 
 @dataclass(frozen=True)

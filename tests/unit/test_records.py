@@ -164,6 +164,30 @@ def test_a_new_lineage_writes_no_version_field_and_moves_on_after_a_save(tmp_pat
     assert nxt.to_json()["data_change"] == [] and lin.parent == "step-000000002"  # frozen: the old one stays
 
 
+def test_sources_of_several_uris_and_of_a_hub_dataset_read_back(tmp_path):
+    """A source's uri may be a list (params.yaml takes one) or null (a `dataset:` source, whose
+    request and resolved commit the lineage records instead); both failed to read back once typed."""
+    from tests.conftest import small_params
+
+    params = config.parse(small_params([
+        {"name": "code", "uri": ["a.txt", "b.txt"], "format": "txt"},
+        {"name": "hub", "dataset": {"name": "org/set", "config": "small", "revision": "main"}}]))
+    layout = Layout.at(tmp_path)
+    fsio.write_json(layout.manifest("hub"), {"revision": "c" * 40, "files": [{"path": "train-00000.parquet",
+                                                                             "sha256": "d" * 64}]})
+    got = lineage.sources(params, layout)
+    assert [s.to_json() for s in got] == [
+        {"name": "code", "uri": ["a.txt", "b.txt"], "files": None},
+        {"name": "hub", "uri": None, "files": [{"path": "train-00000.parquet", "sha256": "d" * 64}],
+         "dataset": {"name": "org/set", "config": "small", "split": "train", "revision": "main",
+                     "resolved": "c" * 40}}]
+    lin = dataclasses.replace(_inputs(tmp_path / "p")[1], sources=got, rollbacks=())
+    back = Lineage.from_json(json.loads(json.dumps(lin.to_json())), "lineage.json")
+    assert back.to_json() == lin.to_json() and back.sources[0].uri == ("a.txt", "b.txt")
+    assert "source hub: dataset org/set at " + "c" * 40 + " (1 files)" in lineage.describe(
+        Manifest.from_json({**today(), "lineage": lin.to_json()}, "m.json"))
+
+
 def test_an_exported_lineage_reads_back_alone():
     lin = today()["lineage"]
     assert Lineage.from_json(lin, "/out/lineage.json").to_json() == lin
