@@ -1,25 +1,30 @@
-"""The stages by name: the one table from a dvc.yaml stage to its engine entry point.
+"""The stages by name: which stages exist and how each may be run; `shardline.stages` holds what
+each one runs.
 
 Every data stage's entry point is `run(params, layout, log, mapper, sink)`, report's `run(params,
-layout, log, mapper)`, train's `run(params, layout, ctx: RunContext)`. Orchestrators (the
-`shardline` command that dvc.yaml calls, the Prefect flows) decide where a stage runs and what it
-is told; this table only names the stages and groups them. Modules are imported on demand, so a
-stage pays only for the libraries it uses.
+layout, log, mapper)`, train's and a plug-in stage's `run(params, layout, ctx: RunContext)`.
+Orchestrators (the `shardline` command that dvc.yaml calls, the Prefect flows) decide where a
+stage runs and what it is told; this table only names the stages and groups them. It imports no
+stage (it sits on the ground floor: core modules ask it which stages are parted), and a plug-in
+stage (the "shardline.stages" entry points, shardline.core.plugins) is looked up only when a name
+is not built in. Plug-in stages are in no group: they run in-process, told what the RunContext holds.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Callable
+from shardline.core import plugins
 
-_MODULES = {"download": "data.download", "clean": "data.clean.stage", "tokenize": "data.tokenize",
-            "shard": "data.shard", "train": "training.train", "report": "results.report"}
-NAMES = tuple(_MODULES)
+NAMES = ("download", "clean", "tokenize", "shard", "train", "report")  # the built-in stages, in line order
 PARTED = ("clean", "tokenize", "shard")  # per-part work that params.yaml's `parts` may spread over a task runner
 DATA = ("download", *PARTED)  # the stages that take a progress `sink`
 GIL_BOUND = ("clean",)  # parts that hold the GIL (per-document Python): processes, not threads, on one machine
 
 
-def entry_point(name: str) -> Callable:
-    """Stage `name`'s `run` function."""
-    return importlib.import_module(f"shardline.{_MODULES[name]}").run
+def is_plugin(name: str) -> bool:
+    return name not in NAMES and name in plugins.names("stages")
+
+
+def check(name: str, where: str = "stage") -> None:
+    """A PluginError (one line, every known stage) for a name no stage has."""
+    if name not in NAMES and not is_plugin(name):
+        raise plugins.PluginError(f"{where}: {plugins.unknown(name, 'stages', NAMES)}")

@@ -14,6 +14,7 @@ import os
 import time
 from pathlib import Path
 
+from shardline import registry
 from shardline.cli import log
 from shardline.orchestration.flows.dispatch import dispatch
 from shardline.core import chaos, config
@@ -21,6 +22,7 @@ from shardline.core.layout import Layout
 
 
 def cmd_stage(args: argparse.Namespace) -> int:
+    registry.check(args.name)  # one line naming every stage, before params.yaml is read
     layout = Layout.at(args.root)
     params = config.load(Path(layout.root, args.params))
     t0 = time.perf_counter()

@@ -59,7 +59,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--params", default="params.yaml", help="params file, relative to --root")
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser("stage", help="run one stage of the line (dvc.yaml calls this)")
-    s.add_argument("name", choices=registry.NAMES)
+    s.add_argument("name", metavar="NAME", help=f"{', '.join(registry.NAMES)}, or a plug-in's stage "
+                   "(docs/extending.md)")
     s.add_argument("--run-id", help="train: the orchestrator's run id, for the lineage (default: a Prefect flow "
                    "run's, when one started this process)")
     s.add_argument("--shards-md5", help="train: the md5 the data versioning records for data/shards, for the "

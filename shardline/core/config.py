@@ -10,7 +10,6 @@ shardline.data.clean.settings); the docstring under each field is its documentat
 from __future__ import annotations
 
 import difflib
-import importlib
 import math
 import re
 from pathlib import Path
@@ -27,15 +26,22 @@ from shardline.core.sections_watch import Log, Profile  # noqa: F401
 from shardline.core import sections_search
 from shardline.core.sections_search import MixSearch
 
-# The clean section is its rules' settings, assembled by the clean stage's rule registry, which
-# stands above this module (it is the clean stage's own code). It is named here, not imported, as
-# shardline/registry.py names the stages: the ground floor imports nothing above it. `schema()`
-# loads it and completes `Params` before anything is validated.
-CLEAN_SETTINGS = "shardline.data.clean.settings"
+
+def _clean_section() -> type[_Section]:
+    """The clean section's model. The section is its rules' settings, assembled beside the rules
+    (the clean stage's own code, above this floor): the one import this module makes upward
+    (tests/unit/test_imports.py names it), made when a Params is first completed (`schema()`),
+    not at import: a command that reads no params.yaml (`shardline --help`) never loads the rules."""
+    from shardline.data.clean.settings import Clean
+
+    return Clean
 
 
-def _clean_settings():
-    return importlib.import_module(CLEAN_SETTINGS)
+def _stage_wide() -> tuple[str, ...]:
+    """The clean settings that cannot differ per source (beside the section, as above)."""
+    from shardline.data.clean.settings import STAGE_WIDE
+
+    return STAGE_WIDE
 
 
 Clean: type[_Section]  # a name only: `Params.clean`'s type, resolved by schema()
@@ -46,7 +52,7 @@ class Params(_Section):
     """Where the raw text comes from; one entry per source."""
     download: Download = Download()
     """Retries and timeouts of remote sources (download stage)."""
-    clean: Clean = Field(default_factory=lambda: _clean_settings().Clean())
+    clean: Clean = Field(default_factory=lambda: _clean_section()())
     """Cleaning rules, in their fixed order (clean stage)."""
     tokenizer: Tokenizer = Tokenizer()
     """Tokenizer training and encoding (tokenize stage)."""
@@ -106,7 +112,7 @@ class Params(_Section):
 
     def _source_clean_problems(self, i: int, source: Source) -> list[str]:
         where = f"sources[{i}].clean"
-        shared = [k for k in (source.clean or {}) if k in _clean_settings().STAGE_WIDE]
+        shared = [k for k in (source.clean or {}) if k in _stage_wide()]
         if shared:
             return [f"{where}.{k}: stage-wide; set it in the clean section" for k in shared]
         try:
@@ -174,7 +180,8 @@ def _format(err: dict) -> str:
     if kind == "extra_forbidden":
         owner = _model_at(loc[:-1])
         hint = _did_you_mean(str(loc[-1]), owner.model_fields) if owner else ""
-        return f"{path}: unknown key{hint}"
+        known = getattr(owner, "known_keys", None)  # a section whose keys plug-ins add (clean) names them all
+        return f"{path}: unknown key{hint}" + (f"; {known()}" if known else "")
     if kind == "missing":
         return f"{path}: required"
     ops = {"greater_than_equal": ">=", "greater_than": ">", "less_than_equal": "<=", "less_than": "<"}
@@ -193,8 +200,8 @@ def _format(err: dict) -> str:
 
 
 def schema() -> type[Params]:
-    """`Params`, complete: with the clean section its rule registry assembles (see CLEAN_SETTINGS)."""
-    Params.model_rebuild(_types_namespace={"Clean": _clean_settings().Clean})
+    """`Params`, complete: with the clean section its rule registry assembles (see _clean_section)."""
+    Params.model_rebuild(_types_namespace={"Clean": _clean_section()})
     return Params
 
 

@@ -130,6 +130,6 @@ def for_stage(name: str, params) -> list[tuple[str, str]]:
     if name in registry.PARTED and params.parts.runner in RUNNERS:
         out.append((RUNNERS[params.parts.runner], f"parts.runner {params.parts.runner}"))
     if name == "train":
-        out += [(TRACKERS[b], f"log.backends {b}") for b in params.log.backends]
+        out += [(TRACKERS[b], f"log.backends {b}") for b in params.log.backends if b in TRACKERS]  # not a plug-in
         out += [(m, "eval.tasks") for m in TASKS if params.eval.tasks]
     return out

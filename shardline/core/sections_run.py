@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from shardline.core import stores
+from shardline.core import plugins, stores
 from shardline.core.section_base import _Section
 from shardline.core.sections_watch import Profile
 
@@ -96,17 +96,20 @@ class Loader(_Section):
         return self
 
 
-# Fields that only one architecture has: set under the other, they are refused by name.
+ARCHITECTURES = ("gpt2", "llama")  # built in; a plug-in adds one through "shardline.architectures"
+# Fields that only one architecture has: set under another, they are refused by name.
 LLAMA_ONLY = ("n_kv_head", "head_dim", "ffn_hidden", "ffn_multiple_of", "rope_theta", "qk_norm")
 GPT2_ONLY = ("bias", "gelu")
+COMMON = ("n_layer", "n_head", "d_model", "dropout", "norm_eps", "tie_embeddings")  # a plug-in's: these only
 
 
 class Model(_Section):
-    arch: Literal["gpt2", "llama"] = "gpt2"
+    arch: str = "gpt2"
     """gpt2: learned positions, LayerNorm, GELU, multi-head attention (nanoGPT). llama: rotary
     positions (RoPE), RMSNorm, SwiGLU, grouped-query attention, no biases (Llama 2/3; with qk_norm,
-    Qwen3). Unset means gpt2, so a params.yaml written before llama existed keeps its model (and
-    its runs' identity); the shipped params.yaml sets llama."""
+    Qwen3). Or the name of an architecture a plug-in adds (docs/extending.md), which takes the
+    fields both share. Unset means gpt2, so a params.yaml written before llama existed keeps its
+    model (and its runs' identity); the shipped params.yaml sets llama."""
     n_layer: int = Field(2, ge=1)
     """Transformer blocks."""
     n_head: int = Field(4, ge=1)
@@ -142,14 +145,22 @@ class Model(_Section):
     """The output head shares the token embedding's weight. gpt2 always ties; llama may untie
     (Llama 2/3 7B+ do; small models save a vocab x d_model matrix by tying)."""
 
+    @field_validator("arch")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        if v not in ARCHITECTURES and v not in plugins.names("architectures"):  # metadata read only then
+            raise ValueError(plugins.unknown(v, "architectures", ARCHITECTURES))
+        return v
+
     @model_validator(mode="after")
     def _check(self) -> "Model":
-        other = GPT2_ONLY if self.arch == "llama" else LLAMA_ONLY
+        only = {"llama": LLAMA_ONLY, "gpt2": GPT2_ONLY}
         # a value other than the default, not merely present: a lineage's full dump holds them all
-        wrong = [k for k in other if getattr(self, k) != Model.model_fields[k].default]
+        wrong = [(k, arch) for arch, fields in only.items() if arch != self.arch for k in fields
+                 if getattr(self, k) != Model.model_fields[k].default]
         if wrong:
-            raise ValueError("\n".join(f"{k}: applies to arch {'gpt2' if self.arch == 'llama' else 'llama'} only, "
-                                        f"this model is {self.arch}; remove it" for k in wrong))
+            raise ValueError("\n".join(f"{k}: applies to arch {arch} only, this model is {self.arch}; remove it"
+                                        for k, arch in wrong))
         if self.arch == "gpt2" and not self.tie_embeddings:
             raise ValueError("tie_embeddings: gpt2 always ties its output head to the token embedding; "
                              "use arch llama for an untied head")
@@ -193,6 +204,8 @@ def identity_of(section: dict) -> dict:
         out = {k: section[k] for k in ("n_layer", "n_head", "d_model", "dropout", "bias")}
         defaults = {"norm_eps": 1e-5, "gelu": "exact"}
         return {**out, **{k: section[k] for k, d in defaults.items() if section.get(k, d) != d}}
+    if arch != "llama":  # a plug-in's: the fields it takes
+        return {"arch": arch, **{k: section.get(k, Model.model_fields[k].default) for k in COMMON}}
     m = Model.model_validate({k: v for k, v in section.items() if k in Model.model_fields})
     # llama: the shape as resolved, so two spellings of one network (n_kv_head unset or = n_head) are one run
     return {"arch": "llama", "n_layer": m.n_layer, "n_head": m.n_head, "n_kv_head": m.kv_heads, "d_model": m.d_model,

@@ -10,16 +10,18 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
+from shardline.core import plugins
 from shardline.core.section_base import _Section
 
-BACKENDS = ("tensorboard", "wandb", "mlflow")
+BACKENDS = ("tensorboard", "wandb", "mlflow")  # built in; a plug-in adds one through "shardline.trackers"
 
 
 class Log(_Section):
-    backends: tuple[Literal["tensorboard", "wandb", "mlflow"], ...] = ()
+    backends: tuple[str, ...] = ()
     """Trackers that get every step (loss, learning rate, gradient norm, tokens/s, MFU, data
     wait), every held-out eval per source (loss and bits per byte), the guards' skipped steps and
-    rollbacks, and the run's lineage as config and tags. Each is an optional extra
+    rollbacks, and the run's lineage as config and tags: tensorboard, wandb, mlflow, or one a
+    plug-in adds (docs/extending.md). Each built-in one is an optional extra
     (`pip install 'shardline[tensorboard]'`, `[wandb]`, `[mlflow]`); data/metrics/train.jsonl is kept
     whatever is listed. After a kill, resume or rollback each holds exactly one value per step,
     the same as train.jsonl."""
@@ -55,6 +57,9 @@ class Log(_Section):
         dupes = sorted({b for b in v if v.count(b) > 1})
         if dupes:
             raise ValueError(f"lists {', '.join(dupes)} twice")
+        for b in v:
+            if b not in BACKENDS and b not in plugins.names("trackers"):  # metadata read only then
+                raise ValueError(plugins.unknown(b, "trackers", BACKENDS))
         return v
 
 

@@ -6,7 +6,8 @@ Contract:
   imported model's embedding), seq_len (the shards), the attention mode (train.attention) and the
   document-boundary ids (the tokenizer's EOS and BOS). It is frozen and JSON-able.
 - `resolve(section, ...)` derives the values the section leaves to a rule (llama's n_kv_head,
-  head_dim, ffn_hidden), so two sections that mean the same network give equal configs.
+  head_dim, ffn_hidden), so two sections that mean the same network give equal configs. A
+  plug-in's architecture gets the fields every architecture has (and the rest at their defaults).
 - `flops_per_token(cfg, matmul_params)` is the count torchtitan, nanoGPT and PaLM use for MFU:
   6 * N + 12 * L * H * Q * T, with N the parameters that take part in a matmul per token (all but
   lookup tables: the position table, and an untied token embedding; a tied one counts once, as
@@ -23,7 +24,7 @@ from shardline.core.sections_run import Model
 
 @dataclass(frozen=True)
 class ModelConfig:
-    arch: str                   # "gpt2" | "llama"
+    arch: str                   # "gpt2" | "llama" | a plug-in's (shardline.model.build)
     vocab_size: int
     seq_len: int
     n_layer: int = 2
@@ -48,8 +49,8 @@ class ModelConfig:
     bos_id: int | None = None   # ...and starts at BOS
 
     def __post_init__(self):
-        if self.arch not in ("gpt2", "llama"):
-            raise ValueError(f"arch: {self.arch!r} is not gpt2 or llama")
+        if not self.arch:  # which names exist is the model section's to say (a plug-in's too)
+            raise ValueError("arch: empty")
         if min(self.vocab_size, self.seq_len, self.n_layer, self.n_head) < 1:
             raise ValueError("vocab_size, seq_len, n_layer and n_head must be >= 1")
         if not 0.0 <= self.dropout < 1.0:
@@ -84,6 +85,8 @@ def resolve(section: dict, *, vocab_size: int, seq_len: int, attention: str = "c
                   attention=attention, eos_id=eos_id, bos_id=bos_id)
     if m.arch == "gpt2":
         return ModelConfig(**common, bias=m.bias, gelu=m.gelu, n_positions=n_positions)
+    if m.arch != "llama":  # a plug-in's takes the fields every architecture has
+        return ModelConfig(**common)
     return ModelConfig(**common, n_kv_head=m.kv_heads, head_dim=m.head_size, ffn_hidden=m.ffn_size,
                        rope_theta=m.rope_theta, qk_norm=m.qk_norm)
 

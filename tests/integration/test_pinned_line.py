@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from shardline import registry
+from shardline import stages
 from shardline.core import config
 from shardline.core.layout import Layout
 from tests.conftest import REPO
@@ -67,7 +67,7 @@ def line(tmp_path_factory) -> Layout:
     shutil.copy(REPO / "params.yaml", root / "params.yaml")
     params, layout = config.load(root / "params.yaml"), Layout.at(root)
     for stage in ("download", "clean", "tokenize", "shard"):
-        registry.entry_point(stage)(params, layout, log=lambda _: None)
+        stages.run_of(stage)(params, layout, log=lambda _: None)
     return layout
 
 

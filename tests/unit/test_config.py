@@ -24,7 +24,10 @@ def test_every_problem_reported_at_once_with_dotted_paths():
     got = problems({"sources": [{**SRC, "sha": "1"}], "clean": {"min_chars": -5, "max_chrs": 3, "normalize": "NFD"},
                     "tokenizr": {}, "shard": {"seq_len": 0}})
     assert "clean.min_chars: must be >= 0, got -5" in got
-    assert "clean.max_chrs: unknown key (did you mean 'max_chars'?)" in got
+    assert "clean.max_chrs: unknown key (did you mean 'max_chars'?); known rules: url_blocklist, normalize, " \
+           "strip_control, whitespace, min_chars, max_chars, max_line_chars, max_repeated_line_fraction, " \
+           "min_alpha_fraction, max_replacement_fraction, language, gopher_repetition, gopher_quality, c4, fineweb, " \
+           "decontaminate, pii (built in); stage-wide: dedup, near_dedup, drop_samples, max_bad_fraction, part_mb" in got
     assert "sources[0].sha: unknown key (did you mean 'sha256'?)" in got
     assert "tokenizr: unknown key (did you mean 'tokenizer'?)" in got
     assert "shard.seq_len: must be >= 1, got 0" in got

@@ -2,10 +2,12 @@
 
 README.md and docs/*.md are checked against the code as it is, not against a list kept here:
 - every `shardline <subcommand> [--flags]` they show (fenced or inline code) is accepted by the
-  real argparse parser, found through the `shardline` console script in pyproject.toml;
+  real argparse parser, found through the `shardline` console script in pyproject.toml (a stage
+  is one of shardline.registry's, or one docs/extending.md's example plug-ins add);
 - every params key they show (`section.field` in backticks or code, `-S section.field=...`, and
   the keys of a yaml block that is a piece of params.yaml) is a field of the config models,
-  walked from `shardline.core.config.Params` (but on a line that quotes an "unknown key" error);
+  walked from `shardline.core.config.Params` (but on a line that quotes an "unknown key" error,
+  and the settings of docs/extending.md's example rule);
 - every repository path they show (`shardline/...`, `tests/...`, `bench/...`, ...) and every
   `python -m` module exists;
 - every relative link resolves, to a file, and to a heading when it names one.
@@ -28,6 +30,8 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
+from harness.plugins import guide as plugin_guide
+from shardline import registry
 from shardline.core import config
 
 REPO = Path(__file__).resolve().parents[2]
@@ -121,10 +125,12 @@ def _command_problems(line: str, cli: argparse.ArgumentParser) -> list[str]:
             opt = arg.split("=", 1)[0]
             if arg.startswith("-") and opt not in sub._option_string_actions:
                 problems.append(f"shardline {name} {opt}: no such option")
-        positional = [a for a in sub._actions if not a.option_strings and a.choices]
+        choices = [a.choices for a in sub._actions if not a.option_strings and a.choices]
+        if name == "stage":  # the built-in stages, and those the guide's plug-ins add
+            choices = [(*registry.NAMES, *_guide_names("stages"))]
         plain = [a for a in args if not a.startswith("-")]
-        if positional and plain and re.fullmatch(r"[a-z][a-z_-]*", plain[0]) and plain[0] not in positional[0].choices:
-            problems.append(f"shardline {name} {plain[0]}: not one of {', '.join(positional[0].choices)}")
+        if choices and plain and re.fullmatch(r"[a-z][a-z_-]*", plain[0]) and plain[0] not in choices[0]:
+            problems.append(f"shardline {name} {plain[0]}: not one of {', '.join(choices[0])}")
     return problems
 
 
@@ -161,9 +167,16 @@ def _models(annotation) -> tuple[list[type[BaseModel]], bool]:
     return models, free
 
 
+def _guide_names(group: str) -> set[str]:
+    """What docs/extending.md's example plug-ins add to `group`: the pages may show them in use."""
+    return {n for ex in plugin_guide().values() for n in ex.entry_points.get(f"shardline.{group}", {})}
+
+
 def _key_problem(key: str) -> str | None:
     models: list[type[BaseModel]] = [config.schema()]
     parts = key.split(".")
+    if parts[0] == "clean" and len(parts) > 1 and parts[1] in _guide_names("rules"):
+        return None  # a setting of the guide's own rule
     for i, part in enumerate(parts):
         field = next((m.model_fields[part] for m in models if part in m.model_fields), None)
         if field is None:

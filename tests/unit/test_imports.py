@@ -9,9 +9,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 # Top to bottom: a module may import its own layer or any below it, never one above.
 LAYERS = ("flows tasks", "shardline.cli", "shardline.orchestration.flows", "shardline.orchestration.tasks",
-          "shardline.dvcrepo", "shardline.results", "shardline.training", "shardline.stream",
+          "shardline.dvcrepo", "shardline.stages", "shardline.results", "shardline.training", "shardline.stream",
           "shardline.model shardline.data", "shardline.core shardline.context shardline.registry")
 RANK = {prefix: i for i, layer in enumerate(LAYERS) for prefix in layer.split()}
+# The one import up a layer, by name: params.yaml's clean section is its rules' settings, assembled
+# beside the rules (data/clean/settings.py); core/config imports it in the one function that
+# completes Params, when a params file is first read (docs/architecture.md, Layers).
+UPWARD = {("shardline.core.config", "shardline.data.clean.settings")}
 
 
 def _module(path: Path) -> str:
@@ -78,7 +82,7 @@ def _package_of(module: str, edges) -> bool:
 def test_no_import_runs_up_a_layer():
     edges = graph()
     up = [f"{a} -> {b}" for a, targets in edges.items() for b in sorted(targets)
-          if _rank(a) is not None and _rank(b) is not None and _rank(b) < _rank(a)]
+          if _rank(a) is not None and _rank(b) is not None and _rank(b) < _rank(a) and (a, b) not in UPWARD]
     assert not up, "imports from a lower layer to a higher one:\n" + "\n".join(up)
 
 

@@ -173,7 +173,8 @@ def test_llama_rules_and_refusals_name_the_field():
                      ({"n_kv_head": 2}, "model.n_kv_head: applies to arch llama only"),
                      ({"arch": "llama", "head_dim": 7}, "model.head_dim: 7 must be even"),
                      ({"tie_embeddings": False}, "model.tie_embeddings: gpt2 always ties"),
-                     ({"arch": "mamba"}, "model.arch: must be one of")]:
+                     ({"arch": "rwkv"}, "model.arch: 'rwkv' is no architecture; known architectures: gpt2, llama "
+                                         "(built in)"), ({"arch": "lama"}, "(did you mean 'llama'?)")]:
         with pytest.raises(ConfigError) as e:
             model(**bad)
         assert msg in str(e.value), (bad, str(e.value))

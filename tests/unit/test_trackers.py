@@ -49,7 +49,8 @@ def test_run_tags_are_short_enough_for_wandb():
 
 
 @pytest.mark.parametrize("log, says", [
-    ({"backends": ["tensorbord"]}, "log.backends[0]: must be one of 'tensorboard', 'wandb' or 'mlflow', got 'tensorbord'"),
+    ({"backends": ["tensorbord"]}, "log.backends: 'tensorbord' is no tracker (did you mean 'tensorboard'?); known "
+                                   "trackers: tensorboard, wandb, mlflow (built in)"),
     ({"backends": ["wandb", "wandb"]}, "log.backends: lists wandb twice"),
     ({"wandb_mode": "cloud"}, "log.wandb_mode: must be one of 'offline' or 'online', got 'cloud'"),
     ({"flush_s": 0}, "log.flush_s: must be > 0.0, got 0"),

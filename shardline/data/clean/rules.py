@@ -3,34 +3,61 @@ other listing (the clean section's fields, the rules a part runs, the checks sta
 the rules_order it records) derives from `RULES`, and every decision (the clean stage's, and
 `shardline explain`'s about one document) is `apply`'s.
 
-Contract: `RULES` orders the entries (`verdict.RuleEntry`) each rule module declares next to its code
-and its setting. `build(cfg, files)` makes the enabled rules of a clean section `cfg`
-(`settings.Clean`) in that order (`files`: an `inputs.Inputs`, the files they read: the URL
-blocklist, the decontamination index; without it the rules that need one are left out);
-`names(cfg)` lists every check they can drop or change a document by, in that order (a rule set
-has several); `apply` runs a `Document` through them. Rules hold no state and are picklable (they
-run in worker processes). Exact and near dedup are not here: they need every earlier document,
-so phase 2 (select.py) owns them.
+Contract: `RULES` orders the entries (`verdict.RuleEntry`) each rule module declares next to its
+code and its setting, and those other distributions add through their "shardline.rules" entry
+points (shardline.core.plugins): theirs run after FineWeb's sets and before decontaminate and pii,
+in the order of their names; one that is no RuleEntry of its own name, or takes a name the clean
+section has, stops the loading with one line naming it. `build(cfg, files)` makes the enabled
+rules of a clean section `cfg` (`settings.Clean`) in that order (`files`: an `inputs.Inputs`, the
+files they read: the URL blocklist, the decontamination index; without it the rules that need one
+are left out); `names(cfg)` lists every check they can drop or change a document by, in that order
+(a rule set has several); `apply` runs a `Document` through them. Rules hold no state and are
+picklable (they run in worker processes). Exact and near dedup are not here: they need every
+earlier document, so phase 2 (select.py) owns them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, NamedTuple
 
+from shardline.core import plugins
 from shardline.data.clean import basic, c4, decontam, fineweb, gopher, language, pii, urls
 from shardline.data.clean.verdict import Drop, RuleEntry, Rule
 from shardline.data.document import Document
 
-RULES: tuple[RuleEntry, ...] = (
+FILTERS: tuple[RuleEntry, ...] = (
     urls.URL_BLOCKLIST,  # the document's URL, judged before its text is read
     basic.NORMALIZE, basic.STRIP_CONTROL, basic.WHITESPACE,  # transforms first: filters judge the text kept
     basic.MIN_CHARS, basic.MAX_CHARS, basic.MAX_LINE_CHARS, basic.MAX_REPEATED_LINE_FRACTION,
     basic.MIN_ALPHA_FRACTION, basic.MAX_REPLACEMENT_FRACTION,
     language.LANGUAGE,
     gopher.GOPHER_REPETITION, gopher.GOPHER_QUALITY, c4.C4_QUALITY, fineweb.FINEWEB,  # FineWeb's order
-    decontam.DECONTAMINATE,
+)
+LAST: tuple[RuleEntry, ...] = (
+    decontam.DECONTAMINATE,  # after every filter: no index lookup for a document they drop
     pii.PII,  # the last transform: as in FineWeb, PII goes after every filter
 )
+BUILTIN = tuple(e.key for e in (*FILTERS, *LAST))
+
+
+def _plugged(taken: set[str]) -> tuple[RuleEntry, ...]:
+    """The rules other distributions add, each marked with the release it came from."""
+    out = []
+    for name in plugins.names("rules"):
+        entry = plugins.load("rules", name)
+        where = f"plug-in rule {name!r} (from {plugins.origin('rules', name)})"
+        if not isinstance(entry, RuleEntry) or entry.key != name:
+            got = f"one keyed {entry.key!r}" if isinstance(entry, RuleEntry) else f"a {type(entry).__name__}"
+            raise plugins.PluginError(f"{where}: its entry point must name a RuleEntry keyed {name!r}, not {got}")
+        if name in taken:
+            raise plugins.PluginError(f"{where}: the clean section already has {name!r}; the plug-in must "
+                                      "take another name")
+        out.append(dataclasses.replace(entry, origin=plugins.origin("rules", name)))
+    return tuple(out)
+
+
+RULES: tuple[RuleEntry, ...] = (*FILTERS, *_plugged(set(BUILTIN)), *LAST)  # settings.py: none is stage-wide
 REFERENCED = tuple(e.key for e in RULES if e.reference)  # their parts' keys name the reference they follow
 
 

@@ -1,14 +1,17 @@
 """params.yaml's `clean` section (`Clean`), assembled from the rule registry: one field per
-`rules.RULES` entry (its setting, declared next to the rule's code), the text rules' in their
-order, then the record's (url_blocklist, judged first by the stage), then the stage-wide settings, which cannot differ per source because they compare documents across
-sources (`STAGE_WIDE`). Frozen and validated like every section (core/section_base.py); the
-loader (core/config.py) takes it from here.
+`rules.RULES` entry (its setting, declared next to the rule's code; a plug-in's in its
+distribution), in the rules' order, then the stage-wide settings, which cannot differ per source
+because they compare documents across sources (`STAGE_WIDE`). Frozen and validated like every
+section (core/section_base.py); the loader (core/config.py) takes it from here, and names every
+known rule when params.yaml names one it does not know (`known_keys`).
 """
 
 from __future__ import annotations
 
 from pydantic import Field, create_model, model_validator
 
+from shardline.core import plugins
+from shardline.core.plugins import PluginError
 from shardline.core.section_base import _Section
 from shardline.data.clean import rules
 from shardline.data.clean.minhash import NearDedup
@@ -28,6 +31,17 @@ _STAGE = {
                              "is the unit of parallel work and of resume.")),
 }
 STAGE_WIDE = tuple(_STAGE)
+for _e in rules.RULES:
+    if _e.key in _STAGE:  # a plug-in's (rules.py refuses one named as a built-in rule)
+        raise PluginError(f"plug-in rule {_e.key!r} (from {_e.origin}): the clean section already has {_e.key!r} "
+                          "(a stage-wide setting); the plug-in must take another name")
+
+
+class _Rules(_Section):
+    @classmethod
+    def known_keys(cls) -> str:
+        """Every key the section knows, for the line about one it does not (core/config.py)."""
+        return f"{plugins.known('rules', rules.BUILTIN)}; stage-wide: {', '.join(STAGE_WIDE)}"
 
 
 def _check(self):
@@ -37,9 +51,9 @@ def _check(self):
 
 
 Clean = create_model(
-    "Clean", __base__=_Section, __module__=__name__,  # picklable by name: parts carry it to worker processes
+    "Clean", __base__=_Rules, __module__=__name__,  # picklable by name: parts carry it to worker processes
     __doc__=f"Rules run in this fixed order: {', '.join(e.key for e in rules.RULES)}; then, over the whole "
             "corpus, exact dedup and near_dedup. Set a rule to null (or false) to switch it off; `{}` switches a "
             "rule set on with its defaults. A source's `clean:` replaces any rule for itself.",
     __validators__={"_check": model_validator(mode="after")(_check)},
-    **{e.key: (e.setting, e.field) for e in sorted(rules.RULES, key=lambda e: e.make is None)}, **_STAGE)
+    **{e.key: (e.setting, e.field) for e in rules.RULES}, **_STAGE)

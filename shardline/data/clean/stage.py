@@ -10,7 +10,8 @@ Contract:
   (of the text), bytes (UTF-8 length), u (the split hash of source and content, `split.py`), lang and
   lang_score (what the language rule found; null without one). Its done-marker `part-NNNNN.json`
   holds `key` = hash(input files' sha256, reading options, the source's rules other than dedup
-  and near_dedup, the source name, code version) and the part's tallies; `part-NNNNN.dropped.json`
+  and near_dedup, the source name, code version, the release of each plug-in rule it runs)
+  and the part's tallies; `part-NNNNN.dropped.json`
   its sample of what the rules dropped (`dropped.py`). A re-run skips a part whose
   key matches, so after a kill only unfinished parts are redone. A part never changes once
   written: what other parts hold cannot invalidate it.
@@ -90,6 +91,9 @@ def plan(params: Params, layout: Layout, known: dict | None = None) -> list[fram
         rule_keys = cfg.model_dump(mode="json", exclude={"max_bad_fraction", "dedup", "near_dedup"})
         if any(rule_keys.get(k) is not None for k in rules.REFERENCED):  # their parts follow the reference they were made by
             rule_keys["reference"] = ruleset.REFERENCE
+        plugged = {e.key: e.origin for e in rules.RULES if e.origin and rule_keys.get(e.key) not in (None, False)}
+        if plugged:  # a plug-in rule's release: a new one cleans its parts again
+            rule_keys["plugins"] = plugged
         given = inputs.resolve(cfg, layout)
         rule_keys.update(given.keys)  # the files' content decides, not where they lie
         manifest = download.read_manifest(layout, source.name)

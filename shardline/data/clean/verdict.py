@@ -8,8 +8,9 @@ the clean stage and `shardline explain` both get it through `rules.apply`. A `Ru
 one key of params.yaml's `clean` section: the setting's type and pydantic `Field` (default,
 bounds, documentation) and `make(value, files) -> Rule | None` (None: switched off; `files`:
 the files rules read besides the text, `inputs.Inputs`: the URL blocklist, the decontamination
-index). Every rule module declares its entries next to its code and settings; `rules.RULES`
-orders them. This module imports no rule, so every rule module (and the registry) can import it.
+index). Every rule module declares its entries next to its code and settings, a plug-in's
+distribution under its "shardline.rules" entry points (docs/extending.md); `rules.RULES` orders
+them. This module imports no rule, so every rule module (and the registry) can import it.
 """
 
 from __future__ import annotations
@@ -40,10 +41,13 @@ class RuleEntry:
     value, or None when the value switches it off (`files`: an `inputs.Inputs`, whose
     `blocklist` and `index` are the URL blocklist and the decontamination index; None where no
     files were resolved). `reference`: the rule decides as datatrove does, so its parts' keys
-    carry the reference."""
+    carry the reference. `origin`: a plug-in's distribution and version, set when it is loaded
+    (its parts' keys carry it: a new release of the plug-in cleans them again); empty for the
+    built-in rules, whose code the clean stage's CODE_VERSION versions."""
 
     key: str
     setting: Any  # the annotation of the section's field
     field: Any  # its pydantic FieldInfo
     make: Callable[[Any, Any], "Rule | None"]
     reference: bool = False
+    origin: str = ""

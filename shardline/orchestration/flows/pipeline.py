@@ -33,7 +33,7 @@ from prefect.runtime import flow_run
 from shardline import dvcrepo
 from shardline.orchestration.flows.dispatch import dispatch
 from shardline import registry
-from shardline.core import chaos, config
+from shardline.core import chaos, config, plugins
 from shardline.core.errors import ShardlineError
 from shardline.core.layout import Layout
 from shardline.core.stores import aws_env
@@ -75,8 +75,8 @@ def _run_line(root: str, params_file: str, force: tuple[str, ...] = ()) -> dict:
         order = dvcrepo.stage_order(repo)
         dvcrepo.ignore_outputs(repo)  # those a failed `dvc repro` took out of .gitignore
     for name in order:
-        if name not in registry.NAMES:
-            raise StageFailed(f"dvc.yaml stage {name!r} has no engine entry in shardline.registry")
+        if name not in registry.NAMES and not registry.is_plugin(name):
+            raise StageFailed(f"dvc.yaml stage: {plugins.unknown(name, 'stages', registry.NAMES)}")
         try:
             report[name] = _stage_task(name, params_file, root)(name, root, params_file, force=name in force)
         except Exception as e:

@@ -27,7 +27,7 @@ import functools
 import os
 from typing import Callable
 
-from shardline import registry
+from shardline import registry, stages
 from shardline.context import RunContext
 from shardline.core.config import Params
 from shardline.core.layout import Layout
@@ -55,11 +55,11 @@ def run_context(name: str, layout: Layout, *, log: Callable[[str], None], progre
 
 
 def invoke(name: str, params: Params, layout: Layout, ctx: RunContext):
-    """Run stage `name` in this process with `ctx`: train takes it whole; the others take its log,
-    its mapper (when set; else their own pool, of `parts.workers` when that is set) and, the data
-    stages, its sink."""
-    run = registry.entry_point(name)
-    if name == "train":
+    """Run stage `name` in this process with `ctx`: train and a plug-in stage take it whole; the
+    others take its log, its mapper (when set; else their own pool, of `parts.workers` when that
+    is set) and, the data stages, its sink."""
+    run = stages.run_of(name)
+    if name == "train" or name not in registry.NAMES:
         return run(params, layout, ctx)
     kw: dict = {"log": ctx.log}
     if ctx.mapper is not None:

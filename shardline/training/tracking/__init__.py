@@ -22,6 +22,10 @@ Contract:
   resume). It records what each backend holds in .shardline/trackers/<tag>.json (atomic) after
   every flush (every log.flush_s, and at every checkpoint): the durable step and run id each
   backend resumes from.
+- A plug-in's tracker (a name of the "shardline.trackers" entry points, docs/extending.md) is made
+  by the callable its entry point names, with (log.dir as a Path, the run name, the log section),
+  and answers as the built-in ones do: open(prior, step, rows, config, tags), log(batch), flush()
+  and close(), the three returning what it records of itself (the `prior` of its next open).
 - A backend whose package is not installed stops the train stage before it starts, with one
   line naming the extra (shardline.core.extras, checked by the stage's dispatch). One that fails
   later (a full disk, a server gone) is dropped for the rest of the process with one line saying
@@ -42,7 +46,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from shardline.core import extras  # light, as the child needs (importlib only)
+from shardline.core import extras, plugins  # light, as the child needs (importlib only)
 
 if TYPE_CHECKING:  # not at run time: the child imports this package before it lowers its priority
     from shardline.core.config import Log as LogSection
@@ -90,6 +94,8 @@ def run_tags(lin: Lineage) -> dict[str, str]:
 
 def _backend(name: str, cfg: LogSection, root: Path, run_name: str, key: str):
     """`key`: the run's identity (its state file's name), for a backend that must tell its runs apart."""
+    if name not in extras.TRACKERS:  # a plug-in's (docs/extending.md): made as the built-in ones are
+        return plugins.load("trackers", name)(Path(root, cfg.dir), run_name, cfg)
     extras.need(extras.TRACKERS[name], f"log.backends {name}")
     if name == "tensorboard":
         from shardline.training.tracking.tensorboard import TensorBoard
