@@ -20,6 +20,7 @@ import torch
 from shardline.core.config import Params, Train
 from shardline.core.errors import BadInput
 from shardline.core import fsio
+from shardline.training import lineage
 from shardline.training.evaluate import HeldOut, boundary_ids, evaluate
 from shardline.core.layout import Layout
 from shardline.stream.loader import data_version, open_sources
@@ -60,7 +61,9 @@ def judge(path: Path, params: Params, layout: Layout, device: torch.device | Non
     ev = evaluate(model, held, params.mix or {n: 1.0 for n in names}, batch=batch,
                   device=device, autocast=autocast_for(cfg, device) if cfg.precision != "fp16" or device.type == "cuda"
                   else None)
+    heldout = lineage.heldout_of(layout)
     return {"checkpoint": path.name, "step": manifest.step,
+            "heldout": {"recorded": lin.heldout, "now": heldout, "same": lin.heldout is not None and lin.heldout == heldout},
             "trained_on": {"data_version": trained, "mix": lin.mix},
             "judged_on": {"data_version": now, "mix": params.mix,
                           "blocks": {b.name: [len(b.ids), b.available] for b in held.blocks}},
@@ -78,9 +81,27 @@ def describe(result: dict) -> str:
         what += [f"mix {r['trained_on']['mix']}"] if not r["same_mix"] else []
         lines.append(f"NOTE: trained on {' and '.join(what)}, not on what params.yaml and data/ hold now: these are "
                      "today's held-out documents, not the ones it was validated on while training")
+    warn = heldout_warning(r)
+    if warn:
+        lines.append(warn)
     lines.append(f"{'source':12} {'loss':>8} {'bits/byte':>10} {'tokens':>10}")
     for n, v in r["sources"].items():
         lines.append(f"{n:12} {v['loss']:8.4f} {v['bpb']:10.4f} {v['tokens']:10,}")
     w = ", ".join(f"{n} {x:.2f}" for n, x in r["total"]["weights"].items())
     lines.append(f"{'total':12} {r['total']['loss']:8.4f} {r['total']['bpb']:10.4f}   (mix-weighted: {w})")
     return "\n".join(lines)
+
+
+def heldout_warning(r: dict) -> str | None:
+    """One line when the checkpoint's recorded eval was on another held-out set than this one."""
+    h = r["heldout"]
+    if h["same"]:
+        return None
+    step = f"{r['checkpoint']} (step {r['step']})"
+    if h["recorded"] is None:
+        return (f"WARNING: {step} records no held-out fingerprint (trained before held-out sets were keyed by "
+                "content and fingerprinted): its recorded eval may be on other documents than this one")
+    now = h["now"] or {}
+    moved = sorted(n for n in set(h["recorded"]) | set(now) if h["recorded"].get(n) != now.get(n))
+    return (f"WARNING: {step} recorded its eval on another held-out set than data/clean holds now "
+            f"(sources {', '.join(moved)}): the two losses are not on the same documents")

@@ -137,6 +137,9 @@ def _evaluation(rows: list[dict], manifest: Manifest | None) -> list[str]:
         lines += [f"### Before and after: continued from `{origin['checkpoint']}` (step {origin['step']})", "",
                   f"What changed: {'; '.join(origin['changes'])}. Both columns are judged on this run's held-out set.",
                   ""]
+        if origin.get("heldout") != manifest.lineage.heldout:  # a re-split (an upgrade's, or eval's settings)
+            lines += [f"The held-out set changed at step {origin['step']}: the val losses above that step were "
+                      "measured on other documents; compare across it only in the table below.", ""]
         if before:
             lines += ["| source | before loss | after loss | change | before bpb | after bpb | change |",
                       "|---|---|---|---|---|---|---|"]

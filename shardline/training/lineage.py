@@ -93,7 +93,14 @@ def collect(params: Params, layout: Layout, shards_version: str, *, parent: str 
         data_change=tuple(data_change or ()),
         continued_from=continued_from,
         rollbacks=tuple(rollbacks or ()),
-        init=Init.parse(init, "init.") if isinstance(init, dict) else init)
+        init=Init.parse(init, "init.") if isinstance(init, dict) else init,
+        heldout=heldout_of(layout))
+
+
+def heldout_of(layout: Layout) -> dict[str, str] | None:
+    """Each source's held-out fingerprint, as the clean stage's split.json records it (None: none)."""
+    split = fsio.read_json(layout.clean_split) if layout.clean_split.exists() else {}
+    return {n: h["sha256"] for n, h in split["heldout"].items()} if "heldout" in split else None
 
 
 def eval_line(ev: dict | None) -> str:

@@ -31,10 +31,10 @@ from shardline.core.errors import BadInput
 from shardline.core.layout import MANIFEST
 
 MANIFEST_VERSION = 1  # of the manifest and the files it lists; bump on any change to either
-# The lineage's version 1 is written as no field: no lineage so far (in a manifest or an export)
-# has one, readers take absence as 1, and writing it would change every new manifest's bytes for
-# no reader's sake. A change to the lineage bumps this to 2, and from then on it is written.
-LINEAGE_VERSION = 1
+# The lineage's version 1 was written as no field (readers take absence as 1). Version 2 adds
+# `heldout`, each source's held-out fingerprint, and is written: a release that reads only 1 then
+# names the version instead of calling the field unknown. This release reads 1 and 2.
+LINEAGE_VERSION = 2
 
 NULL = type(None)
 _NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false", dict: "an object",
@@ -234,14 +234,16 @@ class Lineage(_Record):
     continued_from: dict | None
     rollbacks: tuple[dict, ...]
     init: Init | None
+    # each source's held-out set as the clean stage split it (its data/clean/split.json): the sha256
+    # of its documents' content digests in order; None: a version-1 lineage, or no split on record
+    heldout: Mapping[str, str] | None = None
     format_version: int = LINEAGE_VERSION
-    absent: frozenset = _absent("format_version")  # version 1: see LINEAGE_VERSION
     SPEC: ClassVar = (
         ("format_version", int, 1), ("data_version", DataVersion), ("special_ids", SpecialIds, SpecialIds),
         ("clean_rules", dict), ("clean_rule_inputs", (dict, NULL), None), ("source_clean_rules", dict, dict),
         ("mix", ({float}, NULL)), ("sources", [RawSource]), ("params", _sections), ("code", Code), ("run", Run),
         ("parent", (str, NULL)), ("data_change", [str]), ("continued_from", (dict, NULL), None),
-        ("rollbacks", [dict], ()), ("init", (Init, NULL), None))
+        ("rollbacks", [dict], ()), ("init", (Init, NULL), None), ("heldout", ({str}, NULL), None))
 
     @classmethod
     def from_json(cls, obj: Any, where: str, wrote: str | None = None) -> "Lineage":
@@ -314,8 +316,9 @@ class _Version(Exception):  # another format_version, as _Bad
 
 
 def _version(obj: dict, prefix: str, reads: int) -> None:
+    """Every version from 1 to `reads` is read (a field a version lacks reads as its default)."""
     found = obj.get("format_version", 1)
-    if found != reads or isinstance(found, bool):
+    if type(found) is not int or not 1 <= found <= reads:
         raise _Version(prefix + "format_version", found, reads)
 
 
@@ -330,7 +333,8 @@ def _read(obj: Any, cls: type, reads: int, file: str, wrote: str | None, fix: st
     except _Version as v:
         by = f"shardline {wrote}" if wrote else "another shardline release (lineage.json does not say which)"
         what = "format" if v.at == "format_version" else v.at.rpartition(".")[0] + " format"
-        raise BadInput(f"{file}: {v.at} {v.found!r}, but this shardline ({__version__}) reads {what} {v.reads}; "
+        reads = v.reads if v.reads == 1 else f"1 to {v.reads}"
+        raise BadInput(f"{file}: {v.at} {v.found!r}, but this shardline ({__version__}) reads {what} {reads}; "
                        f"it was written by {by}: {fix_version or fix}") from None
     except _Bad as b:
         raise BadInput(f"{file}: {b.at or 'the file'}: {b.problem}; it is not what shardline {__version__} writes "

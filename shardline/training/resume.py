@@ -68,7 +68,8 @@ def resume(checkpointer: Checkpointer, latest: Path, changes: list[str], rolled_
     origin = lin.continued_from
     if changes:  # before/after attribution: the parent as it was, and (in train) on the new held-out set
         origin = {"checkpoint": latest.name, "step": train.step, "data_version": lin.data_version.to_json(),
-                  "mix": lin.mix, "changes": changes, "eval": manifest.eval, "eval_now": None}
+                  "mix": lin.mix, "changes": changes, "eval": manifest.eval, "eval_now": None,
+                  "heldout": lin.heldout}  # the parent's held-out set: the card says when this run's differs
     return Origin(latest.name, changes, origin, len(lin.rollbacks), lin.init)
 
 

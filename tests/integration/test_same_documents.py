@@ -51,7 +51,10 @@ def line_of(root: Path, raw: Path) -> dict[str, bytes]:
             "    assert rc in (0, None), (s, rc)\n")
     run([sys.executable, "-c", code, str(root)], root)
     shards = root / "data/shards"
-    return {str(p.relative_to(shards)): p.read_bytes() for p in sorted(shards.rglob("*")) if p.is_file()}
+    out = {str(p.relative_to(shards)): p.read_bytes() for p in sorted(shards.rglob("*")) if p.is_file()}
+    # the held-out set's fingerprint, which every checkpoint's lineage records
+    out["heldout"] = json.loads((root / "data/clean/split.json").read_text())["heldout"]
+    return out
 
 
 def test_one_corpus_packaged_three_ways_gives_the_same_shards_and_held_out_set(tmp_path):
@@ -59,6 +62,7 @@ def test_one_corpus_packaged_three_ways_gives_the_same_shards_and_held_out_set(t
     assert sum(map(len, lines)) > 0.5 * 2**20  # more than the BPE sample and several clean parts
     got = {how: line_of(tmp_path / how, packaged(tmp_path, how, lines)) for how in ("one", "cut", "renamed")}
     assert any(name.startswith("web/val/shard-") for name in got["one"])  # a held-out set to compare
+    assert got["one"]["heldout"]["web"]["docs"] > 0
     assert got["cut"] == got["one"] and got["renamed"] == got["one"]
     parts = {how: len(list((tmp_path / how / "data/clean/web").glob("part-*.parquet"))) for how in got}
     assert len(set(parts.values())) > 1, parts  # the packagings were cut into different parts

@@ -275,13 +275,24 @@ def engine_at(rev: str, dest: Path) -> Path | None:
     return dest
 
 
+def for_engine(old: Path, root: Path) -> Path:
+    """`root`'s params.yaml as the engine at `old` reads it: a section's keys that engine's own
+    params.yaml does not have (settings added since, at their defaults here) left out."""
+    p, ref = (yaml.safe_load((d / "params.yaml").read_text()) for d in (root, old))
+    for name, section in p.items():
+        if name != "mix" and isinstance(section, dict) and isinstance(ref.get(name), dict):  # mix: by source
+            p[name] = {k: v for k, v in section.items() if k in ref[name]}
+    write_params(root, p)
+    return root
+
+
 def test_the_step_and_hooks_train_the_weights_the_loop_before_them_did(built, tmp_path):
     old = engine_at(BEFORE_HOOKS, tmp_path / "engine")
     if old is None:
         pytest.skip(f"this clone does not hold commit {BEFORE_HOOKS} (shallow): nothing to compare with")
     a, b = project(built, tmp_path / "a", **STEPPED), project(built, tmp_path / "b", **STEPPED)
     run([SL, "stage", "train"], a, env=env_for(SHARDLINE_FAULTS=FAULTS))
-    run([sys.executable, "-m", "shardline.cli.main", "--root", str(b), "stage", "train"], old,
+    run([sys.executable, "-m", "shardline.cli.main", "--root", str(for_engine(old, b)), "stage", "train"], old,
         env=env_for(SHARDLINE_FAULTS=FAULTS, PYTHONPATH=str(old)))
     ra, rb = [json.loads(x) for x in (a / "data/metrics/train.jsonl").read_text().splitlines()], \
         [json.loads(x) for x in (b / "data/metrics/train.jsonl").read_text().splitlines()]
@@ -322,3 +333,27 @@ def test_a_callers_hook_sees_every_step_and_one_close(built, tmp_path):
                           ("before", 3), ("after", 3, "ok", ["eval"]), ("before", 4), ("after", 4, "ok", ["eval"]),
                           ("before", 5), ("after", 5, "ok", []), ("before", 6), ("after", 6, "ok", ["eval"]),
                           ("close", True)]
+
+
+def test_a_checkpoint_from_before_the_held_out_fingerprint_is_judged_and_continued_with_a_warning(built, tmp_path):
+    """An upgrade: a checkpoint of the engine before held-out sets were keyed by content and
+    fingerprinted (its lineage has no `heldout`). `shardline eval` says in one line that its recorded
+    eval may be on other documents; a run continued from it on a changed mix says in the card that
+    the held-out set changed at that step."""
+    old = engine_at(BEFORE_HOOKS, tmp_path / "engine")
+    if old is None:
+        pytest.skip(f"this clone does not hold commit {BEFORE_HOOKS} (shallow): nothing to upgrade from")
+    root = for_engine(old, project(built, tmp_path / "p", train={**TINY["train"], "steps": 4}, eval={"every": 2}))
+    run([sys.executable, "-m", "shardline.cli.main", "--root", str(root), "stage", "train"], old,
+        env=env_for(PYTHONPATH=str(old)))
+    said = run([SL, "eval", "latest"], root).stdout
+    assert ("WARNING: step-000000004 (step 4) records no held-out fingerprint (trained before held-out sets were "
+            "keyed by content and fingerprinted): its recorded eval may be on other documents than this one") in said
+    p = yaml.safe_load((root / "params.yaml").read_text())
+    p["mix"], p["train"] = {"code": 0.5, "more": 0.5}, {**p["train"], "steps": 2, "allow_data_change": True}
+    write_params(root, p)
+    run([SL, "stage", "train"], root)
+    run([SL, "stage", "report"], root)
+    card = (root / "data/reports/evidence.md").read_text()
+    assert "The held-out set changed at step 4: the val losses above that step were measured on other documents" in card
+    assert "WARNING" not in run([SL, "eval", "latest"], root).stdout  # the new checkpoint's set is today's

@@ -16,7 +16,8 @@ Contract:
   key matches, so after a kill only unfinished parts are redone. A part never changes once
   written: what other parts hold cannot invalidate it.
 - Phase 2 (`select.py`): the held-out split, near-dedup (its own frame of signature
-  parts) and exact dedup, one selection per part, then data/clean/split.json last. The
+  parts) and exact dedup, one selection per part, then data/clean/split.json last (the
+  thresholds, and each source's held-out fingerprint: `heldout_fingerprint`). The
   per-source dropped samples go to data/clean/<source>/dropped/<rule>.jsonl.
 - `documents(part, side)` reads one side's texts; the tokenize stage reads nothing else. It
   refuses a selection whose part key or ctx is not the finished stage's (a clean stage killed
@@ -230,6 +231,20 @@ def documents(part: str | Path, side: str = "train", batch_size: int = 1024, col
             yield [t for t, k in zip(texts, keep) if k]
 
 
+def heldout_fingerprint(parts: list[frame.Part]) -> dict:
+    """One source's held-out set as one hash: the sha256 of its documents' content digests (the
+    parquet's `hash`), in order, with their count. The same documents give the same fingerprint
+    however the corpus was packaged (split.py keys the split by content too)."""
+    h, n = hashlib.sha256(), 0
+    for p in parts:  # read before split.json exists, so not through documents(), which checks against it
+        rows = np.sort(np.asarray(fsio.read_json(selection_of(p.work.out))["heldout"], dtype=np.int64))
+        if len(rows):
+            digests = pq.read_table(p.work.out, columns=["hash"]).column(0).take(rows).to_pylist()
+            h.update(b"".join(digests))
+            n += len(digests)
+    return {"sha256": h.hexdigest(), "docs": n}
+
+
 def _summarise(parts: list[frame.Part], markers: list[dict], params: Params, thresholds: dict | None = None,
                near: dict | None = None) -> dict:
     out: dict = {"rules_order": {s.name: rules.names(params.clean_for(s)) for s in params.sources},
@@ -301,7 +316,10 @@ def run(params: Params, layout: Layout, log: Log = print, mapper: Mapper = proce
     fsio.write_json(layout.clean_split, {  # last: every selection on disk is this run's
         "ctx": select.context(parts, params), "settings": params.eval.split(),
         "thresholds": {n: {"below": t.value, "held": t.held, "decided_by": split.DECIDED_BY[t.clamp]}
-                       for n, t in thresholds.items()}})
+                       for n, t in thresholds.items()},
+        # what a checkpoint's lineage records, and `shardline eval` compares: which documents are held out
+        "heldout": {s.name: heldout_fingerprint([p for p in parts if p.work.source.name == s.name])
+                    for s in params.sources}})
     t = summary["totals"]
     log(f"clean: kept {t['docs_out']}/{t['docs_in']} docs for training ({t['bytes_out'] / 1e6:.1f}/"
         f"{t['bytes_in'] / 1e6:.1f} MB), {t['heldout_docs']} held out")
