@@ -23,7 +23,7 @@ from torch.distributed.checkpoint.state_dict import get_state_dict
 from bench.train_loop import fmt
 from bench.verdict import abba, in_order
 from shardline.core import fsio
-from shardline.training import checkpoint, checkpointer, lineage, rng
+from shardline.training import checkpoint, checkpointer, lineage, rng, storage
 
 
 def bare_save(path: Path, objs: dict) -> None:
@@ -138,7 +138,7 @@ def checkpoint_block(res: dict, layout, root: Path, steps: int, repeats: int) ->
 
     def do_block(i):  # what the trainer's checkpoint branch blocks for: a snapshot, then a background write
         st = {**state, "loader": loader.state_dict()}
-        saver.submit(block_root, i, {"model.pt": model.state_dict(), "optimizer.pt": opt.state_dict(),
+        saver.submit(storage.Local(block_root), i, {"model.pt": model.state_dict(), "optimizer.pt": opt.state_dict(),
                                      "scaler.pt": scaler.state_dict(), "rng.pt": rng.capture()}, st, lin,
                      then=lambda _: checkpoint.retain(block_root, cfg.keep_last, 0, log=lambda _: None))
 

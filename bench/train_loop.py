@@ -27,6 +27,8 @@ from shardline.model import ModelConfig, build as build_model
 from shardline.stream.loader import Loader
 from shardline.training import rng
 from shardline.training import train as T
+from shardline.training.schedule import lr_at
+from shardline.training.step import step_seed
 from shardline.training.monitor import Monitor
 from shardline.training.network import Network
 from shardline.training.optimizer import configure_optimizer
@@ -99,8 +101,8 @@ def bare_run(params: config.Params, gcfg: ModelConfig, batches: list) -> dict:
     for step, (x, y) in enumerate(batches):
         t0 = time.perf_counter()
         for group in opt.param_groups:
-            group["lr"] = T.lr_at(step, cfg)
-        torch.manual_seed(T.step_seed(cfg.seed, step, 0))
+            group["lr"] = lr_at(step, cfg)
+        torch.manual_seed(step_seed(cfg.seed, step, 0))
         _, loss = model(x, y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
@@ -167,9 +169,9 @@ def trainer_extras(params: config.Params, layout: Layout, bare: dict, tmp: Path)
         "GradScaler (disabled) scale/unscale_/update": per_call_us(scaler_calls, 2000),
         "loss accumulator + float()": per_call_us(total_and_float, 2000),
         # both loops do these (the bare loop too, for identical dropout and LR)
-        "[both] lr_at over param groups": per_call_us(lambda: [g.__setitem__("lr", T.lr_at(5, cfg))
+        "[both] lr_at over param groups": per_call_us(lambda: [g.__setitem__("lr", lr_at(5, cfg))
                                                                 for g in opt.param_groups], 2000),
-        "[both] step_seed + torch.manual_seed": per_call_us(lambda: torch.manual_seed(T.step_seed(cfg.seed, 5, 0)),
+        "[both] step_seed + torch.manual_seed": per_call_us(lambda: torch.manual_seed(step_seed(cfg.seed, 5, 0)),
                                                             2000),
     }
     mon.close()

@@ -69,7 +69,7 @@ from shardline.training.monitor import Monitor, read_records, summarize, write_d
 from shardline.training.resume import Origin
 from shardline.training.session import start
 from shardline.training.state import TrainState
-from shardline.training.step import Trainer, step_seed  # noqa: F401  (step_seed: bench.train times it)
+from shardline.training.step import Trainer
 
 Log = Callable[[str], None]
 
