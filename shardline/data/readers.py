@@ -101,8 +101,7 @@ def _done(f, which: str | None) -> None:
 
 
 def _damaged(stats: ReadStats, rel: str, e: compressed.Damaged) -> None:
-    stats.records += 1
-    stats.reject(f"{rel}: byte {e.offset}", f"{e}; the records before it are kept; re-download or replace the file")
+    stats.damage(f"{rel}: byte {e.offset}", e.offset, str(e))
 
 
 def _read_all(f, n: int, stats: ReadStats, rel: str) -> tuple[bytes, bool]:

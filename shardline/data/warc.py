@@ -176,7 +176,7 @@ def _bad(stats: ReadStats, where: str, why: str) -> None:
 
 
 def _damaged(stats: ReadStats, rel: str, offset: int, what: str) -> None:
-    _bad(stats, f"{rel}: byte {offset}", f"{what}; the records before it are kept; re-download it")
+    stats.damage(f"{rel}: byte {offset}", offset, what)
 
 
 def _first_cut(path: str | os.PathLike, start: int) -> tuple[int, str] | None:

@@ -8,8 +8,8 @@ source over steps, in a table and the plot), the latest downstream task results 
 "tasks": training's and `shardline eval --tasks`'s) and, when the run continued from a checkpoint
 of another data version or mix, a before/after table per source on the same held-out set;
 throughput (median tokens/s, p95 step time, data-wait share, MFU); checkpoints (saved, valid,
-resumed from); failure modes seen (resumes, torn checkpoints skipped, quarantined records, steps
-the training guards skipped and their rollbacks, slow steps and their cause, metric drift: a source's val loss rising more than
+resumed from); failure modes seen (resumes, torn checkpoints skipped, quarantined records, the
+damaged raw files the clean stage read past, steps the training guards skipped and their rollbacks, slow steps and their cause, metric drift: a source's val loss rising more than
 eval.drift_tolerance between two evals); ops notes. Orchestrators add what only they know
 (retries) around it.
 """
@@ -259,6 +259,7 @@ def build(params: Params, layout: Layout) -> str:
                      f"UTF-8 repaired" + (f" (e.g. {s['samples'][0]})" if s["samples"] else ""))
     skipped = [r["step"] for r in rows if r.get("guard") == "skip"]
     lines.append(f"- skipped steps (non-finite loss or gradient: no update): {len(skipped)}"
+        lines += damaged_files(s)
                  + (f" (step {', '.join(map(str, skipped))})" if skipped else ""))
     rollbacks = [e for r in rows for e in r.get("rollbacks", [])]
     lines.append(f"- rollbacks (loss spikes, runs of skipped steps): {len(rollbacks)}")
@@ -293,6 +294,14 @@ def build(params: Params, layout: Layout) -> str:
 
 def _nan(v: float | None) -> float:
     """A loss on record, NaN where it was not finite (JSON null: a skipped step)."""
+def damaged_files(source_stats: dict) -> list[str]:
+    """The card's count of the damaged raw files the clean stage read past, and its line for each."""
+    damaged = source_stats.get("damaged", [])  # stats.json of a clean stage before it was recorded: none
+    if not damaged:
+        return []
+    return [f"  - {len(damaged)} damaged file(s) read past, what preceded the damage kept:", *(f"    - {d}" for d in damaged)]
+
+
     return float("nan") if v is None else v
 
 

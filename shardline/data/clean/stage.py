@@ -25,8 +25,9 @@ Contract:
 - stats.json (written last) sums the tallies: docs/bytes in and out, held out (and which clamp
   decided the split), per check docs and bytes dropped, dedup, near_dedup (and its clusters),
   training copies and near-copies of held-out documents, bad records with `file:line` samples,
-  invalid UTF-8 count. The stage fails with `BadInput` when a source's bad-record fraction exceeds
-  max_bad_fraction.
+  invalid UTF-8 count, and the damaged raw files it read past (`damaged`: one line each, also
+  logged as a warning, `damage.py`). The stage fails with `BadInput` when a source's bad-record
+  fraction exceeds max_bad_fraction.
 
 Design: docs/architecture.md (The stage frame; Curation; Data contracts: Clean parts).
 """
@@ -51,7 +52,7 @@ from shardline.core.layout import (Layout, clean_marker_of, clean_part_name, cle
 from shardline.core.parallel import Mapper, process_map
 from shardline.core.progress import Sink
 from shardline.data import compressed, download, frame, grouping, readers, staging
-from shardline.data.clean import dropped, inputs, ruleset, rules, select, split
+from shardline.data.clean import damage, dropped, inputs, ruleset, rules, select, split
 from shardline.data.clean.settings import Clean
 from shardline.data.clean.verdict import Drop
 
@@ -152,7 +153,9 @@ def clean_part(part: frame.Part) -> tuple[list[Path], dict]:
     samples = dropped.Samples(w.cfg.drop_samples)
     docs_in = bytes_in = kept = kept_bytes = 0
     for rel, _sha, span in w.files:
-        for doc in readers.documents(Path(w.raw_dir, rel), rel, w.source, rstats, readers.Span(*span)):
+        fstats = readers.ReadStats()
+        for doc in readers.documents(Path(w.raw_dir, rel), rel, w.source, fstats, readers.Span(*span)):
+    damaged = []  # per raw file that gave bad records: the stage's warning lines (damage.py)
             docs_in += 1
             text = doc.text
             bytes_in += (size := len(text) if text.isascii() else len(text.encode()))  # isascii: a flag, O(1)
@@ -180,9 +183,13 @@ def clean_part(part: frame.Part) -> tuple[list[Path], dict]:
                 cols = {k: [] for k in cols}
     batches.append(pa.RecordBatch.from_pydict(cols, schema=schema))
     stats = {"docs_in": docs_in, "bytes_in": bytes_in, "records": rstats.records, "bad": rstats.bad,
+        rstats.add(fstats)
+        if (d := damage.of(rel, fstats, Path(w.raw_dir, rel).stat().st_size)) is not None:
+            damaged.append(d)
              "invalid_utf8": rstats.invalid_utf8, "skipped": rstats.skipped, "samples": rstats.samples,
              "docs_kept": kept,
-             "bytes_kept": kept_bytes, "rules": {k: {"docs": v[0], "bytes": v[1]} for k, v in counts.items()}}
+             "bytes_kept": kept_bytes, "rules": {k: {"docs": v[0], "bytes": v[1]} for k, v in counts.items()},
+             **({"damaged": damaged} if damaged else {})}
     with fsio.atomic_writer(w.out, point="clean.write") as f:  # one row group, as one table: the same bytes
         pq.write_table(pa.Table.from_batches(batches, schema=schema), f, compression="zstd")
     fsio.write_json(dropped_sample_of(w.out), samples.result())
@@ -324,3 +331,9 @@ def run(params: Params, layout: Layout, log: Log = print, mapper: Mapper = proce
     log(f"clean: kept {t['docs_out']}/{t['docs_in']} docs for training ({t['bytes_out'] / 1e6:.1f}/"
         f"{t['bytes_in'] / 1e6:.1f} MB), {t['heldout_docs']} held out")
     return summary
+    damaged = damage.collect(parts, markers, layout)
+    for lines in damaged.values():
+        for line in lines:
+            log(f"warning: {line}")
+    for name, lines in damaged.items():
+        summary["sources"][name]["damaged"] = lines  # the evidence card counts them
