@@ -3,7 +3,8 @@
 Contract: a file that exists under its final name is complete. Writers go to a temp name in the
 same directory (`.<name>.tmp-<pid>`), fsync the data, rename over the final name, then fsync the
 directory so the rename itself survives a power cut. `remove_temps` sweeps what a killed writer
-left behind; nothing else ever looks at temp names.
+left behind; nothing else ever looks at temp names. `read_record` reads a JSON file the line wrote
+back, checked: damage is one line naming the file and what rebuilds it, never a traceback.
 
 Design: docs/architecture.md (Crash safety).
 """
@@ -19,7 +20,9 @@ import shutil
 from pathlib import Path
 from typing import Any, BinaryIO, Iterator
 
+from shardline import __version__
 from shardline.core import chaos
+from shardline.core.errors import BadInput
 
 TMP_MARK = ".tmp-"
 _CHUNK = 1 << 20
@@ -83,6 +86,68 @@ def write_json(final: str | os.PathLike, obj: Any) -> None:
 def read_json(path: str | os.PathLike) -> Any:
     with open(path, "rb") as f:
         return json.load(f)
+
+
+def read_record(path: str | os.PathLike, remedy: str, kind: type = dict, keys: dict[str, Any] | None = None,
+                version: int | None = None, shown: object = None) -> Any:
+    """A JSON file the line wrote, read back and checked: it parses, is a `kind`, has no other
+    `format_version` than `version` when that is given (none counts as 1), and holds each of `keys`
+    ({field: type or tuple of types}). Anything else (empty, truncated, the wrong type, another
+    format) is one BadInput line naming the file (`shown`, else `path`), what is wrong and `remedy`;
+    a missing file stays FileNotFoundError, which each caller words as the step not yet taken."""
+    where = path if shown is None else shown
+    with open(path, "rb") as f:
+        data = f.read()
+    return parse_record(data, where, remedy, kind, keys, version)
+
+
+def parse_record(data: bytes, where: object, remedy: str, kind: type = dict, keys: dict[str, Any] | None = None,
+                 version: int | None = None) -> Any:
+    """`read_record` of bytes already read (fetched from object storage: `where` is their URL)."""
+    try:
+        value = json.loads(data)
+    except ValueError as e:  # JSONDecodeError, and UnicodeDecodeError for bytes that are not text
+        what = "empty" if not data.strip() else (
+            f"not valid JSON ({e.msg}: line {e.lineno} column {e.colno}; truncated or damaged)"
+            if isinstance(e, json.JSONDecodeError) else "not UTF-8 text (damaged)")
+        raise BadInput(f"{where}: {what}; {remedy}") from None
+    if not isinstance(value, kind):
+        raise BadInput(f"{where}: holds a JSON {json_type(value)}, not {_a(json_type(kind()))}; {remedy}")
+    if isinstance(value, dict) and version is not None and (found := value.get("format_version", 1)) != version:
+        raise BadInput(f"{where}: format_version {found!r}, but this shardline ({__version__}) reads format "
+                       f"{version}; {remedy}, or read it with the shardline release that wrote it")
+    return check_fields(value, keys or {}, where, remedy)
+
+
+def check_fields(value: dict, keys: dict[str, Any], where: object, remedy: str, within: str = "") -> dict:
+    """`value` when it holds each of `keys` ({field: type or tuple of types}); else BadInput naming
+    `where`, the field (inside `within`, e.g. "shards[3]") and `remedy`."""
+    for key, types in keys.items():
+        name = f"{within}.{key}" if within else key
+        if not isinstance(value, dict):
+            raise BadInput(f"{where}: {within} is a JSON {json_type(value)}, not an object; {remedy}")
+        if key not in value:
+            raise BadInput(f"{where}: no field {name!r}; {remedy}")
+        if not isinstance(value[key], types) or (isinstance(value[key], bool) and bool not in _tuple(types)):
+            wanted = " or ".join(dict.fromkeys(_a(json_type(t())) for t in _tuple(types)))
+            raise BadInput(f"{where}: field {name!r} is a JSON {json_type(value[key])}, not {wanted}; {remedy}")
+    return value
+
+
+def _a(name: str) -> str:
+    return ("an " if name[0] in "aeiou" else "a ") + name
+
+
+def _tuple(types) -> tuple:
+    return types if isinstance(types, tuple) else (types,)
+
+
+def json_type(value: Any) -> str:
+    """The JSON name of a parsed value's type (a bool is not a number here)."""
+    for t, name in ((bool, "boolean"), (dict, "object"), (list, "array"), (str, "string"), ((int, float), "number")):
+        if isinstance(value, t):
+            return name
+    return "null"
 
 
 def copy_file(src: str | os.PathLike, final: str | os.PathLike) -> str:

@@ -37,7 +37,7 @@ import numpy as np
 from shardline import __version__
 from shardline.core import fsio
 from shardline.core.errors import BadInput, ShardCorrupt
-from shardline.core.layout import index_of
+from shardline.core.layout import index_of, project_of, remedy_for
 
 DTYPES = {"uint16": np.dtype("<u2"), "uint32": np.dtype("<u4")}
 REMEDY = "re-run 'dvc repro shard' or restore it with 'dvc checkout data/shards'"
@@ -50,32 +50,59 @@ def dtype_for(vocab_size: int) -> str:
 
 # ---- index.json
 
-def check_version(index: dict, where: object) -> dict:
-    """`index` when it is in the format this release reads; else BadInput naming `where` and the
-    stage that rebuilds it. A missing `format_version` is 1 (written before the field existed)."""
+# what readers take from an index, and from each of its entries: a damaged one is one line, not a KeyError
+_FIELDS = {"parts": {"dtype": str, "tokenizer_sha256": str, "eos_id": int, "tokens": int, "docs": int, "parts": list},
+           "shards": {"dtype": str, "seq_len": int, "tokenizer_sha256": str, "total_blocks": int, "shards": list}}
+_ENTRY = {"parts": {"file": str, "bytes": int, "tokens": int, "docs": int, "sha256": str},
+          "shards": {"file": str, "blocks": int, "bytes": int, "sha256": str}}
+
+
+def _stage(kind: str) -> str:
+    return "tokenize" if kind == "parts" else "shard"
+
+
+def check_version(index: dict, where: object, remedy: str | None = None) -> dict:
+    """`index` when it is in the format this release reads and holds what readers take from it;
+    else BadInput naming `where`, what is wrong and `remedy` (default: rebuild it). A missing
+    `format_version` is 1 (written before the field existed)."""
+    kind = "parts" if isinstance(index, dict) and "parts" in index else "shards"
+    return _checked(index, where, kind, remedy or f"rebuild it with 'dvc repro -f -s {_stage(kind)}'")
+
+
+def _checked(index, where: object, kind: str, remedy: str) -> dict:
+    if not isinstance(index, dict):
+        raise BadInput(f"{where}: holds a JSON {fsio.json_type(index)}, not an object; {remedy}")
     found = index.get("format_version", 1)
     if found != FORMAT_VERSION:
-        stage = "tokenize" if "parts" in index else "shard"
         raise BadInput(f"{where}: format_version {found!r}, but this shardline ({__version__}) reads format "
-                       f"{FORMAT_VERSION}; rebuild it with this release ('dvc repro -f {stage}'), or read it with "
-                       "the shardline release that wrote it")
+                       f"{FORMAT_VERSION}; rebuild it with this release ('dvc repro -f -s {_stage(kind)}'), or read "
+                       "it with the shardline release that wrote it")
+    fsio.check_fields(index, _FIELDS[kind], where, remedy)
+    for i, entry in enumerate(index[kind]):
+        fsio.check_fields(entry, _ENTRY[kind], where, remedy, f"{kind}[{i}]")
     return index
 
 
 def read_index(folder: str | Path, missing: str, show: Callable[[Path], object] = str) -> dict:
-    """A folder's index, checked for its format version; BadInput "<path>: missing<missing>" when
-    there is none (`missing` says why and what to do; `show` renders the path)."""
+    """A folder's index, checked for its format version and fields; BadInput "<path>: missing<missing>"
+    when there is none (`missing` says why and what to do; `show` renders the path), and one line
+    naming it, what is wrong and what rebuilds or restores it when it is damaged or of another format."""
     path = index_of(folder)
+    remedy = remedy_for(path)
     try:
-        index = fsio.read_json(path)
+        index = fsio.read_record(path, remedy, kind=object, shown=show(path))
     except FileNotFoundError:
         raise BadInput(f"{show(path)}: missing{missing}") from None
-    return check_version(index, show(path))
+    layout = project_of(path)  # its folder says what it indexes (outside a project: what it lists)
+    tokens = path.is_relative_to(layout.tokens) if layout else isinstance(index, dict) and "parts" in index
+    return _checked(index, show(path), "parts" if tokens else "shards", remedy)
 
 
 def parse_index(data: bytes, where: object) -> dict:
-    """An index.json's bytes as fetched from object storage (`where`: its URL), version checked."""
-    return check_version(json.loads(data), where)
+    """An index.json's bytes as fetched from object storage (`where`: its URL), checked as `read_index`
+    checks a file."""
+    remedy = "publish the shards there again ('shardline push-shards')"
+    return check_version(fsio.parse_record(data, where, remedy, kind=object), where, remedy)
 
 
 def write_index(folder: str | Path, index: dict) -> Path:
@@ -168,7 +195,7 @@ def verify_shard(shard_dir: str | Path, entry: dict, mode: str = "full") -> None
 
 def verify(shard_dir: str | Path, mode: str = "full") -> dict:
     """Check every shard of a folder against its index.json; raise ShardCorrupt on the first bad one."""
-    index = check_version(fsio.read_json(index_of(shard_dir)), index_of(shard_dir))
+    index = read_index(shard_dir, f"; {REMEDY}")
     for entry in index["shards"]:
         verify_shard(shard_dir, entry, mode)
     return index

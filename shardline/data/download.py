@@ -55,11 +55,18 @@ class Item:
     meta: dict = field(default_factory=dict, hash=False)  # a store object's size, etag, version
 
 
+MANIFEST_FILE = {"path": str, "sha256": str}  # what readers take of each file a manifest lists
+
+
 def read_manifest(layout: Layout, name: str) -> dict:
+    """A source's manifest, checked (a damaged one is one line naming it and the rebuild)."""
     p = layout.manifest(name)
     if not p.exists():
         raise BadInput(f"{layout.rel(p)}: missing; run the download stage first ('dvc repro download')")
-    return fsio.read_json(p)
+    manifest = fsio.read_record(p, layout.remedy(p), keys={"files": list}, shown=layout.rel(p))
+    for i, entry in enumerate(manifest["files"]):
+        fsio.check_fields(entry, MANIFEST_FILE, layout.rel(p), layout.remedy(p), f"files[{i}]")
+    return manifest
 
 
 def _stdlib_items() -> list[Item]:

@@ -172,7 +172,19 @@ def _key(head: dict) -> dict:
             "dataset": {k: v for k, v in (head.get("dataset") or {}).items() if k != "revision"}}
 
 
+def _earlier(path: Path) -> dict | None:
+    """What an earlier run wrote at `path` (a manifest, the stream's note): None when there is none or
+    it is damaged, so the files are made again rather than trusted."""
+    try:
+        value = fsio.read_json(path)
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) and isinstance(value.get("files"), list) else None
+
+
 def _intact(files_dir: Path, entries: list[dict]) -> bool:
+    if not all(isinstance(e, dict) and {"path", "bytes", "sha256"} <= e.keys() for e in entries):
+        return False  # a damaged entry vouches for nothing
     return all((p := files_dir / e["path"]).exists() and p.stat().st_size == e["bytes"]
                and fsio.sha256_file(p) == e["sha256"] for e in entries)
 
@@ -232,19 +244,13 @@ def download(source: Source, layout: Layout, log: Log = print) -> dict:
     head = _head(source, o)
     files_dir, manifest_path, note_path = (layout.raw_files(source.name), layout.manifest(source.name),
                                            layout.stream_note(source.name))
-    try:
-        old = fsio.read_json(manifest_path)
-    except (OSError, ValueError):
-        old = None
+    old = _earlier(manifest_path)
     if old and _key(old) == _key(head) and _intact(files_dir, old["files"]):
         log(f"download: {source.name}: {source.dataset.name} unchanged "
             f"({o.revision or 'content ' + o.content[:12]}); {len(old['files'])} file(s) kept")
         return old
     manifest_path.unlink(missing_ok=True)  # the files change now: no manifest may vouch for them
-    try:
-        note = fsio.read_json(note_path)
-    except (OSError, ValueError):
-        note = None
+    note = _earlier(note_path)
     if not note or note.get("key") != _key(head) or not _intact(files_dir, note.get("files", [])):
         note = {"key": _key(head), "files": [], "state": None}
     entries = _stream_files(source, o, layout, note, log)

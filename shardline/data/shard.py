@@ -159,7 +159,7 @@ class StagedShards:
             for side in SIDES:
                 tok_dir, local = driver.tokens_of(source.name, side), mine.tokens_of(source.name, side)
                 staging.fetch(fs, st.remote(shardformat.index_of(tok_dir)), shardformat.index_of(local))
-                for p in fsio.read_json(shardformat.index_of(local))["parts"]:
+                for p in shardformat.read_index(local, f" in the store at {st.remote(tok_dir)}")["parts"]:
                     staging.fetch(fs, st.remote(tok_dir / p["file"]), local / p["file"])
             index, written = shard_source(source, self.params, mine)
             for side, ix in (("val", index["val"]), ("train", index)):  # shards, then their index

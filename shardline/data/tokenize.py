@@ -122,11 +122,13 @@ def prepare_tokenizer(params: Params, layout: Layout, parts: dict[str, list[Path
     settings = {k: v for k, v in params.section("tokenizer").items()
                 if k != "backend" and not (k == "bos_token" and v is None)}
     key = fsio.stable_hash({"tokenizer": settings, "basis": basis})
-    if meta_path.exists() and out.exists():
-        meta = fsio.read_json(meta_path)
-        if meta["key"] == key and fsio.sha256_file(out) == meta["sha256"]:
-            log(f"tokenize: tokenizer up to date ({meta['sha256'][:12]})")
-            return tokenizer.load(out), meta
+    try:  # a damaged meta.json (or tokenizer.json) is no tokenizer: made again
+        meta = tokenizer.read_meta(meta_path, layout) if out.exists() else None
+    except (OSError, BadInput):
+        meta = None
+    if meta is not None and meta.get("key") == key and fsio.sha256_file(out) == meta["sha256"]:
+        log(f"tokenize: tokenizer up to date ({meta['sha256'][:12]})")
+        return tokenizer.load(out), meta
     if given:
         tok = tokenizer.load(given)
     else:

@@ -90,6 +90,20 @@ def load(path: Path) -> tokenizers.Tokenizer:
                        "stage or point to a tokenizer.json written by shardline") from e
 
 
+# what readers take of data/tokenizer/meta.json (the tokenize stage writes it): its sha256 always,
+# the rest where a reader needs it, of these types when there
+META = {"sha256": str}
+META_IF_THERE = {"key": str, "vocab_size": int, "eos_id": int, "bos_id": (int, type(None)), "dtype": str}
+
+
+def read_meta(path: Path, layout) -> dict:
+    """data/tokenizer/meta.json (`path`, of the project `layout`), checked: damage is one line naming
+    it and what rebuilds it; a missing file stays FileNotFoundError (each reader says why it needs it)."""
+    meta = fsio.read_record(path, layout.remedy(path), keys=META, shown=layout.rel(path))
+    return fsio.check_fields(meta, {k: t for k, t in META_IF_THERE.items() if k in meta}, layout.rel(path),
+                             layout.remedy(path))
+
+
 def token_id(tok: tokenizers.Tokenizer, token: str) -> int:
     i = tok.token_to_id(token)
     if i is None:

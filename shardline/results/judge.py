@@ -19,7 +19,7 @@ import torch
 
 from shardline.core.config import Params, Train
 from shardline.core.errors import BadInput
-from shardline.core import fsio
+from shardline.data import tokenizer
 from shardline.training import lineage
 from shardline.training.evaluate import HeldOut, boundary_ids, evaluate
 from shardline.core.layout import Layout
@@ -33,7 +33,7 @@ def judge(path: Path, params: Params, layout: Layout, device: torch.device | Non
     model, state, manifest = load_model(path)
     gcfg, lin = model.cfg, manifest.lineage
     names = [s.name for s in params.sources]
-    meta = fsio.read_json(layout.tokenizer_meta) if layout.tokenizer_meta.exists() else {}
+    meta = tokenizer.read_meta(layout.tokenizer_meta, layout) if layout.tokenizer_meta.exists() else {}
     c = params.loader  # a node that streams its shards judges on the store's held-out shards
     remote = Remote(c.shards_uri, str(layout.under_root(c.cache_dir)), c.cache_mb, c.prefetch) if c.shards_uri else None
     held = HeldOut.open(layout.shards, names, params.eval.blocks, layout.tokenizer_json, remote,

@@ -23,6 +23,7 @@ from typing import Callable
 
 from shardline.core import fsio
 from shardline.data.clean import split
+from shardline.data.clean.summary import read as clean_stats
 from shardline.training import checkpoint, guard, task_results
 from shardline.core.config import Params
 from shardline.core.layout import EVAL_JSON, TRAIN_STATE, Layout
@@ -202,7 +203,7 @@ def build(params: Params, layout: Layout) -> str:
                   f"- cleaning rules: `{json.dumps(lin.clean_rules, sort_keys=True)}`", _model_line(lin), ""]
     else:
         lines += ["No valid checkpoint yet.", ""]
-    stats = fsio.read_json(layout.clean_stats)
+    stats = clean_stats(layout)
     lines += _heldout(params, layout, stats)
     lines += _drops(stats, layout)
 
@@ -225,7 +226,8 @@ def build(params: Params, layout: Layout) -> str:
     rows = read_records(layout.train_log)
     lines += [""] + _evaluation(rows, manifest)
     metric = layout.metrics / EVAL_JSON  # training's task results and `shardline eval --tasks`'s, merged
-    tasks = fsio.read_json(metric).get("tasks") if metric.exists() else None
+    tasks = fsio.read_record(metric, layout.remedy(metric), shown=layout.rel(metric)).get("tasks") \
+        if metric.exists() else None
     if tasks:
         lines += ["## Downstream tasks (lm-evaluation-harness)", ""] + task_results.table(tasks) + [""]
     if layout.mix_search_report.exists():  # written by `shardline mix-search`, not a stage: linked when there
@@ -257,9 +259,9 @@ def build(params: Params, layout: Layout) -> str:
     for name, s in stats["sources"].items():
         lines.append(f"- {name}: {s['bad']} unreadable record(s) quarantined, {s['invalid_utf8']} with invalid "
                      f"UTF-8 repaired" + (f" (e.g. {s['samples'][0]})" if s["samples"] else ""))
+        lines += damaged_files(s)
     skipped = [r["step"] for r in rows if r.get("guard") == "skip"]
     lines.append(f"- skipped steps (non-finite loss or gradient: no update): {len(skipped)}"
-        lines += damaged_files(s)
                  + (f" (step {', '.join(map(str, skipped))})" if skipped else ""))
     rollbacks = [e for r in rows for e in r.get("rollbacks", [])]
     lines.append(f"- rollbacks (loss spikes, runs of skipped steps): {len(rollbacks)}")
@@ -292,8 +294,6 @@ def build(params: Params, layout: Layout) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _nan(v: float | None) -> float:
-    """A loss on record, NaN where it was not finite (JSON null: a skipped step)."""
 def damaged_files(source_stats: dict) -> list[str]:
     """The card's count of the damaged raw files the clean stage read past, and its line for each."""
     damaged = source_stats.get("damaged", [])  # stats.json of a clean stage before it was recorded: none
@@ -302,6 +302,8 @@ def damaged_files(source_stats: dict) -> list[str]:
     return [f"  - {len(damaged)} damaged file(s) read past, what preceded the damage kept:", *(f"    - {d}" for d in damaged)]
 
 
+def _nan(v: float | None) -> float:
+    """A loss on record, NaN where it was not finite (JSON null: a skipped step)."""
     return float("nan") if v is None else v
 
 

@@ -35,6 +35,7 @@ from torch.nn import functional as F
 
 from shardline.core import chaos, fsio, shardformat
 from shardline.core.errors import BadInput, ShardCorrupt
+from shardline.data import tokenizer
 from shardline.model.loss import chunk_rows
 from shardline.stream.remote import Remote, fetch_failed, filesystem, read_indexes
 
@@ -135,7 +136,7 @@ class HeldOut:
                      log: Callable[[str], None]) -> "HeldOut | None":
         """The held-out set of a training run (None, said so, when no source has a block)."""
         held = cls.open(layout.shards, [s.name for s in params.sources], params.eval.blocks,
-                        layout.tokenizer_json, remote, boundary_ids(fsio.read_json(layout.tokenizer_meta)))
+                        layout.tokenizer_json, remote, boundary_ids(tokenizer.read_meta(layout.tokenizer_meta, layout)))
         if held.seq_len != seq_len or held.tokenizer_sha256 != tokenizer_sha256:
             raise BadInput(f"{layout.rel(layout.shards)}: the held-out shards (val/) were made with another seq_len or "
                            "tokenizer than the training shards; re-run 'dvc repro shard'")

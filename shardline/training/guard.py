@@ -59,9 +59,16 @@ def read_ledger(ckpts: Where) -> list[dict]:
     or checkpoints restored from elsewhere): entries only ever append, so the longest is the truth."""
     store = storage.of(ckpts)
     try:
-        found = [store.read_json(store.root, ROLLBACKS)["rollbacks"]]
+        ledger = store.read_json(store.root, ROLLBACKS)
     except FileNotFoundError:
-        found = [[]]
+        ledger = {"rollbacks": []}
+    except ValueError:  # cut short or damaged: its entries cannot be told, and a lost one would retrain them
+        ledger = None
+    if not isinstance(ledger, dict) or not isinstance(ledger.get("rollbacks"), list):
+        raise BadInput(f"{store.root}/{ROLLBACKS}: not a rollback ledger (truncated or damaged); restore it "
+                       "('dvc checkout data/checkpoints', or from a copy), or delete it if no rollback happened "
+                       "after the newest checkpoint (each checkpoint's lineage holds the ledger up to its step)")
+    found = [ledger["rollbacks"]]
     found += [_recorded(store, p) or [] for p in store.step_dirs()]
     return max(found, key=len)
 

@@ -25,6 +25,8 @@ from pathlib import Path
 
 
 from shardline.core import fsio
+from shardline.data import download, tokenizer
+from shardline.data.clean.summary import read as clean_stats
 from shardline.training import guard
 from shardline.core.config import Params
 from shardline.core.layout import PARAMS, Layout
@@ -59,7 +61,7 @@ def sources(params: Params, layout: Layout) -> tuple[RawSource, ...]:
     out = []
     for s in params.sources:
         m = layout.manifest(s.name)  # the download's manifest (data/raw), not a checkpoint's
-        got = fsio.read_json(m) if m.exists() else {}
+        got = download.read_manifest(layout, s.name) if m.exists() else {}
         files = got.get("files")
         dataset = None if s.dataset is None else {  # the commit it resolved to (a folder: its content hash)
             **s.dataset.model_dump(), "resolved": got.get("revision") or got.get("content")}
@@ -73,7 +75,7 @@ def collect(params: Params, layout: Layout, shards_version: str, *, parent: str 
             continued_from: dict | None = None, rollbacks: list[dict] | None = None, model: dict | None = None,
             init: dict | Init | None = None, not_code: tuple[str, ...] = ()) -> Lineage:
     """`init`: as shardline.model's import gives it (a dict), or the record a checkpoint holds."""
-    meta = fsio.read_json(layout.tokenizer_meta) if layout.tokenizer_meta.exists() else {}
+    meta = tokenizer.read_meta(layout.tokenizer_meta, layout) if layout.tokenizer_meta.exists() else {}
     sections = {k: params.section(k) for k in ("model", "train", "loader", "shard", "tokenizer")}
     return Lineage(
         data_version=DataVersion(shards_version, shards_md5, meta.get("sha256")),
@@ -81,7 +83,7 @@ def collect(params: Params, layout: Layout, shards_version: str, *, parent: str 
         special_ids=SpecialIds(meta.get("eos_id"), meta.get("bos_id")),
         clean_rules=params.section("clean"),
         # what the rules read besides the raw data (URL blocklist, evaluation sets), by content hash
-        clean_rule_inputs=(fsio.read_json(layout.clean_stats).get("rule_inputs") or None)
+        clean_rule_inputs=(clean_stats(layout).get("rule_inputs") or None)
         if layout.clean_stats.exists() else None,
         source_clean_rules={s.name: s.clean for s in params.sources if s.clean},
         mix=params.mix,

@@ -45,7 +45,8 @@ if TYPE_CHECKING:  # imported where a device is asked about: the report reads re
     import torch
 
 from shardline.core import fsio
-from shardline.core.layout import EVAL_CSV, EVAL_JSON, TASKS_JSON, TRAIN_CSV
+from shardline.core.errors import BadInput
+from shardline.core.layout import EVAL_CSV, EVAL_JSON, TASKS_JSON, TRAIN_CSV, remedy_for
 from shardline.training import task_results
 
 MIN_KNOWN = 5  # fewer step times than this give a median too noisy to call anything slow
@@ -254,17 +255,36 @@ def summarize(records: list[dict], tokens_per_step: int) -> dict:
 
 
 def truncate_records(path: Path, step: int) -> None:
-    """Drop the lines past `step`: they belong to a killed (or rolled back) run and will be redone."""
+    """Drop the lines past `step`: they belong to a killed (or rolled back) run and will be redone,
+    a last line the kill tore (no newline, not JSON) with them."""
     if Path(path).exists():
-        keep = [ln for ln in Path(path).read_text().splitlines() if ln.strip() and json.loads(ln)["step"] <= step]
-        fsio.write_bytes(path, "".join(ln + "\n" for ln in keep).encode())
+        keep = [ln for ln, rec in _records(path, torn=True) if rec["step"] <= step]
+        fsio.write_bytes(path, b"".join(ln + b"\n" for ln in keep))
 
 
 def read_records(path: Path) -> list[dict]:
-    """The step records of a train.jsonl (empty if there is none yet)."""
-    if not Path(path).exists():
-        return []
-    return [json.loads(ln) for ln in Path(path).read_text().splitlines() if ln.strip()]
+    """The step records of a train.jsonl (empty if there is none yet); a damaged line is BadInput
+    naming the file, the line and what rebuilds or restores it."""
+    return [rec for _, rec in _records(path)] if Path(path).exists() else []
+
+
+def _records(path: Path, torn: bool = False) -> list[tuple[bytes, dict]]:
+    lines = Path(path).read_bytes().split(b"\n")
+    out = []
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            if torn and i == len(lines):  # an append a kill cut short: not yet a record
+                break
+            rec = None
+        if not isinstance(rec, dict) or not isinstance(rec.get("step"), int):
+            raise BadInput(f"{path}:{i}: not a step record (a JSON object with its step): truncated or damaged; "
+                           f"{remedy_for(path)}")
+        out.append((line, rec))
+    return out
 
 
 def eval_rows(rows: list[dict]) -> list[dict]:

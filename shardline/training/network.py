@@ -23,6 +23,7 @@ from pathlib import Path
 from torch import nn
 
 from shardline.core import fsio
+from shardline.data import tokenizer
 from shardline.core.config import Params, Train
 from shardline.core.errors import BadInput
 from shardline.core.layout import HF_CONFIG, HF_TOKENIZER, Layout
@@ -75,7 +76,7 @@ def _tokenizer_meta(params: Params, layout: Layout) -> dict:
     """data/tokenizer/meta.json (the vocabulary, EOS and BOS ids), which a training node needs
     even when its shards stream from loader.shards_uri: they hold ids, not the tokenizer."""
     try:
-        return fsio.read_json(layout.tokenizer_meta)
+        return tokenizer.read_meta(layout.tokenizer_meta, layout)
     except FileNotFoundError:
         where = layout.rel(layout.tokenizer_meta)
         if params.loader.shards_uri:

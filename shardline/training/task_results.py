@@ -20,11 +20,11 @@ Contract:
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 from shardline.core import fsio
+from shardline.core.layout import remedy_for
 
 _FINGERPRINT = ("step", "loss", "tokens", "batches")  # what a step record says about the timeline it is of
 
@@ -52,7 +52,7 @@ def fingerprint(row: dict) -> dict:
 
 def read(path: Path) -> dict:
     """data/metrics/tasks.json: {checkpoint name: {"step", "record", "tasks"}} (empty if there is none)."""
-    return json.loads(Path(path).read_text()) if Path(path).exists() else {}
+    return fsio.read_record(path, remedy_for(path)) if Path(path).exists() else {}
 
 
 def record(path: Path, checkpoint: str, row: dict, tasks: dict) -> None:

@@ -268,7 +268,7 @@ def test_a_shard_index_of_another_version_is_one_line_naming_the_rebuild(tmp_pat
     path = index_of(layout.shards / "s")
     _set_version(path, version)
     want = (f"{path}: format_version {version!r}, but this shardline ({__version__}) reads format 1; rebuild it "
-            "with this release ('dvc repro -f shard'), or read it with the shardline release that wrote it")
+            "with this release ('dvc repro -f -s shard'), or read it with the shardline release that wrote it")
     for read in (lambda: stream_loader.open_sources(layout.shards, ["s"]), lambda: shardformat.verify(path.parent)):
         with pytest.raises(BadInput) as e:
             read()
@@ -281,7 +281,7 @@ def test_a_shard_index_of_another_version_is_one_line_naming_the_rebuild(tmp_pat
 def test_a_token_index_of_another_version_stops_the_shard_stage(tmp_path):
     params, layout = _shards(tmp_path)
     _set_version(index_of(layout.tokens / "s"), 2)
-    with pytest.raises(BadInput, match=r"^data/tokens/s/index.json: format_version 2, .*'dvc repro -f tokenize'"):
+    with pytest.raises(BadInput, match=r"^data/tokens/s/index.json: format_version 2, .*'dvc repro -f -s tokenize'"):
         shard.run(params, layout, log=lambda _: None)
 
 

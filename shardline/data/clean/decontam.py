@@ -46,7 +46,7 @@ from pydantic import Field
 
 from shardline.core import fsio
 from shardline.core.errors import BadInput
-from shardline.core.layout import JSONL, PARQUET, index_meta_of
+from shardline.core.layout import JSONL, PARQUET, index_meta_of, remedy_for
 from shardline.core.section_base import _Section
 from shardline.data.clean.verdict import Drop, RuleEntry
 from shardline.data.document import Document
@@ -224,7 +224,7 @@ class Index:
         if not index_meta_of(path).exists():
             raise BadInput(f"{path}: no {index_meta_of(path).name} beside it (an unfinished save?); build the index "
                            "again")
-        meta = fsio.read_json(index_meta_of(path))
+        meta = fsio.read_record(index_meta_of(path), remedy_for(path), keys={"n": int, "digest": str})
         # a plain array on the mapped pages: each operation on a np.memmap pays for its subclass
         index = cls(np.asarray(np.load(path, mmap_mode="r")), int(meta["n"]))
         if index.hashes.dtype != np.dtype("<u8") or index.hashes.ndim != 1 or index.digest != meta["digest"]:

@@ -34,6 +34,7 @@ Design: docs/architecture.md (The stage frame; Curation; Data contracts: Clean p
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import time
 from dataclasses import dataclass
@@ -48,7 +49,7 @@ from shardline.core import fsio
 from shardline.core.config import Params, Source
 from shardline.core.errors import BadInput
 from shardline.core.layout import (Layout, clean_marker_of, clean_part_name, clean_split_of, dropped_sample_of,
-                                   index_meta_of, selection_of)
+                                   index_meta_of, remedy_for, selection_of)
 from shardline.core.parallel import Mapper, process_map
 from shardline.core.progress import Sink
 from shardline.data import compressed, download, frame, grouping, readers, staging
@@ -135,9 +136,10 @@ def part_inputs(part: frame.Part) -> list[tuple[str, tuple[int, int] | None]]:
 def part_meta(path: str | Path) -> dict | None:
     """A clean part's done-marker (key, files, tallies), or None when it is missing or unreadable."""
     try:
-        return fsio.read_json(clean_marker_of(path))
+        meta = fsio.read_json(clean_marker_of(path))
     except (OSError, ValueError):
         return None
+    return meta if isinstance(meta, dict) and isinstance(meta.get("key"), str) else None
 
 
 def clean_part(part: frame.Part) -> tuple[list[Path], dict]:
@@ -152,10 +154,10 @@ def clean_part(part: frame.Part) -> tuple[list[Path], dict]:
     batches: list[pa.RecordBatch] = []
     samples = dropped.Samples(w.cfg.drop_samples)
     docs_in = bytes_in = kept = kept_bytes = 0
+    damaged = []  # per raw file that gave bad records: the stage's warning lines (damage.py)
     for rel, _sha, span in w.files:
         fstats = readers.ReadStats()
         for doc in readers.documents(Path(w.raw_dir, rel), rel, w.source, fstats, readers.Span(*span)):
-    damaged = []  # per raw file that gave bad records: the stage's warning lines (damage.py)
             docs_in += 1
             text = doc.text
             bytes_in += (size := len(text) if text.isascii() else len(text.encode()))  # isascii: a flag, O(1)
@@ -181,11 +183,11 @@ def clean_part(part: frame.Part) -> tuple[list[Path], dict]:
             if len(cols["id"]) == _BATCH:  # to Arrow as we go: Python strs cost 1-4 bytes a char
                 batches.append(pa.RecordBatch.from_pydict(cols, schema=schema))
                 cols = {k: [] for k in cols}
-    batches.append(pa.RecordBatch.from_pydict(cols, schema=schema))
-    stats = {"docs_in": docs_in, "bytes_in": bytes_in, "records": rstats.records, "bad": rstats.bad,
         rstats.add(fstats)
         if (d := damage.of(rel, fstats, Path(w.raw_dir, rel).stat().st_size)) is not None:
             damaged.append(d)
+    batches.append(pa.RecordBatch.from_pydict(cols, schema=schema))
+    stats = {"docs_in": docs_in, "bytes_in": bytes_in, "records": rstats.records, "bad": rstats.bad,
              "invalid_utf8": rstats.invalid_utf8, "skipped": rstats.skipped, "samples": rstats.samples,
              "docs_kept": kept,
              "bytes_kept": kept_bytes, "rules": {k: {"docs": v[0], "bytes": v[1]} for k, v in counts.items()},
@@ -199,12 +201,15 @@ def clean_part(part: frame.Part) -> tuple[list[Path], dict]:
 def read_selection(part: str | Path) -> dict:
     path = selection_of(part)
     try:
-        sel = fsio.read_json(path)
+        sel = fsio.read_record(path, remedy_for(path), keys={"key": str, "heldout": list, "dropped": list})
     except FileNotFoundError:
         raise BadInput(f"{path}: missing (the clean stage did not finish); re-run 'dvc repro clean'") from None
     meta = part_meta(part)
+    if meta is None and clean_marker_of(part).exists():
+        raise BadInput(f"{clean_marker_of(part)}: not a clean part's done-marker (truncated or damaged); "
+                       f"{remedy_for(part)}")
     marker = clean_split_of(part)
-    done = fsio.read_json(marker)["ctx"] if marker.exists() else None
+    done = fsio.read_record(marker, remedy_for(marker), keys={"ctx": str})["ctx"] if marker.exists() else None
     if meta is None or sel["key"] != meta["key"] or sel.get("ctx") != done:
         raise BadInput(f"{path}: does not belong to {Path(part).name} and the finished clean stage (it was "
                        "interrupted); re-run 'dvc repro clean'")
@@ -221,14 +226,20 @@ def documents(part: str | Path, side: str = "train", batch_size: int = 1024, col
     """Stream one side ("train" or "val") of a clean part, in batches, in row order: its texts, or
     another column (`id`)."""
     sel = read_selection(part)
-    pf = pq.ParquetFile(part)
-    mask = np.zeros(pf.metadata.num_rows, dtype=bool)
-    mask[sel["heldout"]] = True
-    if side == "train":
-        mask = ~mask
-        mask[sel["dropped"]] = False
+    with _readable(part):
+        pf = pq.ParquetFile(part)
+        mask = np.zeros(pf.metadata.num_rows, dtype=bool)
+        mask[sel["heldout"]] = True
+        if side == "train":
+            mask = ~mask
+            mask[sel["dropped"]] = False
+        batches = pf.iter_batches(columns=[column], batch_size=batch_size)
     start = 0
-    for batch in pf.iter_batches(columns=[column], batch_size=batch_size):
+    while True:
+        with _readable(part):
+            batch = next(batches, None)
+        if batch is None:
+            return
         texts = batch.column(0).to_pylist()
         keep = mask[start:start + len(texts)]
         start += len(texts)
@@ -236,6 +247,18 @@ def documents(part: str | Path, side: str = "train", batch_size: int = 1024, col
             yield texts
         elif keep.any():
             yield [t for t, k in zip(texts, keep) if k]
+
+
+@contextlib.contextmanager
+def _readable(part: str | Path):
+    """Arrow's errors on a damaged clean part (no footer, a page that does not decode, rows its
+    selection does not have) as one line naming it and what rebuilds it."""
+    try:
+        yield
+    except (pa.ArrowException, OSError, IndexError) as e:
+        if isinstance(e, FileNotFoundError):
+            raise
+        raise BadInput(f"{part}: not a readable clean part ({str(e).splitlines()[0]}); {remedy_for(part)}") from None
 
 
 def heldout_fingerprint(parts: list[frame.Part]) -> dict:
@@ -309,6 +332,10 @@ def run(params: Params, layout: Layout, log: Log = print, mapper: Mapper = proce
     markers, skipped = frame.run("clean", parts, clean_part, mapper, log, sink, staged, part_inputs)
     log(f"clean: {len(parts)} part(s), {skipped} already done, {len(parts) - skipped} cleaned in "
         f"{time.perf_counter() - t0:.2f}s")
+    damaged = damage.collect(parts, markers, layout)
+    for lines in damaged.values():
+        for line in lines:
+            log(f"warning: {line}")
     check_bad_fraction(_summarise(parts, markers, params), params, layout)  # judged on input, before the split
     thresholds, near = select.select(parts, params, log, mapper, sink, staged)
     samples = dropped.write(parts, params, layout, dropped_sample_of)
@@ -317,6 +344,8 @@ def run(params: Params, layout: Layout, log: Log = print, mapper: Mapper = proce
                 | select.signature_files(parts, params) | samples | {layout.clean_stats, layout.clean_split}
                 | indexes | {index_meta_of(p) for p in indexes} | {spans})
     summary = _summarise(parts, markers, params, thresholds, near)
+    for name, lines in damaged.items():
+        summary["sources"][name]["damaged"] = lines  # the evidence card counts them
     given = {s.name: inputs.resolve(params.clean_for(s), layout).keys for s in params.sources}
     summary["rule_inputs"] = {name: keys for name, keys in given.items() if keys}  # content hashes: the lineage's
     fsio.write_json(layout.clean_stats, summary)
@@ -331,9 +360,3 @@ def run(params: Params, layout: Layout, log: Log = print, mapper: Mapper = proce
     log(f"clean: kept {t['docs_out']}/{t['docs_in']} docs for training ({t['bytes_out'] / 1e6:.1f}/"
         f"{t['bytes_in'] / 1e6:.1f} MB), {t['heldout_docs']} held out")
     return summary
-    damaged = damage.collect(parts, markers, layout)
-    for lines in damaged.values():
-        for line in lines:
-            log(f"warning: {line}")
-    for name, lines in damaged.items():
-        summary["sources"][name]["damaged"] = lines  # the evidence card counts them
