@@ -72,12 +72,14 @@ class _Decoded(io.RawIOBase):
         import pyarrow as pa
 
         self.codec, self.decoded = which, 0
+        self._errors: tuple = (OSError, EOFError, lzma.LZMAError, ValueError)
         self._file = open(path, "rb")
         try:
             if which == "gzip":
-                from isal import igzip
+                from isal import igzip, igzip_lib
 
                 self._stream = igzip.IGzipFile(fileobj=self._file, mode="rb")
+                self._errors += (igzip_lib.IsalError,)  # an invalid deflate block: not an OSError kin
             elif which == "xz":
                 self._stream = lzma.LZMAFile(self._file)
             else:
@@ -92,7 +94,7 @@ class _Decoded(io.RawIOBase):
     def readinto(self, buf) -> int:
         try:  # small reads: what one read had decoded is lost when it meets damage
             data = self._stream.read(min(len(buf), _STEP))
-        except (OSError, EOFError, lzma.LZMAError, ValueError) as e:  # isal's errors are OSError/ValueError kin
+        except self._errors as e:
             raise Damaged(self.codec, self._file.tell(), self.decoded, str(e) or type(e).__name__) from None
         n = len(data)
         buf[:n] = data

@@ -188,12 +188,13 @@ def _jsonl(path: Path, rel: str, source: Source, stats: ReadStats, span: Span, w
 
 
 def _parquet(path: Path, rel: str, source: Source, stats: ReadStats, span: Span) -> Iterator[tuple[str, str]]:
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     try:
         pf = pq.ParquetFile(path)
     except Exception as e:  # pyarrow raises several types for a damaged footer
-        raise BadInput(f"{rel}: not a readable parquet file ({e}); re-download it "
+        raise BadInput(f"{rel}: not a readable parquet file ({_first_line(e)}); re-download it "
                        f"('dvc repro download') or remove it from the source") from None
     names = pf.schema_arrow.names
     if source.text_field not in names:
@@ -203,15 +204,31 @@ def _parquet(path: Path, rel: str, source: Source, stats: ReadStats, span: Span)
     groups = range(span.start, span.end if span.end >= 0 else pf.num_row_groups)
     try:
         for batch in pf.iter_batches(columns=[source.text_field], batch_size=4096, row_groups=groups):
-            for value in batch.column(0).to_pylist():
+            for value in _texts(batch.column(0), stats):
                 row += 1
                 stats.records += 1
                 if isinstance(value, str):
                     yield f"{rel}:{row}", value
                 else:
                     stats.reject(f"{rel}:{row}", f"column {source.text_field!r} is {type(value).__name__}")
-    except OSError as e:
-        raise BadInput(f"{rel}: parquet data is damaged after row {row} ({e}); re-download it") from None
+    except (OSError, pa.ArrowException) as e:  # a page that does not decode: OSError, or ArrowInvalid
+        raise BadInput(f"{rel}: parquet data is damaged after row {row} ({_first_line(e)}); re-download it") from None
+
+
+def _texts(column, stats: ReadStats) -> list:
+    """A string column's values; damaged bytes in it (not UTF-8) as U+FFFD, counted, as in every reader."""
+    try:
+        return column.to_pylist()
+    except UnicodeDecodeError:
+        import pyarrow as pa
+
+        raw = column.cast(pa.large_binary() if pa.types.is_large_string(column.type) else pa.binary())
+        return [v if v is None else decode(v, stats) for v in raw.to_pylist()]
+
+
+def _first_line(e: Exception) -> str:
+    """Arrow's message of a damaged file, whose later lines repeat its C++ context: one line."""
+    return (str(e).strip().splitlines() or [type(e).__name__])[0]
 
 
 def _warc(path: Path, rel: str, stats: ReadStats) -> Iterator[Document]:

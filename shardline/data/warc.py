@@ -134,7 +134,7 @@ def _response_text(rec: WarcRecord, block: bytes, stats: ReadStats, where: str, 
     try:
         # Content- and Transfer-Encoding undone: Common Crawl stores payloads decoded, other crawlers may not
         rec.parse_http(auto_decode="all")
-        status = rec.http_headers.status_code
+        status = rec.http_headers.status_code if rec.http_headers is not None else None  # None: no HTTP head
         body = rec.reader.read()
     except OSError as e:
         _bad(stats, where, f"undecodable HTTP payload ({e})")
