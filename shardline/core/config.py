@@ -23,7 +23,7 @@ from shardline.core.layout import HF_TOKENIZER, PARAMS
 from shardline.core.sections_data import Download, Eval, Shard, Source, Tokenizer, _Section  # noqa: F401
 from shardline.core.sections_run import Loader, Model, Parts, Pipeline, Retrain, Train  # noqa: F401
 from shardline.core.sections_watch import Log, Profile  # noqa: F401
-from shardline.core import sections_search
+from shardline.core import sections_search, yamlfile
 from shardline.core.sections_search import MixSearch
 
 
@@ -226,7 +226,7 @@ def load(path: str | Path = PARAMS) -> Params:
         raise ConfigError(f"{path}: line {line}: not UTF-8 (byte 0x{e.object[e.start]:02x} at offset {e.start}); "
                           "save the file as UTF-8") from None
     try:
-        raw = yaml.safe_load(text)
+        raw = yamlfile.load(text, str(path))  # a key given twice refused (PyYAML keeps the last)
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML: {e}") from None
     return parse(raw, str(path))

@@ -10,6 +10,7 @@ itself: shardline.results.mixsearch.
 
 from __future__ import annotations
 
+import difflib
 from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
@@ -98,9 +99,10 @@ def bounds_of(section: MixSearch, names: list[str]) -> tuple[list[float], list[f
 def problems(params) -> list[str]:
     """What is wrong with `params.mix_search` given the rest of params.yaml, one line each."""
     s, names = params.mix_search, [x.name for x in params.sources]
-    out = [f"mix_search.bounds.{k}: unknown source; bounds are per source of `sources`" for k in s.bounds
-           if k not in names]
-    out += [f"mix_search.target_sources: unknown source {k!r}" for k in s.target_sources if k not in names]
+    out = [f"mix_search.bounds.{k}: unknown source{_near(k, names)}; bounds are per source of `sources`"
+           for k in s.bounds if k not in names]
+    out += [f"mix_search.target_sources: unknown source {k!r}{_near(k, names)}" for k in s.target_sources
+            if k not in names]
     out += [f"mix_search.target_sources.{k}: weight {w:g} must be > 0; leave the source out instead"
             for k, w in s.target_sources.items() if not w > 0]
     if s.target == "sources" and not s.target_sources:
@@ -116,5 +118,12 @@ def problems(params) -> list[str]:
             cls.model_validate({**getattr(params, key).model_dump(), **getattr(s, key)})
         except ValidationError as e:
             out += [f"mix_search.{key}.{'.'.join(map(str, err['loc']))}: "
-                    + ("unknown key" if err["type"] == "extra_forbidden" else err["msg"].lower()) for err in e.errors()]
+                    + (f"unknown key{_near(str(err['loc'][-1]), cls.model_fields)}" if err["type"] == "extra_forbidden"
+                       else err["msg"].lower()) for err in e.errors()]
     return out
+
+
+def _near(key: str, options) -> str:
+    """The did-you-mean of an unknown name, as config words it for every other section."""
+    close = difflib.get_close_matches(key, list(options), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Iterator
 
 from shardline.core import chaos
+from shardline.core.errors import ConfigError
 
 # What DVC itself writes into the git work tree as it runs and records: its lock file (every
 # `dvc repro` and `dvc exp run` rewrites it), the pointer files of `dvc add`, its own folder
@@ -25,13 +26,30 @@ NOT_CODE = ("dvc.lock", "**/*.dvc", ".dvc/**", "**/.gitignore")
 
 @contextlib.contextmanager
 def open_repo(root: str | Path) -> Iterator["object"]:
+    """DVC's repo at `root`; dvc.yaml or dvc.lock that DVC cannot read (a key given twice, broken
+    YAML, a field its schema refuses) is one ConfigError naming the file, the line and the fault."""
     from dvc.repo import Repo
+    from dvc.utils.strictyaml import YAMLSyntaxError, YAMLValidationError
 
     repo = Repo(str(root))
     try:
         yield repo
+    except (YAMLSyntaxError, YAMLValidationError) as e:
+        raise ConfigError(_yaml_line(e, root)) from None
     finally:
         repo.close()
+
+
+def _yaml_line(e: Exception, root: str | Path) -> str:
+    """DVC's (ruamel's) account of a YAML file it refused, as one line: file (from the project
+    root; DVC names it from the working directory), line, problem."""
+    cause, path = e.__cause__, Path.cwd() / getattr(e, "path", "dvc.yaml")
+    with contextlib.suppress(ValueError):
+        path = path.resolve().relative_to(Path(root).resolve())
+    mark = getattr(cause, "problem_mark", None)
+    problem = getattr(cause, "problem", None) or str(e).splitlines()[0]
+    where = f"line {mark.line + 1}: " if mark is not None else ""
+    return f"{path}: {where}{problem}; fix it (DVC refuses the file as it is)"
 
 
 def stage_order(repo) -> list[str]:

@@ -210,12 +210,12 @@ def test_the_result_is_the_same_for_the_same_runs_and_has_every_piece():
      "mix_search.bounds: the minimums sum to 1.11 > 1, so no mix satisfies them; lower them"),
     ({"bounds": {n: {"max": 0.3} for n in NAMES}},
      "mix_search.bounds: the maximums sum to 0.9 < 1, so no mix satisfies them; raise them"),
-    ({"bounds": {"cod": {"min": 0.1}}}, "mix_search.bounds.cod: unknown source; bounds are per source of `sources`"),
+    ({"bounds": {"cod": {"min": 0.1}}}, "mix_search.bounds.cod: unknown source (did you mean 'code'?); bounds are per source of `sources`"),
     ({"target": "sources"}, "mix_search.target_sources: required with target: sources; list the sources whose "
                             "loss counts"),
     ({"target": "sources", "target_sources": {"code": 0.7, "prose": 0}},
      "mix_search.target_sources.prose: weight 0 must be > 0; leave the source out instead"),
-    ({"train": {"stepz": 3}}, "mix_search.train.stepz: unknown key"),
+    ({"train": {"stepz": 3}}, "mix_search.train.stepz: unknown key (did you mean 'steps'?)"),
 ])
 def test_bad_settings_are_refused_in_one_line_naming_the_field(search, line):
     with pytest.raises(ConfigError) as e:
