@@ -7,18 +7,24 @@ inputs: no params.yaml; a params.yaml that is not a mapping; an empty project (v
 data/); and, in a project that trained, a checkpoint that does not exist, and an output path
 that cannot be written (/sys/kernel refuses mkdir, root or not). serve, deploy, worker and
 pipeline are left out: they start a Prefect server, a work pool or a worker before reading input.
+Issue 44 adds params.yaml with a key given twice or a boolean for a number, and a trained project
+whose every JSON, JSONL and parquet file the line wrote is cut short: each subcommand (each stage on
+its own copy) answers one line naming the file and its rebuild, or makes its own bookkeeping again.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
+import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from shardline import registry
-from shardline.cli.main import parser
+from shardline.cli.main import main, parser
 from tests.conftest import BIN, run, small_params, stdlib_files, write_params
 
 SL = str(BIN / "shardline")
@@ -129,3 +135,59 @@ def test_eval_tasks_that_name_no_task_are_one_line(trained):
         errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
         assert r.returncode == 2 and "Traceback" not in r.stderr and len(errors) == 1 and line in errors[0], r.stderr
     assert not (trained / "data/metrics/tasks.json").exists()
+
+
+
+def _in_process(root: Path, argv: list[str]) -> tuple[int | str, str]:
+    """`shardline --root ROOT ARGV` in this process (imports paid once): (exit code, stderr), or
+    ("traceback", its last line) when an exception escaped main, which the command would print."""
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            return main(["--root", str(root), *argv]), err.getvalue()
+    except BaseException as e:  # noqa: BLE001 - what escapes is the finding
+        return "traceback", f"{type(e).__name__}: {e}"
+
+
+def test_every_subcommand_on_params_with_a_key_given_twice_or_a_boolean_for_a_number(tmp_path):
+    write_params(tmp_path, small_params([{"name": "s", "uri": str(tmp_path / "nowhere"), "format": "txt"}]))
+    text = (tmp_path / "params.yaml").read_text()
+    (tmp_path / "params.yaml").write_text(text + "train:\n  steps: 3\n")
+    first = text.splitlines().index("train:") + 1
+    said = f"params.yaml: line {len(text.splitlines()) + 1}: train is given twice (first at line {first})"
+    results = {" ".join(a): _in_process(tmp_path, a) for a in _argvs({**ANY, "out_dir": str(tmp_path / "out")})}
+    assert all(rc == 2 and said in err for rc, err in results.values()), \
+        {a: r for a, r in results.items() if said not in r[1]}
+    (tmp_path / "params.yaml").write_text(text.replace("  steps: 4\n", "  steps: yes\n", 1))
+    rc, err = _in_process(tmp_path, ["stage", "train"])
+    assert rc == 2 and "train.steps: a number is wanted, got true" in err, err
+
+
+WRITTEN = ("*.json", "*.jsonl", "*.parquet")
+
+
+def test_every_subcommand_on_a_project_whose_written_files_are_cut_short(trained, tmp_path):
+    """Every JSON, JSONL and parquet file under data/ but the checkpoints' (whose hashes make a cut
+    one an invalid checkpoint: test_checkpoint) cut in half: the subcommands that only read in one
+    copy, each stage in a copy of its own (stages write)."""
+    def damaged(name: str) -> Path:
+        root = tmp_path / name
+        shutil.copytree(trained, root)
+        for pattern in WRITTEN:
+            for p in (root / "data").rglob(pattern):
+                if "checkpoints" not in p.parts:
+                    p.write_bytes(p.read_bytes()[: p.stat().st_size // 2])
+        return root
+
+    root = damaged("readers")
+    readers = [a for a in _argvs({**ANY, "out_dir": str(tmp_path / "exported"), "uri": str(tmp_path / "pushed")})
+               if a[0] != "stage"]
+    results = {" ".join(a[:2]): _in_process(root, a) for a in readers}
+    results.update({f"stage {s}": _in_process(damaged(s), ["stage", s])
+                    for s in ("clean", "tokenize", "shard", "train", "report")})
+    assert not {a: r for a, r in results.items() if r[0] not in (0, 2)}, results
+    named = {a for a, (rc, err) in results.items() if rc == 2 and ("'dvc repro -f -s " in err or "'dvc checkout " in err)}
+    assert {"eval latest", "sample latest", "push-shards " + str(tmp_path / "pushed"), "stage train",
+            "stage report", "explain x.py:1"} <= named, {a: r for a, r in results.items() if a not in named}
+    for s in ("clean", "tokenize", "shard"):  # each makes its own bookkeeping again, or names what it cannot
+        assert results[f"stage {s}"][0] == 0 or f"stage {s}" in named, results[f"stage {s}"]
