@@ -37,6 +37,7 @@ from shardline.core import chaos, config, plugins
 from shardline.core.errors import ShardlineError
 from shardline.core.layout import Layout
 from shardline.core.stores import aws_env
+from shardline.orchestration.tasks.invoke import run_log
 from shardline.orchestration.tasks.options import options
 from shardline.orchestration.tasks.progress import progress_sink
 
@@ -56,7 +57,7 @@ def run_and_record(name: str, root: str, params_file: str, force: bool = False) 
             logger.info(f"{name}: up to date, skipped")
             return "skipped"
         params = config.load(layout.root / params_file)
-        dispatch(name, layout, params_file, params, log=logger.info, progress=progress_sink(name),
+        dispatch(name, layout, params_file, params, log=run_log(logger), progress=progress_sink(name),
                  run_id=str(flow_run.id), recorded=True)  # recorded: dvc commit follows
         dvcrepo.commit(repo, name)
     took = f"ran in {time.perf_counter() - t0:.1f}s"

@@ -19,7 +19,7 @@ from prefect.runtime import flow_run
 from shardline import registry
 from shardline.core import config
 from shardline.core.layout import Layout
-from shardline.orchestration.tasks.invoke import invoke, run_context
+from shardline.orchestration.tasks.invoke import invoke, run_context, run_log
 from shardline.orchestration.tasks.mappers import part_mapper
 from shardline.orchestration.tasks.progress import progress_sink
 from shardline.orchestration.tasks.runners import check_workers, task_runner
@@ -42,7 +42,7 @@ def _stage_flow(name: str):
     def stage_flow(root: str = ".", params_file: str = "params.yaml") -> dict:
         layout = Layout.at(root)
         params = config.load(Path(layout.root, params_file))
-        log = get_run_logger().info
+        log = run_log(get_run_logger())
         if name in registry.PARTED:
             workers = check_workers(params.parts)
             log(f"{name}: parts on the {params.parts.runner} runner" + (f", {len(workers)} worker(s): "

@@ -54,6 +54,13 @@ def run_context(name: str, layout: Layout, *, log: Callable[[str], None], progre
                       recorded=bool(os.environ.get("DVC_STAGE")) if recorded is None else recorded)
 
 
+def run_log(logger) -> Callable[[str], None]:
+    """A stage's `log` over a Prefect run logger: a line the engine says as a warning ("warning: ...",
+    damage it read past) at WARNING, so the flow run's log keeps it where a level or a UI filter
+    hides INFO; every other line at INFO."""
+    return lambda line: (logger.warning if line.startswith("warning: ") else logger.info)(line)
+
+
 def invoke(name: str, params: Params, layout: Layout, ctx: RunContext):
     """Run stage `name` in this process with `ctx`: train and a plug-in stage take it whole; the
     others take its log, its mapper (when set; else their own pool, of `parts.workers` when that
