@@ -140,7 +140,7 @@ def _os_line(e: OSError, layout: Layout) -> str:
     if e.errno == errno.ENOENT and path is not None and path.resolve().is_relative_to(layout.data.resolve()):
         return (f"{layout.rel(path)}: missing; run the stage that writes it first ('dvc repro', or "
                 "'shardline stage NAME')")
-    return os_error_line(e, path)
+    return os_error_line(e, layout.rel(path) if path is not None else None)  # a project's file as the user knows it
 
 
 def main(argv: list[str] | None = None) -> int:

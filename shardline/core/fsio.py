@@ -58,10 +58,13 @@ def atomic_writer(final: str | os.PathLike, unique: bool = False, point: str | N
         f.close()
         os.replace(tmp, final)
         fsync_dir(final.parent)
-    except BaseException:
+    except BaseException as e:
         f.close()
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
+        if isinstance(e, OSError) and e.filename is None and e.errno is not None:
+            # fsync's and write's faults name no file: the one being written is what the user must hear of
+            raise OSError(e.errno, e.strerror, str(final)) from e
         raise
 
 

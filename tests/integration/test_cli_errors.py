@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import io
+import os
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -155,7 +157,8 @@ def test_every_subcommand_on_params_with_a_key_given_twice_or_a_boolean_for_a_nu
     (tmp_path / "params.yaml").write_text(text + "train:\n  steps: 3\n")
     first = text.splitlines().index("train:") + 1
     said = f"params.yaml: line {len(text.splitlines()) + 1}: train is given twice (first at line {first})"
-    results = {" ".join(a): _in_process(tmp_path, a) for a in _argvs({**ANY, "out_dir": str(tmp_path / "out")})}
+    argvs = [*_argvs({**ANY, "out_dir": str(tmp_path / "out")}), ["deploy"]]  # deploy reads it before any server
+    results = {" ".join(a): _in_process(tmp_path, a) for a in argvs}
     assert all(rc == 2 and said in err for rc, err in results.values()), \
         {a: r for a, r in results.items() if said not in r[1]}
     (tmp_path / "params.yaml").write_text(text.replace("  steps: 4\n", "  steps: yes\n", 1))
@@ -184,10 +187,48 @@ def test_every_subcommand_on_a_project_whose_written_files_are_cut_short(trained
                if a[0] != "stage"]
     results = {" ".join(a[:2]): _in_process(root, a) for a in readers}
     results.update({f"stage {s}": _in_process(damaged(s), ["stage", s])
-                    for s in ("clean", "tokenize", "shard", "train", "report")})
+                    for s in ("download", "clean", "tokenize", "shard", "train", "report")})
     assert not {a: r for a, r in results.items() if r[0] not in (0, 2)}, results
     named = {a for a, (rc, err) in results.items() if rc == 2 and ("'dvc repro -f -s " in err or "'dvc checkout " in err)}
     assert {"eval latest", "sample latest", "push-shards " + str(tmp_path / "pushed"), "stage train",
             "stage report", "explain x.py:1"} <= named, {a: r for a, r in results.items() if a not in named}
-    for s in ("clean", "tokenize", "shard"):  # each makes its own bookkeeping again, or names what it cannot
+    for s in ("download", "clean", "tokenize", "shard"):  # each makes its own bookkeeping again, or names what it cannot
         assert results[f"stage {s}"][0] == 0 or f"stage {s}" in named, results[f"stage {s}"]
+
+
+def _fsync_fails_from(k: int, real=os.fsync):
+    """os.fsync failing with ENOSPC from its k-th call on: a disk that fills partway (the fault the
+    kernel reports at fsync; filling a real disk is test_disk_faults', for export)."""
+    calls = [0]
+
+    def fsync(fd):
+        calls[0] += 1
+        if calls[0] >= k:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(fd)
+    return fsync
+
+
+@pytest.mark.parametrize("k", [1, 6, 13])  # 12 raw files: 2 fsyncs each (file, folder), then the manifest's
+def test_download_and_report_on_a_disk_that_fills_are_one_line_and_leave_nothing_half_written(trained, tmp_path,
+                                                                                             monkeypatch, k):
+    root = tmp_path / "p"
+    shutil.copytree(trained, root)
+    manifest = (root / "data/raw/s/manifest.json").read_bytes()
+    shutil.rmtree(root / "data/raw")
+    monkeypatch.setattr(os, "fsync", _fsync_fails_from(k))
+    rc, err = _in_process(root, ["stage", "download"])
+    assert rc == 2 and "error: no space left on the device while writing data/raw/s/" in err, err
+    monkeypatch.undo()
+    assert not (root / "data/raw/s/manifest.json").exists()  # no manifest vouches for a partial download
+    assert not [p for p in (root / "data").rglob("*") if ".tmp-" in p.name]
+    assert _in_process(root, ["stage", "download"])[0] == 0 and (root / "data/raw/s/manifest.json").read_bytes() == manifest
+    assert _in_process(root, ["stage", "report"])[0] == 0
+    evidence = (root / "data/reports/evidence.md").read_bytes()
+    (root / "data/reports/evidence.md").write_bytes(b"an older card\n")
+    monkeypatch.setattr(os, "fsync", _fsync_fails_from(min(k, 3)))
+    rc, err = _in_process(root, ["stage", "report"])
+    assert rc == 2 and "error: no space left on the device while writing data/reports/" in err, err
+    monkeypatch.undo()
+    assert (root / "data/reports/evidence.md").read_bytes() in (b"an older card\n", evidence)  # old or whole
+    assert not [p for p in (root / "data").rglob("*") if ".tmp-" in p.name]
