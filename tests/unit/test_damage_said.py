@@ -11,12 +11,15 @@ import json
 import re
 
 import pyarrow.parquet as pq
+import pytest
 
 from shardline.data import download
+from shardline.core.errors import BadInput
+from shardline.data.clean import explain
 from shardline.data.clean import stage as clean
 from shardline.results import report
 from tests.conftest import make_project
-from tests.unit.test_warc import MODULES, _crawl
+from tests.unit.test_warc import MODULES, _crawl, _url
 
 NO_SPLIT = {"fraction": 0, "min_docs": 0, "every": 0}
 KEEP_ALL = {"min_alpha_fraction": None, "max_repeated_line_fraction": None, "max_line_chars": None}
@@ -51,6 +54,10 @@ def test_a_warc_cut_inside_a_record_is_one_warning_naming_byte_kept_and_skipped(
     card = report.damaged_files(stats["sources"]["web"])
     assert card == ["  - 1 damaged file(s) read past, what preceded the damage kept:", f"    - {line}"]
     assert _clean(params, layout)[1] == warnings  # a rerun (every part done) says it again: the damage is there
+    assert explain.explain(params, layout, _url(MODULES[3]))["verdict"] == "kept"  # explain reads the same file
+    with pytest.raises(BadInput) as e:  # the page the cut took: not in the file as it is
+        explain.explain(params, layout, _url(MODULES[4]))
+    assert str(e.value) == f"'{_url(MODULES[4])}': no WARC source has a record with this URL"
 
 
 def test_a_truncated_gzip_is_one_warning_and_an_intact_file_none(tmp_path):
