@@ -19,6 +19,9 @@ CORPORA = REPO.parent / "shared" / "corpora"
 
 
 def pytest_configure(config):
+    from harness import faultproxy
+
+    faultproxy.session_seed()  # one fault seed for the run, in the environment before xdist starts workers
     # Nothing may reach a hub; the HF cache lives in a throwaway folder, removed at the end.
     import tempfile
 
@@ -26,6 +29,13 @@ def pytest_configure(config):
         os.environ["HF_HOME"] = config._shardline_hf_home = tempfile.mkdtemp(prefix="hf-home-")
     os.environ["HF_DATASETS_OFFLINE"] = "1"
     os.environ["HF_HUB_OFFLINE"] = "1"
+
+
+def pytest_report_header(config):
+    from harness import faultproxy
+
+    seed = faultproxy.session_seed()
+    return f"object-store fault schedules: seed {seed} (replay: {faultproxy.SEED_VAR}={seed})"
 
 
 def pytest_unconfigure(config):
@@ -40,7 +50,8 @@ LONGEST_FIRST = ("test_mixsearch.py", "test_orchestration.py", "test_experiments
                  "test_chaos.py", "test_sharded.py", "test_train.py", "test_runners.py", "test_guard.py",
                  "test_tasks.py", "test_evaluate.py", "test_line.py", "test_workpool.py", "test_trackers.py",
                  "test_recompute.py", "test_profile.py", "test_init_from.py", "test_cli_errors.py", "test_curation.py",
-                 "test_prefect_ui.py", "test_brought_tokenizers.py", "test_export.py", "test_reference.py", "test_s3.py")
+                 "test_prefect_ui.py", "test_brought_tokenizers.py", "test_export.py", "test_store_faults.py",
+                 "test_reference.py", "test_s3.py")
 
 
 def pytest_collection_modifyitems(session, config, items):
