@@ -21,7 +21,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 from shardline.core.errors import ConfigError
 from shardline.core.layout import HF_TOKENIZER, PARAMS
 from shardline.core.sections_data import Download, Eval, Shard, Source, Tokenizer, _Section  # noqa: F401
-from shardline.core.sections_run import Loader, Model, Parts, Pipeline, Retrain, Train  # noqa: F401
+from shardline.core.sections_run import Loader, Model, Parts, Pipeline, Retrain, Store, Train  # noqa: F401
 from shardline.core.sections_watch import Log, Profile  # noqa: F401
 from shardline.core import sections_search, yamlfile
 from shardline.core.sections_search import MixSearch
@@ -66,6 +66,8 @@ class Params(_Section):
     """Where the parted stages' per-part work runs: threads, processes, a Dask or a Ray cluster."""
     retrain: Retrain = Retrain()
     """The scheduled retraining deployment: when, and what to do after new data trained."""
+    store: Store = Store()
+    """Retries and timeouts of object stores: streamed shards, push-shards, parts.store."""
     loader: Loader = Loader()
     """The streaming loader: shuffle seed, batch geometry, workers, verification."""
     mix: dict[str, float] | None = None

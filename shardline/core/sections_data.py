@@ -100,15 +100,27 @@ class Source(_Section):
         return self
 
 
-class Download(_Section):
+class Retries(_Section):
+    """How long a remote file is tried (shardline.core.retry; docs/data.md, Retries)."""
+
     attempts: int = Field(8, ge=1)
-    """Tries per remote file before the stage fails (transient faults only: connection, 5xx, 429)."""
+    """Tries in a row without progress before a remote file fails (transient faults only: connection
+    resets and timeouts, a body cut short, 5xx, 429 and S3's SlowDown); a try that adds bytes starts
+    the count afresh."""
     backoff_s: float = Field(0.5, ge=0)
-    """First retry delay; doubles each try, with +/-50% jitter."""
+    """First retry delay; doubles each try, with +/-50% jitter (seeded by the file's name)."""
     max_backoff_s: float = Field(30.0, ge=0)
     """Cap on one retry delay."""
     timeout_s: float = Field(30.0, gt=0)
-    """Connect and read timeout of one HTTP request."""
+    """Connect and read timeout of one request: a server or store silent this long mid-answer is a
+    failed try."""
+    budget_s: float = Field(900.0, gt=0)
+    """Seconds a remote file may go without progress (failed tries and the waits between them)
+    before it fails, whatever `attempts` allows."""
+
+
+class Download(Retries):
+    """Retries and timeouts of the download stage's remote sources (HTTP, object stores)."""
 
 
 class Tokenizer(_Section):

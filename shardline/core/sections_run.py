@@ -1,4 +1,4 @@
-"""params.yaml's run sections: pipeline, parts, loader, model, train, retrain (one frozen,
+"""params.yaml's run sections: pipeline, parts, store, loader, model, train, retrain (one frozen,
 validated model each; the docstring under a field is its documentation). `Params` and loading:
 shardline.core.config.
 """
@@ -11,6 +11,7 @@ from pydantic import Field, field_validator, model_validator
 
 from shardline.core import plugins, stores
 from shardline.core.section_base import _Section
+from shardline.core.sections_data import Retries
 from shardline.core.sections_watch import Profile
 
 
@@ -56,6 +57,11 @@ class Parts(_Section):
         if uri is not None and (problem := stores.uri_problem(uri, local=False)):
             raise ValueError(f"store: {problem}")
         return self
+
+
+class Store(Retries):
+    """Retries and timeouts of the object stores the line reads and writes as it runs: streamed
+    shards (loader.shards_uri), `shardline push-shards`, and parts.store's staged parts."""
 
 
 class Loader(_Section):

@@ -6,7 +6,8 @@ AWS_ENDPOINT_URL, ...); `aws_env` turns the EC2 metadata probe off when none are
 fsspec and its store packages are imported only when a store is opened, or a URL checked:
 `uri_problem` says why a URL cannot be opened here (a scheme fsspec does not know, or its package
 not installed: what to install), for params validation and for `filesystem`, which refuses such a
-URL with that line (BadInput) instead of fsspec's ValueError or ImportError.
+URL with that line (BadInput) instead of fsspec's ValueError or ImportError. Opened with a retry
+policy (shardline.core.retry), an S3 client gets its timeouts.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import os
 from collections.abc import MutableMapping
 from pathlib import Path
 
-from shardline.core import extras
+from shardline.core import extras, retry
 from shardline.core.errors import BadInput
 
 # What to install for a store's scheme: the extra this project declares, else the package itself.
@@ -60,15 +61,38 @@ def uri_problem(uri: str, local: bool = True) -> str | None:
     return None
 
 
-def filesystem(uri: str):
-    """(fsspec filesystem, root path) for `uri`; an S3 URL gets aws_env() first. A URL this
-    environment cannot open is BadInput (`uri_problem`)."""
+def filesystem(uri: str, policy: retry.Policy | None = None):
+    """(fsspec filesystem, root path) for `uri`; an S3 URL gets aws_env() first, and with a
+    `policy` its timeouts (the caller's loop retries what a body read meets: retry.s3_options). A URL
+    this environment cannot open is BadInput (`uri_problem`)."""
     import fsspec
 
     problem = uri_problem(uri)
     if problem:
         raise BadInput(problem)
+    options = {}
     if uri.split("://", 1)[0] in ("s3", "s3a"):
         aws_env()
-    fs, root = fsspec.core.url_to_fs(uri)
+        options = retry.s3_options(policy) if policy is not None else {}
+    fs, root = fsspec.core.url_to_fs(uri, **options)
+    if options:  # an instance of its own (its options differ from a policy-less one's): its body reads are ours
+        fs.retries = retry.S3FS_TRIES
+        _guard_listings(fs.s3)
     return fs, root.rstrip("/")
+
+
+def _guard_listings(client) -> None:
+    """A listing page that arrives without the field every S3 listing answer has (IsTruncated) was
+    cut on the way, to nothing: botocore reads an empty body as an empty page, which would end the
+    listing short (objects silently missing, or 'matched no objects'). Raised as a transient fault
+    instead, so the listing is asked again (botocore's own event hook, on this client)."""
+    if getattr(client, "_shardline_guarded", False):
+        return
+
+    def check(parsed: dict, **_) -> None:
+        if parsed.get("ResponseMetadata", {}).get("HTTPStatusCode") == 200 and "IsTruncated" not in parsed:
+            raise retry.ShortAnswer("a listing page arrived without its IsTruncated field: cut on the way")
+
+    for operation in ("ListObjectsV2", "ListObjectVersions", "ListObjects"):
+        client.meta.events.register(f"after-call.s3.{operation}", check)
+    client._shardline_guarded = True

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Callable
 from urllib.parse import unquote, urlparse
 
-from shardline.core import chaos, fsio
+from shardline.core import chaos, fsio, retry
 from shardline.data import compressed, hfdatasets, http, objects
 from shardline.core.config import Params, Source
 from shardline.core.errors import BadInput, ChecksumMismatch
@@ -103,23 +103,23 @@ def _local_items(source: Source, spec: str, root: Path) -> list[Item]:
     return [Item(str(f.relative_to(base)), "local", str(f)) for f in files]
 
 
-def resolve(source: Source, root: Path) -> list[Item]:
+def resolve(source: Source, root: Path, policy: retry.Policy = retry.Policy()) -> list[Item]:
     """The files a source consists of, in a stable order (none for a dataset source: its records
     are streamed, and the files they make are known only once written)."""
     if source.dataset is not None:
         return []
     if isinstance(source.uri, tuple):
-        items = [i for uri in source.uri for i in _resolve_one(source, uri, root)]
+        items = [i for uri in source.uri for i in _resolve_one(source, uri, root, policy)]
         seen: dict[str, str] = {}
         for i in items:
             if seen.setdefault(i.rel, i.origin) != i.origin:
                 raise BadInput(f"sources[{source.name}].uri: {seen[i.rel]} and {i.origin} would both be "
                                f"stored as {i.rel!r}; list files whose names differ")
         return items
-    return _resolve_one(source, source.uri, root)
+    return _resolve_one(source, source.uri, root, policy)
 
 
-def _resolve_one(source: Source, uri: str, root: Path) -> list[Item]:
+def _resolve_one(source: Source, uri: str, root: Path, policy: retry.Policy) -> list[Item]:
     if uri.startswith("builtin://"):
         which = uri[len("builtin://"):]
         expected = {"python-stdlib": "txt", "pydoc-topics": "jsonl"}
@@ -140,7 +140,7 @@ def _resolve_one(source: Source, uri: str, root: Path) -> list[Item]:
             raise BadInput(f"sources[{source.name}].uri: {uri} matched no files at commit {commit}; fix the glob")
         return [Item(f, "local", str(folder / f), {"revision": commit}) for f in files]
     if "://" in uri and not uri.startswith("file://"):
-        found = objects.list_objects(uri)
+        found = objects.list_objects(uri, policy)
         if not found:
             raise BadInput(f"sources[{source.name}].uri: {uri!r} matched no objects; fix the URL or glob in params.yaml")
         return [Item(o.rel, "object", o.url, o.meta) for o in found]
@@ -154,10 +154,8 @@ def _write_topics(dest: Path) -> None:
     fsio.write_bytes(dest, ("\n".join(lines) + "\n").encode())
 
 
-def _policy(params: Params) -> http.RetryPolicy:
-    d = params.download
-    return http.RetryPolicy(attempts=d.attempts, backoff_s=d.backoff_s,
-                            max_backoff_s=d.max_backoff_s, timeout_s=d.timeout_s)
+def _policy(params: Params) -> retry.Policy:
+    return retry.of(params.download, "download")
 
 
 def _materialise(item: Item, dest: Path, source: Source, params: Params, log: Log,
@@ -211,7 +209,7 @@ def download_source(source: Source, params: Params, layout: Layout, log: Log = p
         fsio.remove_temps(sdir)
     if source.dataset is not None:
         return hfdatasets.download(source, layout, log)
-    items = resolve(source, layout.root) if items is None else items
+    items = resolve(source, layout.root, _policy(params)) if items is None else items
     if source.sha256 and len(items) != 1:
         raise BadInput(f"sources[{source.name}].sha256: given, but the uri names {len(items)} files; "
                        "a sha256 pins exactly one file")
@@ -257,7 +255,7 @@ def download_source(source: Source, params: Params, layout: Layout, log: Log = p
 
 def run(params: Params, layout: Layout, log: Log = print, mapper: Mapper = thread_map,
         sink: Sink | None = None) -> dict[str, dict]:
-    items = {s.name: resolve(s, layout.root) for s in params.sources}
+    items = {s.name: resolve(s, layout.root, _policy(params)) for s in params.sources}
     local = sum(os.path.getsize(i.origin) if i.kind == "local" else i.meta.get("size", 0)
                 for its in items.values() for i in its)
     progress = Progress("download", sum(map(len, items.values())), local, log, what="files", sink=sink)

@@ -11,10 +11,11 @@ version of the file it holds. Errors follow shardline.core.errors: DownloadError
 transient=True when a later retry may help (network, timeouts, 5xx, 429), transient=False when it
 cannot (other 4xx, bad URL), ChecksumMismatch when the body is not the one params.yaml names.
 
-Budget: `RetryPolicy.attempts` bounds the tries *in a row* that add no new bytes to the part
-file. A try that extends the part resets that count and the backoff, so a large file on a link
-that drops every few hundred MB still finishes, while a dead server fails after `attempts`
-requests. Sleep and randomness are injectable so tests never wait.
+Budget: shardline.core.retry's, with the part file's size as progress: `attempts` tries in a row
+(and `budget_s` seconds) that add no new bytes to the part. A try that extends the part resets
+both and the backoff, so a large file on a link that drops every few hundred MB still finishes,
+while a dead server fails after `attempts` requests. Sleep and randomness are injectable so
+tests never wait.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from typing import Callable
 import requests
 import urllib3
 
-from shardline.core import chaos, fsio
+from shardline.core import chaos, fsio, retry
 from shardline.core.errors import ChecksumMismatch, DownloadError
 from shardline.core.layout import partial_note_of, partial_of
 
@@ -44,13 +45,7 @@ _NET_ERRORS = (requests.ConnectionError, requests.Timeout, requests.exceptions.C
 _REMEDY = "check the uri in params.yaml sources"
 
 
-@dataclass(frozen=True)
-class RetryPolicy:
-    attempts: int = 8          # tries in a row without progress before giving up
-    backoff_s: float = 0.5     # first delay; doubles each fruitless try
-    max_backoff_s: float = 30.0
-    timeout_s: float = 30.0    # connect and read (per socket read) timeout per request
-    jitter: float = 0.5        # +/- fraction of the delay, drawn from the rng given to fetch
+RetryPolicy = retry.Policy  # the one policy (shardline.core.retry); the download section sets it
 
 
 @dataclass(frozen=True)
@@ -157,39 +152,6 @@ def _try_once(session: requests.Session, url: str, dest: Path, timeout: float,
         raise _Retry(f"server sent a partial range: {size} of {total} bytes")
 
 
-def _delay(policy: RetryPolicy, streak: int, exc: BaseException, rng: random.Random) -> float:
-    hint = (getattr(exc, "retry_after", None) or "").strip()
-    if hint.isdigit():  # the HTTP-date form falls back to our own backoff
-        return min(float(hint), policy.max_backoff_s)
-    base = min(policy.backoff_s * 2 ** min(max(streak - 1, 0), 60), policy.max_backoff_s)
-    return max(0.0, base * (1 + rng.uniform(-policy.jitter, policy.jitter)))
-
-
-class Patience:
-    """The retry budget of one file fetched into `part` (module docstring): tries in a row that add
-    no bytes to the part are bounded by `policy.attempts`; a try that adds some resets the count
-    and the backoff. Shared by every fetch that resumes a part (HTTP here, store objects)."""
-
-    def __init__(self, url: str, part: Path, policy: RetryPolicy, rng: random.Random | None,
-                 sleep: Callable[[float], None], say: Callable[[str], None]):
-        self.url, self.part, self.policy, self.sleep, self.say = url, part, policy, sleep, say
-        self.rng = rng or random.Random()
-        self.high, self.streak = _size(part), 0
-
-    def failed(self, tries: int, cause: BaseException) -> None:
-        """Wait before the next try, or raise the transient DownloadError that ends the fetch."""
-        size = _size(self.part)
-        self.high, self.streak = (size, 0) if size > self.high else (self.high, self.streak + 1)
-        if self.streak >= self.policy.attempts:
-            raise DownloadError(
-                f"{self.url}: giving up after {tries} attempts ({self.streak} in a row without progress); "
-                f"last cause: {type(cause).__name__}: {cause}; {self.part} is kept and resumes next run",
-                transient=True) from cause
-        wait = _delay(self.policy, self.streak, cause, self.rng)
-        self.say(f"{self.url}: attempt {tries} failed ({type(cause).__name__}: {cause}); retry in {wait:.2f}s")
-        self.sleep(wait)
-
-
 def promote(part: Path, dest: Path) -> None:
     """The whole part becomes `dest`, durably (it may come from a killed run whose writes never hit disk)."""
     with open(part, "rb") as f:
@@ -213,7 +175,9 @@ def fetch(url: str, dest: Path, *, sha256: str | None = None, policy: RetryPolic
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = partial_of(dest)
     n = _Counters()
-    patience, tries = Patience(url, part, policy, rng, sleep, say), 0
+    patience = retry.Patience(url, policy, progress=lambda: _size(part), rng=rng, sleep=sleep, say=say,
+                              kept=f" ({part.name} is kept and resumes)")
+    tries = 0
     with requests.Session() as session:
         while True:
             tries += 1

@@ -11,9 +11,11 @@ Contract:
   live in `<dest>.part` beside `<dest>.part.json` (the etag they belong to): a later try or run
   continues the part from where it stopped, unless the object changed meanwhile; then the part
   is dropped and the new object fetched whole, never mixed with the old one; an object that
-  changes while it is fetched fails the fetch (transient: the next run lists it afresh). Transient faults
-  (network, timeouts, throttling) are retried as `shardline.data.http` retries them: tries in a
-  row without progress are bounded, a try that adds bytes resets the count.
+  changes while it is fetched fails the fetch (transient: the next run lists it afresh). "Changed"
+  is the store's word (its etag or size, asked after the bytes arrived), never a guess from the
+  bytes: the part is read by shardline.core.transfer, in ranges continued by Range after any fault
+  (a reset, a stall, an answer cut short) under shardline.core.retry's policy (the download
+  section's). A listing is retried so too.
 - `hub_snapshot(spec)`: `hf://datasets/<repo>@<revision>/<glob>` through huggingface_hub's own
   cache: the revision is resolved to a commit (pinned in the manifest) and only the files the
   glob names are fetched, as files. With HF_HUB_OFFLINE=1 the local Hub cache answers alone.
@@ -24,24 +26,19 @@ from __future__ import annotations
 
 import fnmatch
 import os
-import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 from urllib.parse import unquote
 
-from shardline.core import chaos, fsio
-from shardline.core.errors import BadInput, DownloadError, is_transient
+from shardline.core import chaos, fsio, retry, transfer
+from shardline.core.errors import BadInput, DownloadError
 from shardline.core.layout import partial_note_of, partial_of
 from shardline.data import http
 
 _CHUNK = 1 << 20
 _GLOB = set("*?[")
-
-
-class _Changed(Exception):
-    """The object is not the one listed: a new version, to be listed and fetched afresh."""
 
 
 @dataclass(frozen=True)
@@ -60,11 +57,11 @@ def _identity(info: dict) -> dict:
             **({"version": str(version)} if version not in (None, "null") else {})}
 
 
-def _fs(uri: str):
+def _fs(uri: str, policy: retry.Policy | None = None):
     from shardline.core.stores import filesystem  # the shard store's too: same credentials, same errors
 
     try:
-        return filesystem(uri)
+        return filesystem(uri, policy)
     except (ImportError, ValueError) as e:
         scheme = uri.split("://", 1)[0]
         pkg = {"s3": "s3fs (pip install 'shardline[s3]')", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs"}.get(scheme)
@@ -77,76 +74,92 @@ def _no_access(uri: str, e: BaseException) -> BadInput:
                     "environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL, ...)")
 
 
-def list_objects(uri: str) -> list[Object]:
-    fs, root = _fs(uri)
+def list_objects(uri: str, policy: retry.Policy = retry.Policy()) -> list[Object]:
+    fs, root = _fs(uri, policy)
     scheme = uri.split("://", 1)[0]
-    fs.invalidate_cache()  # fsspec reuses a filesystem and its listings within a process: ask the store afresh
+
+    def listing() -> tuple[str, dict]:
+        fs.invalidate_cache()  # fsspec reuses a filesystem and its listings within a process: ask the store afresh
+        try:
+            if _GLOB & set(root):
+                parts = root.split("/")
+                base = "/".join(parts[: next(i for i, p in enumerate(parts) if _GLOB & set(p))])
+                return base, fs.glob(root, detail=True)
+            if fs.isdir(root):
+                return root, fs.find(root, detail=True)
+            return root.rsplit("/", 1)[0], {root: fs.info(root)}
+        except FileNotFoundError:
+            return root, {}
+
     try:
-        if _GLOB & set(root):
-            parts = root.split("/")
-            base = "/".join(parts[: next(i for i, p in enumerate(parts) if _GLOB & set(p))])
-            infos = fs.glob(root, detail=True)
-        elif fs.isdir(root):
-            base, infos = root, fs.find(root, detail=True)
-        else:
-            base, infos = root.rsplit("/", 1)[0], {root: fs.info(root)}
-    except FileNotFoundError:
-        infos = {}
+        base, infos = retry.call(f"{uri}: listing", listing, policy)
+    except DownloadError:
+        raise
     except Exception as e:  # noqa: BLE001 - botocore/gcs raise their own types for credentials and access
-        if _transient(e):
-            raise DownloadError(f"{uri}: cannot list ({type(e).__name__}: {e}); the store did not answer: "
-                                "check the network and AWS_ENDPOINT_URL; a retry may succeed", transient=True) from None
         raise _no_access(uri, e) from None
     files = sorted((p, i) for p, i in infos.items() if i.get("type", "file") == "file" and not p.endswith("/"))
     return [Object(p[len(base):].lstrip("/"), f"{scheme}://{p}", _identity(i)) for p, i in files]
 
 
-def _transient(e: BaseException) -> bool:
-    name = type(e).__name__
-    return is_transient(e) or any(w in name for w in ("Connection", "Timeout", "Throttl", "SlowDown", "ServerError"))
+def _held(part: Path) -> int:
+    try:
+        return part.stat().st_size
+    except FileNotFoundError:
+        return 0
 
 
-def fetch_object(url: str, dest: Path, meta: dict, policy: http.RetryPolicy = http.RetryPolicy(),
-                 log: Callable[[str], None] = lambda _: None, sleep: Callable[[float], None] = time.sleep,
-                 rng: random.Random | None = None) -> str:
+def _now(fs, path: str, url: str, policy: retry.Policy) -> dict:
+    """The object's identity in the store now (a HEAD, its listing cache left aside)."""
+    def ask() -> dict:
+        fs.invalidate_cache(path)
+        return _identity(fs.info(path))
+
+    return retry.call(url, ask, policy)
+
+
+def _same(meta: dict, now: dict) -> bool:
+    """Whether the store's identity `now` is the listed `meta`: the same etag (where both have one) and size."""
+    return now.get("etag", meta.get("etag")) == meta.get("etag") and now["size"] == meta["size"]
+
+
+def fetch_object(url: str, dest: Path, meta: dict, policy: retry.Policy = retry.Policy(),
+                 log: Callable[[str], None] = lambda _: None, sleep: Callable[[float], None] = time.sleep) -> str:
     """Fetch `url` (whose identity in the store is `meta`) to `dest`; its sha256."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     part, note = partial_of(dest), partial_note_of(dest)
     if part.exists() and (not note.exists() or fsio.read_json(note) != meta):
         part.unlink()  # bytes of another version of the object: never continued
     fsio.write_json(note, meta)
-    fs, path = _fs(url)
-    patience, tries = http.Patience(url, part, policy, rng, sleep, log), 0
-    while True:
-        tries += 1
+    fs, path = _fs(url, policy)
+    have = _held(part)
+    if have > meta["size"]:
+        part.unlink()  # more than the object holds: not its bytes
+        have = 0
+    if have:
+        log(f"{url}: resuming at byte {have}")
+    version = meta["version"] if "version" in meta and getattr(fs, "version_aware", False) else None
+    try:
         try:
-            have = part.stat().st_size if part.exists() else 0
-            if have:
-                log(f"{url}: resuming at byte {have}")
-            with fs.open(path, "rb", **({"version_id": meta["version"]} if "version" in meta and getattr(fs, "version_aware", False)
-                                        else {})) as src, open(part, "ab") as raw:
-                src.seek(have)
-                out = chaos.partway(raw, "download.body")
-                while chunk := src.read(_CHUNK):
-                    out.write(chunk)
-            got = part.stat().st_size
-            fs.invalidate_cache(path)  # ask the store, not the listing this process made
-            now = _identity(fs.info(path))
-            if got != meta["size"] or now.get("etag") != meta.get("etag") or now["size"] != meta["size"]:
-                part.unlink()
-                note.unlink()
-                raise _Changed(f"{url}: the object changed while it was fetched ({got} bytes, listed as "
-                               f"{meta['size']}); run the download stage again to fetch the new one")
-            break
-        except _Changed as e:
-            raise DownloadError(str(e), transient=True) from None
-        except FileNotFoundError as e:
-            raise DownloadError(f"{url}: gone from the store ({e}); run the download stage again") from None
+            with open(part, "ab") as raw:
+                transfer.read(fs, path, chaos.partway(raw, "download.body").write, have, meta["size"], policy=policy,
+                              what=url, kept=f" ({part.name} is kept and resumes)", version=version, say=log,
+                              sleep=sleep)
+            now = _now(fs, path, url, policy)
+        except DownloadError:
+            raise
         except Exception as e:  # noqa: BLE001 - the store's client raises its own types
-            if not _transient(e):
-                raise DownloadError(f"{url}: {type(e).__name__}: {e}; check the URL and the credentials "
-                                    "in the environment") from None
-            patience.failed(tries, e)
+            now = _now(fs, path, url, policy)  # a range past the end of a shrunk object: a new version
+            if _same(meta, now):
+                raise DownloadError(f"{url}: {retry.one_line(e)}; check the URL and the credentials in the "
+                                    "environment") from None
+    except FileNotFoundError as e:
+        raise DownloadError(f"{url}: gone from the store ({e}); run the download stage again") from None
+    # Ranged reads name no version: the store's etag after them says whether they read the listed one
+    if not _same(meta, now):
+        part.unlink()
+        note.unlink()
+        raise DownloadError(f"{url}: the object changed while it was fetched (the store says {now}, the listing "
+                            f"said {meta}); run the download stage again to fetch the new one", transient=True)
     digest = fsio.sha256_file(part)
     http.promote(part, dest)
     note.unlink()

@@ -158,24 +158,26 @@ class StagedShards:
         try:
             for side in SIDES:
                 tok_dir, local = driver.tokens_of(source.name, side), mine.tokens_of(source.name, side)
-                staging.fetch(fs, st.remote(shardformat.index_of(tok_dir)), shardformat.index_of(local))
+                tok_index = shardformat.index_of(tok_dir)
+                staging.fetch(fs, st.remote(tok_index), shardformat.index_of(local), policy=st.policy)
                 for p in shardformat.read_index(local, f" in the store at {st.remote(tok_dir)}")["parts"]:
-                    staging.fetch(fs, st.remote(tok_dir / p["file"]), local / p["file"])
+                    staging.fetch(fs, st.remote(tok_dir / p["file"]), local / p["file"], policy=st.policy)
             index, written = shard_source(source, self.params, mine)
             for side, ix in (("val", index["val"]), ("train", index)):  # shards, then their index
                 out, there = mine.shards_of(source.name, side), driver.shards_of(source.name, side)
                 try:  # what the store's index vouches for is in place: a shard it lists alike is not put again
-                    before = shardformat.parse_index(fs.cat_file(st.remote(shardformat.index_of(there))), there)
+                    before = shardformat.parse_index(staging.cat(fs, st.remote(shardformat.index_of(there)), st.policy),
+                                                     there)
                 except (FileNotFoundError, ValueError, BadInput):
                     before = {"shards": []}
                 held = {(s["file"], s["bytes"], s["sha256"]) for s in before["shards"]}
                 changed = [s for s in ix["shards"] if (s["file"], s["bytes"], s["sha256"]) not in held]
                 if changed and before["shards"]:  # no index may vouch for a mix of old and new, here either
-                    fs.rm(st.remote(shardformat.index_of(there)))
+                    staging.remove(fs, st.remote(shardformat.index_of(there)), st.policy)
                 for s in changed:
-                    staging.put(fs, out / s["file"], st.remote(there / s["file"]))
+                    staging.put(fs, out / s["file"], st.remote(there / s["file"]), st.policy)
                 if before != fsio.read_json(shardformat.index_of(out)):
-                    staging.put(fs, shardformat.index_of(out), st.remote(shardformat.index_of(there)))
+                    staging.put(fs, shardformat.index_of(out), st.remote(shardformat.index_of(there)), st.policy)
             return index, written
         finally:
             staging.shutil.rmtree(here, ignore_errors=True)
@@ -193,7 +195,7 @@ def _take(staged: staging.Staging, source: str, index: dict, layout: Layout) -> 
         for s in ix["shards"]:
             path = where / s["file"]
             if not (path.is_file() and path.stat().st_size == s["bytes"] and fsio.sha256_file(path) == s["sha256"]):
-                staging.fetch(fs, staged.remote(path), staged_of(path))
+                staging.fetch(fs, staged.remote(path), staged_of(path), policy=staged.policy)
                 if fsio.sha256_file(staged_of(path)) != s["sha256"]:
                     raise ShardCorrupt(f"{staged.remote(path)}: its bytes are not those its index names; the store "
                                        "changed under the stage: re-run 'dvc repro shard'")

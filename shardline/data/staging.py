@@ -15,6 +15,9 @@ Contract: with a `Staging` (the store's URL and the project root), the frame run
   (a driver killed after the worker finished) is taken, not run again.
 A span of a big plain file is fetched as that byte range (and the file's first bytes, where a
 compression magic would be) into a sparse file of the file's size: a part reads only its span.
+Every request to the store is retried on transient faults under `Staging.policy` (params' store
+section); a file arrives with every byte the store's size names (shardline.core.transfer), so a
+connection cut mid-body is continued, never taken for the file's end or for a changed store.
 The driver keeps every file (DVC versions them there; phase 2 and training read them there):
 the store is what the workers share. Credentials and endpoint come from each process's
 environment (shardline.core.stores).
@@ -30,22 +33,25 @@ import shutil
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from shardline.core import fsio, stores
+from shardline.core import fsio, retry, stores, transfer
 from shardline.core.errors import BadInput
 
 SCRATCH = ".shardline-parts"
 _HEAD = 16  # bytes kept at a span's file start: a compression magic is there
+STORE = retry.Policy(section="store")
 
 
 def of(params, layout) -> "Staging | None":
     """The staging params.yaml's `parts.store` asks for, or None (workers share data/)."""
-    return Staging(params.parts.store, str(layout.root)) if params.parts.store else None
+    store = params.parts.store
+    return Staging(store, str(layout.root), retry.of(params.store, "store")) if store else None
 
 
 @dataclasses.dataclass(frozen=True)
 class Staging:
     store: str  # the store URL: s3://bucket/prefix, any fsspec URL
     root: str   # the project root on the driver
+    policy: retry.Policy = STORE  # params.store: retries and timeouts of every request to the store
 
     def remote(self, path: str | Path) -> str:
         return f"{self.store.rstrip('/')}/{self.rel(path)}"
@@ -58,7 +64,7 @@ class Staging:
                            "see only the store: put the file inside the project") from None
 
     def fs(self):
-        return stores.filesystem(self.store)[0]
+        return stores.filesystem(self.store, self.policy)[0]
 
 
 def rebase(obj: Any, old: str, new: str) -> Any:
@@ -116,32 +122,43 @@ def put_inputs(staging: Staging, files: Iterable[str | Path], record: Record, fs
             raise BadInput(f"{rel}: a part needs it and the driver does not have it; re-run the stage that makes it")
         if record.fresh(rel, local):
             continue
-        put(fs, local, staging.remote(local))
+        put(fs, local, staging.remote(local), staging.policy)
         record.note(rel, local)
         sent += 1
     return sent
 
 
-def put(fs, local: str | Path, remote: str) -> None:
-    fs.makedirs(fs._parent(remote), exist_ok=True)  # a filesystem store needs its folders; S3 has none
-    fs.put_file(str(local), remote)
+def put(fs, local: str | Path, remote: str, policy: retry.Policy = STORE) -> None:
+    """`local` at `remote`: a PUT is whole or absent, so a failed one is simply sent again."""
+    def send() -> None:
+        fs.makedirs(fs._parent(remote), exist_ok=True)  # a filesystem store needs its folders; S3 has none
+        fs.put_file(str(local), remote)
+
+    retry.call(remote, send, policy)
 
 
-def fetch(fs, remote: str, local: Path, span: tuple[int, int] | None = None) -> None:
+def cat(fs, remote: str, policy: retry.Policy = STORE) -> bytes:
+    """The bytes at `remote`, all of them (a cut answer is retried); FileNotFoundError when absent."""
+    return transfer.whole(fs, remote, policy=policy, what=remote)
+
+
+def remove(fs, remote: str, policy: retry.Policy = STORE) -> None:
+    retry.call(remote, lambda: fs.rm(remote), policy)
+
+
+def fetch(fs, remote: str, local: Path, span: tuple[int, int] | None = None, policy: retry.Policy = STORE) -> None:
+    """`remote` at `local` (whole, or the span in a sparse file); every byte the store's size names
+    arrives (shardline.core.transfer: a fault mid-body is continued by Range, never taken for the end)."""
     local.parent.mkdir(parents=True, exist_ok=True)
     tmp = local.with_name(f"{local.name}.{os.getpid()}.fetch")
-    if span is None:
-        fs.get_file(remote, str(tmp))
-    else:  # a sparse file of the remote's size holding the span and the file's first bytes
-        size = fs.info(remote)["size"]
-        start, end = span
-        end = size if end < 0 else end
-        with open(tmp, "wb") as f:
-            f.truncate(size)
-            for a, b in ((0, min(_HEAD, size)), (start, end)):
-                if b > a:
-                    f.seek(a)
-                    f.write(fs.cat_file(remote, start=a, end=b))
+    size = transfer.size(fs, remote, policy=policy, what=remote)
+    start, end = (0, size) if span is None else span
+    end = size if end < 0 else min(end, size)
+    with open(tmp, "wb") as f:
+        f.truncate(size)  # a span's file is sparse: the part reads only its span
+        for a, b in ((0, min(_HEAD, size)), (start, end)) if span is not None else ((0, size),):
+            f.seek(a)
+            transfer.read(fs, remote, f.write, a, b, policy=policy, what=remote)
     os.replace(tmp, local)
 
 
@@ -179,16 +196,16 @@ class Worker:
             mine = dataclasses.replace(part, work=rebase(part.work, st.root, str(here)),
                                        marker=rebase(part.marker, st.root, str(here)))
             for f, span in needs:
-                fetch(fs, st.remote(f), Path(rebase(str(f), st.root, str(here))), span)
+                fetch(fs, st.remote(f), Path(rebase(str(f), st.root, str(here))), span, st.policy)
             files, stats = self.do(mine)
             where = Path(mine.marker).parent
             marker = {"key": part.key, "files": {str(Path(f).relative_to(where)): Path(f).stat().st_size for f in files},
                       "stats": stats}
             for f in files:  # every file first: the marker vouches for them
-                put(fs, f, st.remote(Path(st.root) / Path(f).relative_to(here)))
+                put(fs, f, st.remote(Path(st.root) / Path(f).relative_to(here)), st.policy)
             chaos.point(f"{part.stage}.part")  # its files are in the store, its marker is not: not done
             fsio.write_json(mine.marker, marker)
-            put(fs, mine.marker, st.remote(part.marker))
+            put(fs, mine.marker, st.remote(part.marker), st.policy)
             chaos.done(part.stage, part.name)
             return marker
         finally:
@@ -202,8 +219,8 @@ def take(staging: Staging, part, marker: dict, record: Record, fs=None) -> dict:
     where = Path(part.marker).parent
     for name, size in marker["files"].items():
         local = where / name
-        fetch(fs, staging.remote(local), local)
-        if local.stat().st_size != size:
+        fetch(fs, staging.remote(local), local, policy=staging.policy)
+        if local.stat().st_size != size:  # every byte the store holds arrived: the store's object has this size
             raise BadInput(f"{staging.remote(local)}: {local.stat().st_size} bytes arrived, the part's marker says "
                            f"{size}; the store changed under the stage: re-run it")
         record.note(staging.rel(local), local)
@@ -218,15 +235,16 @@ def finished_in_store(staging: Staging, part, fs=None) -> dict | None:
 
     fs = fs or staging.fs()
     try:
-        marker = json.loads(fs.cat_file(staging.remote(part.marker)))
-    except (FileNotFoundError, ValueError, OSError):
+        marker = json.loads(cat(fs, staging.remote(part.marker), staging.policy))
+    except (FileNotFoundError, ValueError):
         return None
     if not isinstance(marker, dict) or marker.get("key") != part.key:
         return None
     where = Path(part.marker).parent
     for name, size in marker.get("files", {}).items():
         try:
-            if fs.info(staging.remote(where / name))["size"] != size:
+            if transfer.size(fs, staging.remote(where / name), policy=staging.policy,
+                             what=staging.remote(where / name)) != size:
                 return None
         except FileNotFoundError:
             return None

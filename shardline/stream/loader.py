@@ -34,12 +34,12 @@ from typing import Callable, Iterator, Mapping, Sequence
 import numpy as np
 import torch
 
-from shardline.core import fsio, shardformat
+from shardline.core import fsio, retry, shardformat
 from shardline.core.layout import Layout
 from shardline.core.errors import BadInput, ShardlineError
 from shardline.stream.mixing import Schedule
 from shardline.stream.permute import Permutation, key_for
-from shardline.stream.remote import Remote, read_indexes
+from shardline.stream.remote import STORE, Remote, read_indexes
 from shardline.stream.workers import Runs, group_for, steps
 from shardline.stream.shardcache import Fetcher
 
@@ -230,14 +230,15 @@ class Loader:
     def __init__(self, shards_dir: str | Path, *, sources: Sequence[str], mix: Mapping[str, float], seed: int,
                  global_batch: int, rank: int = 0, world: int = 1, num_workers: int = 0, verify: str = "full",
                  log: Callable[[str], None] | None = None, shards_uri: str | None = None,
-                 cache_dir: str | Path | None = None, cache_mb: float = 4096.0, prefetch: int = 2):
+                 cache_dir: str | Path | None = None, cache_mb: float = 4096.0, prefetch: int = 2,
+                 store: retry.Policy = STORE):
         if global_batch % world:
             raise BadInput(f"loader.global_batch ({global_batch}) must be divisible by the world size ({world})")
         if verify not in ("full", "size"):
             raise BadInput(f"loader.verify: must be 'full' or 'size', got {verify!r}")
         if shards_uri and not cache_dir:
             raise BadInput("loader.cache_dir: required with loader.shards_uri (where streamed shards are cached)")
-        remote = Remote(shards_uri, str(cache_dir), cache_mb, prefetch) if shards_uri else None
+        remote = Remote(shards_uri, str(cache_dir), cache_mb, prefetch, store) if shards_uri else None
         self.spec = Spec(str(shards_dir), tuple(sources), tuple(mix.items()), seed, global_batch, rank, world, verify,
                          remote)
         self.reader = Reader(self.spec)
@@ -254,7 +255,8 @@ class Loader:
         return cls(layout.shards, sources=[s.name for s in params.sources], mix=params.mix, seed=c.seed,
                    global_batch=c.global_batch, rank=rank, world=world, num_workers=c.num_workers,
                    verify=c.verify, log=log if c.debug_batch_hashes else None, shards_uri=c.shards_uri,
-                   cache_dir=layout.under_root(c.cache_dir), cache_mb=c.cache_mb, prefetch=c.prefetch)
+                   cache_dir=layout.under_root(c.cache_dir), cache_mb=c.cache_mb, prefetch=c.prefetch,
+                   store=retry.of(params.store, "store"))
 
     @property
     def seq_len(self) -> int:

@@ -7,6 +7,9 @@ Contract:
   fetches, verifies and caches the shards themselves).
 - Credentials and endpoint come from the environment only (`shardline.core.stores`). No Prefect,
   no DVC.
+- Every read and write is retried on transient faults under `Remote.policy` / `policy` (params'
+  store section; shardline.core.retry, shardline.core.transfer); an index that arrives unreadable
+  is read again, and is BadInput only when two reads agree on its bytes.
 - Errors name the URL and say what to do (FetchError; transient ones may be retried); a
   push-shards target that refuses the write (permission, read-only, full) is a PathError naming it.
 - `read_indexes` is how every reader (the loader, eval) opens shard indexes, from the store or
@@ -20,8 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from shardline.core import shardformat
-from shardline.core.errors import DownloadError, PathError, ShardlineError, is_transient, os_error_line
+from shardline.core import retry, shardformat, transfer
+from shardline.core.errors import BadInput, DownloadError, PathError, ShardlineError, os_error_line
 from shardline.core.layout import INDEX, index_of
 from shardline.core.stores import filesystem
 
@@ -35,16 +38,19 @@ def fetch_failed(url: str, e: BaseException) -> FetchError:
     transient (retried) when the cause is."""
     hint = ("not in the store: upload data/shards there or fix loader.shards_uri" if isinstance(e, FileNotFoundError)
             else "check the network and the AWS_* credentials/endpoint in the environment")
-    return FetchError(f"{url}: {type(e).__name__}: {e}; {hint}", transient=is_transient(e))
+    return FetchError(f"{url}: {retry.one_line(e)}; {hint}", transient=retry.transient(e))
 
 
 def _put_failed(uri: str, target: str, e: BaseException) -> ShardlineError:
     """The error for a failed write of `target` under push-shards' `uri`: a path that refuses it
     (permission, read-only, full, not a folder) in os_error_line's words naming the URI; the
     network and credentials (FetchError) otherwise."""
-    if isinstance(e, OSError) and not is_transient(e):
+    if isinstance(e, OSError) and not retry.transient(e):
         return PathError(os_error_line(e, uri, "push-shards"))
     return fetch_failed(target, e)
+
+
+STORE = retry.Policy(section="store")  # the store section's defaults
 
 
 @dataclass(frozen=True)
@@ -55,6 +61,7 @@ class Remote:
     cache_dir: str
     cache_mb: float = 4096.0
     prefetch: int = 2
+    policy: retry.Policy = STORE  # params.store: retries and timeouts of each read
 
 
 def read_indexes(shards_dir: str | Path, names: Sequence[str], remote: Remote | None = None,
@@ -64,25 +71,50 @@ def read_indexes(shards_dir: str | Path, names: Sequence[str], remote: Remote | 
     store's is FetchError naming its URL."""
     if remote is None:
         return [shardformat.read_index(Path(shards_dir) / name, missing) for name in names]
-    fs, root = filesystem(remote.uri)
+    fs, root = filesystem(remote.uri, remote.policy)
     out = []
     for name in names:
         url = f"{remote.uri.rstrip('/')}/{name}/{INDEX}"
-        try:
-            data = fs.cat_file(f"{root}/{name}/{INDEX}")
-        except Exception as e:
-            raise fetch_failed(url, e) from e
-        out.append(shardformat.parse_index(data, url))  # outside the try: a format error is no fetch error
+
+        def fetch(name=name, url=url) -> bytes:
+            try:
+                return transfer.whole(fs, f"{root}/{name}/{INDEX}", policy=remote.policy, what=url, error=FetchError)
+            except ShardlineError:
+                raise
+            except Exception as e:
+                raise fetch_failed(url, e) from e
+
+        def judge(data: bytes, url=url) -> tuple[str, Exception | None]:
+            try:
+                shardformat.parse_index(data, url)
+                return "", None
+            except BadInput as e:  # a format error is no fetch error, once two reads agree on it
+                return transfer.digest(data), e
+
+        out.append(shardformat.parse_index(transfer.agreed(url, fetch, judge, policy=remote.policy,
+                                                           error=FetchError), url))
     return out
 
 
-def upload_shards(shards_dir: str | Path, uri: str, names: Sequence[str], log=print) -> int:
+def upload_shards(shards_dir: str | Path, uri: str, names: Sequence[str], log=print,
+                  policy: retry.Policy = STORE) -> int:
     """Publish data/shards at `uri` for loader.shards_uri. Per source, the shards go first and
     index.json last, so a reader never finds an index naming shards that are not there yet; a
     shard already stored with the same size is not sent again (its sha256 is checked on every
-    fetch anyway). Returns how many files were sent."""
-    fs, root = filesystem(uri)
+    fetch anyway). Each request is retried on transient faults under `policy` (a PUT is whole or
+    absent). Returns how many files were sent."""
+    fs, root = filesystem(uri, policy)
     sent = 0
+
+    def request(target: str, fn):
+        """`fn()`, a request about `target`, retried; its error naming the URL (or the target path)."""
+        try:
+            return retry.call(f"{uri.rstrip('/')}{target[len(root):]}", fn, policy, error=FetchError)
+        except ShardlineError:
+            raise
+        except Exception as e:
+            raise _put_failed(uri, target, e) from e
+
     for name in names:
         local = Path(shards_dir, name)
         index = shardformat.verify(local)  # never publish a shard that does not match its own index
@@ -93,16 +125,11 @@ def upload_shards(shards_dir: str | Path, uri: str, names: Sequence[str], log=pr
                 raise _put_failed(uri, f"{root}/{name}", e) from e
         for entry in index["shards"]:
             target = f"{root}/{name}/{entry['file']}"
-            try:
-                if fs.exists(target) and fs.size(target) == entry["bytes"]:
-                    continue
-                fs.put_file(str(local / entry["file"]), target)
-            except Exception as e:
-                raise _put_failed(uri, target, e) from e
+            if request(target, lambda: fs.size(target) if fs.exists(target) else None) == entry["bytes"]:
+                continue
+            request(target, lambda: fs.put_file(str(local / entry["file"]), target))
             sent += 1
-        try:
-            fs.put_file(str(index_of(local)), f"{root}/{name}/{INDEX}")
-        except Exception as e:
-            raise _put_failed(uri, f"{root}/{name}/{INDEX}", e) from e
+        index_target = f"{root}/{name}/{INDEX}"
+        request(index_target, lambda: fs.put_file(str(index_of(local)), index_target))
         log(f"push-shards: {name}: {len(index['shards'])} shard(s) at {uri.rstrip('/')}/{name}")
     return sent + len(names)

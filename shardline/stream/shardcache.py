@@ -2,9 +2,13 @@
 shards come from, and how to reach it, is shardline.stream.remote's.
 
 Contract:
-- A shard streams into a temp file in `cache_dir` (unique per process and fetch), is hashed as it
-  arrives, fsynced, and renamed to `<cache_dir>/<sha256>.bin` only if size and sha256 match
-  index.json; a mismatch raises ShardCorrupt naming shard and URL, and the Reader never maps it.
+- A shard streams into a temp file in `cache_dir` (unique per process and fetch), in ranges
+  continued after any fault of the store or the network (shardline.core.transfer, under the
+  store section's retry policy: loader.shards_uri's Remote.policy), is hashed as it arrives,
+  fsynced, and renamed to `<cache_dir>/<sha256>.bin` only if its sha256 matches index.json. A
+  mismatch is fetched again: two arrivals with the same wrong bytes (or an object of another size
+  than index.json's) raise ShardCorrupt naming shard and URL, and the Reader never maps it; faults
+  that outlast the policy raise a FetchError naming the URL and the last error.
   A cache_dir that cannot be made, read or written (permission, read-only, full, quota) is a
   PathError naming loader.cache_dir; the store's faults are FetchErrors naming the URL.
   Content names make concurrent fetches of one shard (workers, several loaders) rename identical
@@ -34,14 +38,12 @@ from pathlib import Path
 
 import numpy as np
 
-from shardline.core import fsio, shardformat
-from shardline.core.errors import PathError, ShardCorrupt, on_path
+from shardline.core import fsio, shardformat, transfer
+from shardline.core.errors import ShardCorrupt, ShardlineError, on_path
 from shardline.core.layout import cached_shard
 from shardline.stream.remote import FetchError, Remote, fetch_failed, filesystem
 
-CHUNK = 8 << 20       # bytes per read while a shard streams in: few requests, bounded memory
 AHEAD_STEPS = 64      # how many coming steps the prefetch window may look through
-ATTEMPTS = 3          # per fetch, for transient faults only; a hash mismatch fails at once
 
 
 @dataclass
@@ -238,46 +240,52 @@ class Fetcher:
 
     def _download(self, name: str, entry: dict, final: Path) -> None:
         url = f"{self.remote.uri.rstrip('/')}/{name}/{entry['file']}"
-        fs, root = self.fs = self.fs or filesystem(self.remote.uri)  # made here: the thread that uses it
-        for attempt in range(ATTEMPTS):
-            try:
-                # the temp file becomes `final` only if the block ends: a refused shard never does. A
-                # fault of the store is a FetchError (_stream); one of the cache's disk (full, quota,
-                # read-only) an OSError that on_path names as loader.cache_dir, not as the network's
+        fs, root = self.fs = self.fs or filesystem(self.remote.uri, self.remote.policy)  # made here: its thread's
+        path, policy = f"{root}/{name}/{entry['file']}", self.remote.policy
+
+        def arrive() -> tuple[str, ShardCorrupt | None]:
+            """One arrival of the shard: its sha256, and what is wrong with it (None: it became `final`)."""
+            h = hashlib.sha256()
+            try:  # the temp file becomes `final` only if the block ends: a refused shard never does. A
+                # fault of the store is a FetchError; one of the cache's disk (full, quota, read-only) an
+                # OSError that on_path names as loader.cache_dir, not as the network's
                 with on_path(self.dir, "loader.cache_dir"), fsio.atomic_writer(final, unique=True) as out:
-                    h, n = _stream(fs, f"{root}/{name}/{entry['file']}", url, out)
-                    if n != entry["bytes"] or h.hexdigest() != entry["sha256"]:
-                        raise ShardCorrupt(
-                            f"{url}: sha256 mismatch on arrival (expected {entry['sha256'][:12]}…, got "
-                            f"{h.hexdigest()[:12]}…; {n} bytes, index.json says {entry['bytes']}): shard "
-                            f"{name}/{entry['file']} refused, nothing from it was read. The store holds other "
-                            f"bytes than its index.json names: publish the shards again ('shardline push-shards "
-                            f"{self.remote.uri}') or point loader.shards_uri at the matching data.")
-                return
-            except (FetchError, PathError) as e:  # only transient faults are retried: a missing object fails at once
-                if not e.transient or attempt == ATTEMPTS - 1:
-                    raise
-                time.sleep(0.2 * 2**attempt)
+                    try:
+                        transfer.read(fs, path, lambda b: (h.update(b), out.write(b)), 0, entry["bytes"],
+                                      policy=policy, what=url, error=FetchError)
+                    except ShardlineError:
+                        raise
+                    except Exception as e:  # noqa: BLE001 - the store's client raises its own types
+                        held = _size(fs, path, url, policy)  # a range past the object's end: is it shorter?
+                        raise (_corrupt(url, name, entry, self.remote.uri, f"{held} bytes in the store")
+                               if held not in (None, entry["bytes"]) else fetch_failed(url, e)) from e
+                    if h.hexdigest() != entry["sha256"]:
+                        raise _Refused
+            except _Refused:
+                return h.hexdigest(), _corrupt(url, name, entry, self.remote.uri, "sha256 mismatch on arrival, the "
+                                               f"same bytes twice (got {h.hexdigest()[:12]}…)")
+            return h.hexdigest(), None
+
+        # a hash that fails once may be a fault on the way: only the same bytes again are the store's
+        transfer.agreed(url, arrive, lambda arrived: arrived, policy=policy, error=FetchError)
 
 
-def _stream(fs, path: str, url: str, out) -> tuple:
-    """Copy the store's `path` into `out`: (sha256, bytes); the store's faults as FetchErrors."""
-    h, n = hashlib.sha256(), 0
-    try:
-        fin = fs.open(path, "rb", block_size=CHUNK)
-    except Exception as e:
-        raise fetch_failed(url, e) from e
-    with fin:
-        while True:
-            try:
-                chunk = fin.read(CHUNK)
-            except Exception as e:
-                raise fetch_failed(url, e) from e
-            if not chunk:
-                return h, n
-            h.update(chunk)
-            out.write(chunk)
-            n += len(chunk)
+class _Refused(Exception):
+    """The shard that arrived fails its sha256: its temp file goes."""
+
+
+def _size(fs, path: str, url: str, policy) -> int | None:
+    with contextlib.suppress(Exception):
+        return transfer.size(fs, path, policy=policy, what=url, error=FetchError)
+    return None
+
+
+def _corrupt(url: str, name: str, entry: dict, uri: str, what: str) -> ShardCorrupt:
+    return ShardCorrupt(
+        f"{url}: {what}; index.json says {entry['bytes']} bytes, sha256 {entry['sha256'][:12]}…: shard "
+        f"{name}/{entry['file']} refused, nothing from it was read. The store holds other bytes than its "
+        f"index.json names: publish the shards again ('shardline push-shards {uri}') or point "
+        "loader.shards_uri at the matching data.")
 
 
 def _work(ref: weakref.ref[Fetcher]) -> None:

@@ -78,7 +78,8 @@ def test_store_errors_are_one_line_and_say_what_to_do(aws, tmp_path, monkeypatch
 
     s3fs.S3FileSystem.clear_instance_cache()  # fsspec reuses a filesystem per process: the new endpoint needs a new one
     request.addfinalizer(s3fs.S3FileSystem.clear_instance_cache)  # and later tests need theirs back
-    params, layout = make_project(tmp_path / "q", [{"name": "s", "uri": f"s3://{BUCKET}/x.jsonl", "format": "jsonl"}])
+    params, layout = make_project(tmp_path / "q", [{"name": "s", "uri": f"s3://{BUCKET}/x.jsonl", "format": "jsonl"}],
+                                  download={"attempts": 2, "backoff_s": 0})  # the listing is retried too
     with pytest.raises(DownloadError) as e:
         download.run(params, layout, **QUIET)
     assert e.value.transient and f"s3://{BUCKET}/x.jsonl" in str(e.value) and "\n" not in str(e.value)
@@ -128,55 +129,3 @@ def test_a_dolma_zstd_a_parquet_glob_an_s3_and_a_warc_source_build_shards_togeth
         assert index["total_blocks"] > 0, s["name"]
     stats = json.loads(layout.clean_stats.read_text())["sources"]
     assert [stats[s["name"]]["docs_in"] for s in sources] == [8, 8, 8, 4]
-
-
-def test_a_connection_lost_midway_is_retried_from_where_it_stopped(aws, tmp_path, monkeypatch):
-    """The one mock here: a dropped connection mid-body, which a local moto_server does not do on its own."""
-    body = jsonl(400, "d")
-    put(aws, "drop/d.jsonl", body)
-    [obj] = objects.list_objects(f"s3://{BUCKET}/drop/d.jsonl")
-    real_fs = objects._fs
-    drops = [2]
-
-    class Dropping:
-        def __init__(self, f):
-            self.f, self.sent = f, 0
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            self.f.close()
-
-        def seek(self, n):
-            self.f.seek(n)
-
-        def read(self, n):
-            if drops[0] and self.sent >= 5000:
-                drops[0] -= 1
-                raise ConnectionResetError("connection reset by peer")
-            data = self.f.read(min(n, 5000))
-            self.sent += len(data)
-            return data
-
-    def fs_that_drops(uri):
-        fs, path = real_fs(uri)
-        opener = fs.open
-
-        class Wrapped:
-            def __getattr__(self, name):
-                return getattr(fs, name)
-
-            def open(self, *a, **k):
-                return Dropping(opener(*a, **k))
-
-        return Wrapped(), path
-
-    monkeypatch.setattr(objects, "_fs", fs_that_drops)
-    logs: list[str] = []
-    waits: list[float] = []
-    got = objects.fetch_object(obj.url, tmp_path / "d.jsonl", obj.meta, log=logs.append, sleep=waits.append)
-    assert got == hashlib.sha256(body).hexdigest() and (tmp_path / "d.jsonl").read_bytes() == body
-    assert [line.split(": ", 1)[1] for line in logs if "resuming" in line] == ["resuming at byte 5000",
-                                                                               "resuming at byte 10000"]
-    assert len(waits) == 2 and all("ConnectionResetError" in line for line in logs if "attempt" in line)
