@@ -39,6 +39,12 @@ or a counted quarantine, and nothing valid is lost or overwritten.
 | eval.tasks / --tasks: bad name, file | test_cli_errors::test_eval_tasks_that_name_no_task..., test_tasks::test_a_bad_eval_tasks... |
 | eval.tasks settings (twice, eval off) | here: test_eval_tasks_settings_are_refused_by_their_field |
 | downstream tasks without lm-eval   | here: test_downstream_tasks_without_lm_eval_name_the_extra     |
+| a file the line wrote, damaged     | test_written_back (each reader), test_cli_errors::..._cut_short (every subcommand) |
+| params.yaml: a key twice, a boolean for a number | test_params_yaml, test_cli_errors::..._a_key_given_twice_... |
+| raw damage read past, said out loud | test_damage_said, test_damage_logged (Prefect's log)           |
+| random damage to every raw format  | test_damage_properties (hypothesis)                            |
+
+By command and stage, with every cell named: docs/testing.md, "Broken inputs and faults, by command".
 """
 
 from __future__ import annotations
