@@ -1,8 +1,8 @@
 """Damage the clean stage read past, said out loud: one warning line per damaged raw file.
 
 Contract:
-- `of(rel, stats, size)` is what a part's marker records of one raw file it read (`stats`: that
-  file's `ReadStats`), or None when the file gave no bad record: {file, bytes (the file's size),
+- `of(rel, stats, size)` is what a part's marker records of one raw file that gave bad records
+  (`stats`: that file's `ReadStats`): {file, bytes (the file's size),
   records, bad, first (the first bad record's `where: why`), cut ([byte, what] where damage ended
   the file, else null)}.
 - `collect(parts, markers, layout)` merges those per file across parts (a big jsonl is cut into
@@ -25,9 +25,7 @@ from shardline.core.layout import Layout
 from shardline.data.readstats import ReadStats
 
 
-def of(rel: str, stats: ReadStats, size: int) -> dict | None:
-    if not stats.bad:
-        return None
+def of(rel: str, stats: ReadStats, size: int) -> dict:
     return {"file": rel, "bytes": size, "records": stats.records, "bad": stats.bad, "first": stats.samples[0],
             "cut": list(stats.cut) if stats.cut else None}
 

@@ -184,8 +184,8 @@ def clean_part(part: frame.Part) -> tuple[list[Path], dict]:
                 batches.append(pa.RecordBatch.from_pydict(cols, schema=schema))
                 cols = {k: [] for k in cols}
         rstats.add(fstats)
-        if (d := damage.of(rel, fstats, Path(w.raw_dir, rel).stat().st_size)) is not None:
-            damaged.append(d)
+        if fstats.bad:
+            damaged.append(damage.of(rel, fstats, Path(w.raw_dir, rel).stat().st_size))
     batches.append(pa.RecordBatch.from_pydict(cols, schema=schema))
     stats = {"docs_in": docs_in, "bytes_in": bytes_in, "records": rstats.records, "bad": rstats.bad,
              "invalid_utf8": rstats.invalid_utf8, "skipped": rstats.skipped, "samples": rstats.samples,
