@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.faultproxy import ALL, FAULTS, FaultProxy, seed_for
+from harness.faultproxy import ALL, FAULTS, SEED_VAR, FaultProxy, seed_for, session_seed
 from harness.s3 import BUCKET, client, s3_env  # noqa: F401 (fixture)
 from shardline.core import retry, transfer
 from shardline.core.errors import DownloadError
@@ -42,7 +42,7 @@ def store(request, s3_env, monkeypatch):  # noqa: F811 (s3_env is a fixture)
     import s3fs
 
     seed = seed_for(request.node.name)
-    print(f"fault seed of {request.node.name}: {seed}")
+    print(f"fault seed of {request.node.name}: {seed} (replay: {SEED_VAR}={session_seed()})")
     with FaultProxy(s3_env["AWS_ENDPOINT_URL"], seed=seed, rate=RATE, faults=ALL, stall_s=1.5) as proxy:
         for k, v in proxy.env(s3_env).items():
             if k.startswith("AWS_"):
