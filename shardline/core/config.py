@@ -12,6 +12,8 @@ from __future__ import annotations
 import difflib
 import math
 import re
+import types
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -155,21 +157,34 @@ def _did_you_mean(key: str, options) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+def _inner(ann) -> list[tuple[Any, bool]]:
+    """What a field's annotation holds, and whether a key of a mapping comes before it in a path."""
+    origin, args = typing.get_origin(ann), typing.get_args(ann)
+    if origin is dict:
+        return [(args[-1], True)]
+    if origin in (list, tuple):
+        return [(a, False) for a in args if a is not Ellipsis]
+    if origin in (typing.Union, types.UnionType):
+        return [x for a in args for x in _inner(a)]
+    return [(ann, False)]
+
+
 def _model_at(loc: tuple) -> type[BaseModel] | None:
     """The model class that owns the container at `loc` (for did-you-mean on unknown keys)."""
     model: Any = Params
+    keyed = False  # the field before was a mapping of sections (mix_search.bounds): this part is its key
     for part in loc:
-        if isinstance(part, int):
+        if isinstance(part, int) or keyed:
+            keyed = False
             continue
         field = model.model_fields.get(part)
         if field is None:
             return None
-        ann = field.annotation
-        args = getattr(ann, "__args__", ()) or (ann,)
-        nxt = next((a for a in args if isinstance(a, type) and issubclass(a, BaseModel)), None)
+        nxt = next(((m, k) for m, k in _inner(field.annotation) if isinstance(m, type) and issubclass(m, BaseModel)),
+                   None)
         if nxt is None:
             return None
-        model = nxt
+        model, keyed = nxt
     return model
 
 

@@ -66,6 +66,9 @@ def test_an_unknown_mix_search_key_gets_its_did_you_mean(tmp_path):
         _load(tmp_path, text)
     assert str(e.value).splitlines()[1:] == ["  mix_search.target_sources: unknown source 'cod' (did you mean 'code'?)",
                                              "  mix_search.model.n_layers: unknown key (did you mean 'n_layer'?)"]
+    with pytest.raises(ConfigError) as e:  # a key of a source's bounds: the section under a mapping's key
+        _load(tmp_path, SHIPPED.replace("  bounds: {}", "  bounds: {code: {mn: 0.1}}"))
+    assert str(e.value).splitlines()[1:] == ["  mix_search.bounds.code.mn: unknown key (did you mean 'min'?)"]
 
 
 def test_dvc_yaml_that_dvc_refuses_is_one_line_naming_the_file_and_line(tmp_path):
