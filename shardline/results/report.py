@@ -82,7 +82,12 @@ def _heldout(params: Params, layout: Layout, stats: dict) -> list[str]:
         lines.append(f"| {s.name} | {h['docs']:,} | {h['bytes']:,} | {ix['total_tokens']:,} | {ix['total_blocks']:,} | "
                      f"{split.DECIDED_BY[h.get('clamp')]} | {st['docs_out']:,} |")
     cut = stats.get("split", {})
-    lines += ["", f"Split: keyed hash of each document's id, fraction {cut.get('fraction')}, "
+    held = fsio.read_json(layout.clean_split).get("heldout") if layout.clean_split.exists() else None
+    lines += ["", "Held-out sets (fingerprints): " + ", ".join(f"{n} {h['sha256'][:12]}" for n, h in held.items())
+              if held else "Held-out sets: no fingerprint on record (a clean stage from before they were kept).",
+              "", f"Split: keyed hash of each document's source and content (since the clean stage's code version 5; "
+                  "a project cleaned before it had its split drawn again once, so held-out losses from before are on "
+                  f"other documents), fraction {cut.get('fraction')}, "
                   f"min {cut.get('min_docs')} / max {cut.get('max_docs')} documents per source; training copies of "
                   "held-out documents dropped: " + ", ".join(f"{n} {s['heldout_copies']['docs']}"
                                                             for n, s in stats["sources"].items()) + ".", ""]
