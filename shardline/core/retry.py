@@ -63,6 +63,9 @@ class Policy:
     section: str = "download"  # the params section these come from: the give-up line names its fields
 
 
+STORE = Policy(section="store")  # the store section's defaults, where no params are at hand
+
+
 def of(section, name: str) -> Policy:
     """The policy params section `section` (named `name` in params.yaml) sets."""
     return Policy(attempts=section.attempts, backoff_s=section.backoff_s, max_backoff_s=section.max_backoff_s,

@@ -38,7 +38,6 @@ from shardline.core.errors import BadInput
 
 SCRATCH = ".shardline-parts"
 _HEAD = 16  # bytes kept at a span's file start: a compression magic is there
-STORE = retry.Policy(section="store")
 
 
 def of(params, layout) -> "Staging | None":
@@ -51,7 +50,7 @@ def of(params, layout) -> "Staging | None":
 class Staging:
     store: str  # the store URL: s3://bucket/prefix, any fsspec URL
     root: str   # the project root on the driver
-    policy: retry.Policy = STORE  # params.store: retries and timeouts of every request to the store
+    policy: retry.Policy = retry.STORE  # params.store: retries and timeouts of every request to the store
 
     def remote(self, path: str | Path) -> str:
         return f"{self.store.rstrip('/')}/{self.rel(path)}"
@@ -128,7 +127,7 @@ def put_inputs(staging: Staging, files: Iterable[str | Path], record: Record, fs
     return sent
 
 
-def put(fs, local: str | Path, remote: str, policy: retry.Policy = STORE) -> None:
+def put(fs, local: str | Path, remote: str, policy: retry.Policy = retry.STORE) -> None:
     """`local` at `remote`: a PUT is whole or absent, so a failed one is simply sent again."""
     def send() -> None:
         fs.makedirs(fs._parent(remote), exist_ok=True)  # a filesystem store needs its folders; S3 has none
@@ -137,16 +136,17 @@ def put(fs, local: str | Path, remote: str, policy: retry.Policy = STORE) -> Non
     retry.call(remote, send, policy)
 
 
-def cat(fs, remote: str, policy: retry.Policy = STORE) -> bytes:
+def cat(fs, remote: str, policy: retry.Policy = retry.STORE) -> bytes:
     """The bytes at `remote`, all of them (a cut answer is retried); FileNotFoundError when absent."""
     return transfer.whole(fs, remote, policy=policy, what=remote)
 
 
-def remove(fs, remote: str, policy: retry.Policy = STORE) -> None:
+def remove(fs, remote: str, policy: retry.Policy = retry.STORE) -> None:
     retry.call(remote, lambda: fs.rm(remote), policy)
 
 
-def fetch(fs, remote: str, local: Path, span: tuple[int, int] | None = None, policy: retry.Policy = STORE) -> None:
+def fetch(fs, remote: str, local: Path, span: tuple[int, int] | None = None,
+          policy: retry.Policy = retry.STORE) -> None:
     """`remote` at `local` (whole, or the span in a sparse file); every byte the store's size names
     arrives (shardline.core.transfer: a fault mid-body is continued by Range, never taken for the end)."""
     local.parent.mkdir(parents=True, exist_ok=True)

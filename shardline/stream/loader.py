@@ -39,7 +39,7 @@ from shardline.core.layout import Layout
 from shardline.core.errors import BadInput, ShardlineError
 from shardline.stream.mixing import Schedule
 from shardline.stream.permute import Permutation, key_for
-from shardline.stream.remote import STORE, Remote, read_indexes
+from shardline.stream.remote import Remote, read_indexes
 from shardline.stream.workers import Runs, group_for, steps
 from shardline.stream.shardcache import Fetcher
 
@@ -231,7 +231,7 @@ class Loader:
                  global_batch: int, rank: int = 0, world: int = 1, num_workers: int = 0, verify: str = "full",
                  log: Callable[[str], None] | None = None, shards_uri: str | None = None,
                  cache_dir: str | Path | None = None, cache_mb: float = 4096.0, prefetch: int = 2,
-                 store: retry.Policy = STORE):
+                 store: retry.Policy = retry.STORE):
         if global_batch % world:
             raise BadInput(f"loader.global_batch ({global_batch}) must be divisible by the world size ({world})")
         if verify not in ("full", "size"):

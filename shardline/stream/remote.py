@@ -50,9 +50,6 @@ def _put_failed(uri: str, target: str, e: BaseException) -> ShardlineError:
     return fetch_failed(target, e)
 
 
-STORE = retry.Policy(section="store")  # the store section's defaults
-
-
 @dataclass(frozen=True)
 class Remote:
     """Where streamed shards come from and how they are cached; picklable (goes to workers)."""
@@ -61,7 +58,7 @@ class Remote:
     cache_dir: str
     cache_mb: float = 4096.0
     prefetch: int = 2
-    policy: retry.Policy = STORE  # params.store: retries and timeouts of each read
+    policy: retry.Policy = retry.STORE  # params.store: retries and timeouts of each read
 
 
 def read_indexes(shards_dir: str | Path, names: Sequence[str], remote: Remote | None = None,
@@ -97,7 +94,7 @@ def read_indexes(shards_dir: str | Path, names: Sequence[str], remote: Remote | 
 
 
 def upload_shards(shards_dir: str | Path, uri: str, names: Sequence[str], log=print,
-                  policy: retry.Policy = STORE) -> int:
+                  policy: retry.Policy = retry.STORE) -> int:
     """Publish data/shards at `uri` for loader.shards_uri. Per source, the shards go first and
     index.json last, so a reader never finds an index naming shards that are not there yet; a
     shard already stored with the same size is not sent again (its sha256 is checked on every
