@@ -25,6 +25,14 @@ def stdlib_files(n: int, skip: int = 0) -> list[Path]:
     return files[skip:skip + n]
 
 
+def stdlib_dir(dest: Path, n: int) -> Path:
+    """A folder of `n` real stdlib files (stdlib_files), named <package>_<file> so none collide."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for f in stdlib_files(n):
+        (dest / f"{f.parent.name}_{f.name}").write_bytes(f.read_bytes())
+    return dest
+
+
 def small_params(sources: list[dict], **sections) -> dict:
     """Params sized for tests: tiny vocab and shards so a whole line takes seconds."""
     p = yaml.safe_load((REPO / "params.yaml").read_text())  # every section dvc.yaml names

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import errno
 import io
 import os
 import shutil
@@ -28,6 +27,7 @@ import pytest
 from shardline import registry
 from shardline.cli.main import main, parser
 from tests.conftest import BIN, run, small_params, stdlib_files, write_params
+from tests.unit.test_bad_input import _fsync_fails_at  # a disk that fills partway, at its k-th fsync
 
 SL = str(BIN / "shardline")
 STARTS_SOMETHING = {"serve", "deploy", "worker", "pipeline"}
@@ -196,19 +196,6 @@ def test_every_subcommand_on_a_project_whose_written_files_are_cut_short(trained
         assert results[f"stage {s}"][0] == 0 or f"stage {s}" in named, results[f"stage {s}"]
 
 
-def _fsync_fails_from(k: int, real=os.fsync):
-    """os.fsync failing with ENOSPC from its k-th call on: a disk that fills partway (the fault the
-    kernel reports at fsync; filling a real disk is test_disk_faults', for export)."""
-    calls = [0]
-
-    def fsync(fd):
-        calls[0] += 1
-        if calls[0] >= k:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        return real(fd)
-    return fsync
-
-
 @pytest.mark.parametrize("k", [1, 6, 13])  # 12 raw files: 2 fsyncs each (file, folder), then the manifest's
 def test_download_and_report_on_a_disk_that_fills_are_one_line_and_leave_nothing_half_written(trained, tmp_path,
                                                                                              monkeypatch, k):
@@ -216,7 +203,7 @@ def test_download_and_report_on_a_disk_that_fills_are_one_line_and_leave_nothing
     shutil.copytree(trained, root)
     manifest = (root / "data/raw/s/manifest.json").read_bytes()
     shutil.rmtree(root / "data/raw")
-    monkeypatch.setattr(os, "fsync", _fsync_fails_from(k))
+    monkeypatch.setattr(os, "fsync", _fsync_fails_at(k))
     rc, err = _in_process(root, ["stage", "download"])
     assert rc == 2 and "error: no space left on the device while writing data/raw/s/" in err, err
     monkeypatch.undo()
@@ -226,7 +213,7 @@ def test_download_and_report_on_a_disk_that_fills_are_one_line_and_leave_nothing
     assert _in_process(root, ["stage", "report"])[0] == 0
     evidence = (root / "data/reports/evidence.md").read_bytes()
     (root / "data/reports/evidence.md").write_bytes(b"an older card\n")
-    monkeypatch.setattr(os, "fsync", _fsync_fails_from(min(k, 3)))
+    monkeypatch.setattr(os, "fsync", _fsync_fails_at(min(k, 3)))
     rc, err = _in_process(root, ["stage", "report"])
     assert rc == 2 and "error: no space left on the device while writing data/reports/" in err, err
     monkeypatch.undo()

@@ -15,7 +15,7 @@ from shardline.core.errors import BadInput
 from shardline.data import download, staging
 from shardline.data.clean import stage as clean
 from shardline.orchestration.tasks.invoke import invoke
-from tests.conftest import make_project, stdlib_files
+from tests.conftest import make_project
 
 HALF = ("clean", "tokenize", "shard")
 
@@ -40,10 +40,9 @@ def _tree(root: Path) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def src(tmp_path_factory) -> Path:
-    d = tmp_path_factory.mktemp("src")
-    for f in stdlib_files(10):
-        (d / f"{f.parent.name}_{f.name}").write_bytes(f.read_bytes())
-    return d
+    from harness.projects import stdlib_dir
+
+    return stdlib_dir(tmp_path_factory.mktemp("src"), 10)
 
 
 def test_staged_through_a_store_the_data_half_writes_the_unstaged_bytes(tmp_path, src, monkeypatch):

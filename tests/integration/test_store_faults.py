@@ -310,12 +310,9 @@ def test_push_shards_against_a_store_that_refuses_every_write_is_one_line(tmp_pa
 
 @pytest.fixture(scope="module")
 def texts(tmp_path_factory) -> Path:
-    from tests.conftest import stdlib_files
+    from harness.projects import stdlib_dir
 
-    d = tmp_path_factory.mktemp("src")
-    for f in stdlib_files(10):
-        (d / f"{f.parent.name}_{f.name}").write_bytes(f.read_bytes())
-    return d
+    return stdlib_dir(tmp_path_factory.mktemp("src"), 10)
 
 
 def half(root: Path, src: Path, **sections) -> dict[str, str]:
