@@ -29,7 +29,8 @@ def run_timed(cmd: list[str], cwd: Path, log: Path, env: dict | None = None) -> 
     """Run `cmd` (stdout and stderr to `log`) and time it as a whole: wall seconds, CPU seconds
     (user + sys, children included), peak RSS in MiB (wait4: the largest process), peak PSS in
     MiB (the sum over its process tree, sampled at 10 Hz: a stage may run its parts in worker
-    processes) and the exit code. The caller decides what a non-zero exit means."""
+    processes) and the exit code. The caller decides what a non-zero exit means. Call it from a
+    small process: until exec the child is this one, whose resident pages count in its peak RSS."""
     import psutil
 
     tree, done = [0], threading.Event()

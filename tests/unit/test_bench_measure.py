@@ -3,15 +3,24 @@ bench.data's stage table and bench.curation's peak-RSS targets read is what the 
 
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
 
-from bench.measure import med_range, run_timed, status_kb
+from bench.measure import med_range, status_kb
+from tests.conftest import REPO
 
 
 def test_run_timed_reads_a_real_childs_exit_peak_rss_and_time(tmp_path):
     # 256 MiB touched (bytes of "x", not a lazy zero page), then exit 3, a line on each stream
     code = "import sys; b = b'x' * (256 * 2**20); print('out'); print('err', file=sys.stderr); sys.exit(3)"
-    r = run_timed([sys.executable, "-c", code], tmp_path, tmp_path / "child.log")
+    # timed from a fresh small process, as a benchmark times its stages: until exec the child is its
+    # parent, whose resident pages count in the child's peak (a pytest worker past 1.7 GB: CI, stop 47)
+    timer = ("import json, sys; from pathlib import Path; from bench.measure import run_timed; "
+             "print(json.dumps(run_timed(json.loads(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[2]) / 'child.log')))")
+    got = subprocess.run([sys.executable, "-c", timer, json.dumps([sys.executable, "-c", code]), str(tmp_path)],
+                         cwd=REPO, capture_output=True, text=True, check=True)
+    r = json.loads(got.stdout)
     assert r["returncode"] == 3
     assert 256 <= r["rss"] < 1024, r  # MiB: the child's own peak, not this process's
     assert r["wall"] > 0 and r["cpu"] > 0
