@@ -33,6 +33,7 @@ def cmd_push_shards(args: argparse.Namespace) -> int:
     for name in names:  # all there before anything is sent: never half a line published
         shardformat.read_index(layout.shards / name, "; build the shards first ('dvc repro shard'), then push them",
                                show=layout.rel)
-    sent = remote.upload_shards(layout.shards, args.uri, names, log=log, policy=retry.of(params.store, "store"))
+    sent = remote.upload_shards(layout.shards, args.uri, names, log=log, policy=retry.of(params.store, "store"),
+                                receipts=layout.push_receipts)
     log(f"push-shards: {sent} file(s) sent; set loader.shards_uri: {args.uri} to stream them")
     return 0

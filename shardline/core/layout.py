@@ -208,6 +208,12 @@ class Layout:
         return self.metrics / "train.json"
 
     @property
+    def push_receipts(self) -> Path:
+        """`shardline push-shards`' record of the shards this machine put in a store, by URL: their
+        sha256 and how the store described each right after (what lets a push skip a shard)."""
+        return self.root / ".shardline" / "pushed.json"
+
+    @property
     def scratch(self) -> Path:
         """The line's temporary directories (downstream tasks' exports): in the project, not /tmp, as an
         export is the model's size again."""

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from shardline.core import retry, shardformat, transfer
+from shardline.core import fsio, retry, shardformat, transfer
 from shardline.core.errors import BadInput, DownloadError, PathError, ShardlineError, os_error_line
 from shardline.core.layout import INDEX, index_of
 from shardline.core.stores import filesystem
@@ -93,15 +93,31 @@ def read_indexes(shards_dir: str | Path, names: Sequence[str], remote: Remote | 
     return out
 
 
+def _stamp(info: dict) -> dict:
+    """What a store says of an object that changes whenever the object is written again: its size
+    and whichever of ETag, checksum, version and modification time the store reports."""
+    keys = ("size", "ETag", "etag", "md5Hash", "crc32c", "VersionId", "generation", "LastModified", "mtime",
+            "updated")
+    return {k: str(info[k]) for k in keys if info.get(k) not in (None, "")}
+
+
 def upload_shards(shards_dir: str | Path, uri: str, names: Sequence[str], log=print,
-                  policy: retry.Policy = retry.STORE) -> int:
+                  policy: retry.Policy = retry.STORE, receipts: str | Path | None = None) -> int:
     """Publish data/shards at `uri` for loader.shards_uri. Per source, the shards go first and
-    index.json last, so a reader never finds an index naming shards that are not there yet; a
-    shard already stored with the same size is not sent again (its sha256 is checked on every
-    fetch anyway). Each request is retried on transient faults under `policy` (a PUT is whole or
-    absent). Returns how many files were sent."""
+    index.json last, so a reader never finds an index naming shards that are not there yet. A
+    shard is not sent again only when `receipts` (a JSON file of this machine's) says this
+    machine put these very bytes (sha256) there and the store still describes the object as it
+    did right after that put: a size alone would vouch for another version's bytes of the same
+    size (fixed-size shards of rebuilt data), and the store would hold old shards under a new
+    index. Without receipts every shard is sent. Each request is retried on transient faults
+    under `policy` (a PUT is whole or absent). Returns how many files were sent."""
     fs, root = filesystem(uri, policy)
     sent = 0
+    try:
+        put = fsio.read_json(receipts) if receipts else {}
+    except (OSError, ValueError):
+        put = {}  # only a saving: without it every shard is sent again
+    put = put if isinstance(put, dict) else {}
 
     def request(target: str, fn):
         """`fn()`, a request about `target`, retried; its error naming the URL (or the target path)."""
@@ -122,10 +138,19 @@ def upload_shards(shards_dir: str | Path, uri: str, names: Sequence[str], log=pr
                 raise _put_failed(uri, f"{root}/{name}", e) from e
         for entry in index["shards"]:
             target = f"{root}/{name}/{entry['file']}"
-            if request(target, lambda: fs.size(target) if fs.exists(target) else None) == entry["bytes"]:
+            url = f"{uri.rstrip('/')}/{name}/{entry['file']}"
+
+            def now() -> dict | None:
+                fs.invalidate_cache(target)  # a listing cached before our own put would describe the old object
+                return _stamp(fs.info(target)) if fs.exists(target) else None
+
+            if put.get(url, {}).get("sha256") == entry["sha256"] and request(target, now) == put[url]["store"]:
                 continue
             request(target, lambda: fs.put_file(str(local / entry["file"]), target))
             sent += 1
+            if receipts:
+                put[url] = {"sha256": entry["sha256"], "store": request(target, now)}
+                fsio.write_json(receipts, put)
         index_target = f"{root}/{name}/{INDEX}"
         request(index_target, lambda: fs.put_file(str(index_of(local)), index_target))
         log(f"push-shards: {name}: {len(index['shards'])} shard(s) at {uri.rstrip('/')}/{name}")
