@@ -373,7 +373,7 @@ def entries(repo: Path) -> list[str]:
 
 @pytest.mark.timeout(60)
 def test_dvc_push_against_a_store_that_refuses_every_put_fails_naming_each_object(dvc_repo, store, s3_env,  # noqa: F811
-                                                                                   tmp_path):
+                                                                                   tmp_path, monkeypatch):
     store.rate = 0
     prefix = f"faults/dvc-refused/{tmp_path.name}"
     env = remote_at(dvc_repo, store, prefix, attempts=1)  # botocore's retries: none (s3fs's own stay)
@@ -386,6 +386,22 @@ def test_dvc_push_against_a_store_that_refuses_every_put_fails_naming_each_objec
     assert all(line.endswith("(SlowDown) when calling the PutObject operation (reached max retries: 0): Please "
                              "reduce your request rate.") for line in lines[:-1]), push.stderr
     assert lines[-1] == "ERROR: failed to push data to the cloud - 3 files failed to upload", push.stderr
+    # the retrain flow's push (retrain.dvc_push): one transient line naming the remote and DVC's first
+    # error, DVC's own lines in the flow-run log; before, a CalledProcessError naming only the exit status
+    from shardline.core.errors import DownloadError
+    from shardline.orchestration.flows.pipeline import dvc_push
+
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.delenv("AWS_MAX_ATTEMPTS")
+    said = []
+    with pytest.raises(DownloadError) as failed:
+        dvc_push(str(dvc_repo), said.append)
+    first, _, rest = str(failed.value).partition(": ERROR: failed to transfer '")
+    assert first == f"dvc push to s3://{BUCKET}/{prefix} failed" and failed.value.transient, failed.value
+    assert rest.endswith("Please reduce your request rate.; the data is whole here: run 'dvc push' again (it sends "
+                         "only what the remote lacks)"), failed.value
+    assert said[-1] == "dvc push: ERROR: failed to push data to the cloud - 3 files failed to upload", said
 
 
 @pytest.mark.timeout(60)

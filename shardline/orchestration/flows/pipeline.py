@@ -34,7 +34,7 @@ from shardline import dvcrepo
 from shardline.orchestration.flows.dispatch import dispatch
 from shardline import registry
 from shardline.core import chaos, config, plugins
-from shardline.core.errors import ShardlineError
+from shardline.core.errors import DownloadError, ShardlineError
 from shardline.core.layout import Layout
 from shardline.core.stores import aws_env
 from shardline.orchestration.tasks.invoke import run_log
@@ -146,14 +146,29 @@ def retrain(root: str = ".", params_file: str = "params.yaml") -> dict:
     if params.retrain.git_commit:
         _git_commit(root, logger)
     if params.retrain.dvc_push:
-        dvc_push(root)
+        dvc_push(root, logger.info)
     return {"retrained": True, "stages": report}
 
 
-def dvc_push(root: str) -> None:
+def dvc_push(root: str, log=print) -> None:
     """`dvc push` to the project's default remote; S3 credentials come from the environment
-    only (aws_env: without any, the EC2 metadata endpoint is never probed)."""
-    subprocess.run(["dvc", "push"], cwd=root, check=True, env=aws_env(dict(os.environ)))
+    only (aws_env: without any, the EC2 metadata endpoint is never probed). DVC's own lines go to
+    `log` (the flow-run log); a failed push is one transient DownloadError naming the remote and
+    DVC's first error: the data is whole here, and a push again sends only what the remote lacks."""
+    r = subprocess.run(["dvc", "push"], cwd=root, env=aws_env(dict(os.environ)), capture_output=True, text=True)
+    for line in (r.stdout + r.stderr).splitlines():
+        if line.strip():
+            log(f"dvc push: {line.strip()}")
+    if r.returncode:
+        def dvc(*args: str) -> str:
+            return subprocess.run(["dvc", *args], cwd=root, capture_output=True, text=True).stdout.strip()
+
+        urls = {ln.split()[0]: ln.split()[1] for ln in dvc("remote", "list").splitlines() if len(ln.split()) > 1}
+        name = dvc("remote", "default")
+        first = next((ln.strip() for ln in r.stderr.splitlines() if ln.startswith("ERROR")), f"exit {r.returncode}")
+        raise DownloadError(f"dvc push to {urls.get(name, name or 'the default remote')} failed: {first}; "
+                            "the data is whole here: run 'dvc push' again (it sends only what the remote lacks)",
+                            transient=True)
 
 
 def _git_commit(root: str, logger) -> None:
