@@ -51,7 +51,7 @@ LONGEST_FIRST = ("test_mixsearch.py", "test_orchestration.py", "test_experiments
                  "test_tasks.py", "test_evaluate.py", "test_line.py", "test_workpool.py", "test_trackers.py",
                  "test_recompute.py", "test_profile.py", "test_init_from.py", "test_cli_errors.py", "test_curation.py",
                  "test_prefect_ui.py", "test_brought_tokenizers.py", "test_export.py", "test_store_faults.py",
-                 "test_reference.py", "test_s3.py")
+                 "test_store_faults_data.py", "test_store_faults_train.py", "test_reference.py", "test_s3.py")
 
 
 def pytest_collection_modifyitems(session, config, items):
