@@ -77,6 +77,22 @@ def code_dir(tmp_path: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
+def built_once(tmp_path_factory):
+    """`built_once(name, build)`: the folder `build(empty_folder)` returned, built once per worker
+    process. With `--dist loadfile` a worker runs many files, and a module fixture several files
+    import (test_train's `built`, ~8 s) was built again for each. What it builds is read-only to
+    its users: they copy it (test_train.project) before they change anything."""
+    made: dict[str, Path] = {}
+
+    def get(name: str, build) -> Path:
+        if name not in made:
+            made[name] = build(tmp_path_factory.mktemp(name))
+        return made[name]
+
+    return get
+
+
+@pytest.fixture(scope="session")
 def prefect_server(tmp_path_factory):
     """A real Prefect server on 127.0.0.1 with its own SQLite home; yields the env to use it."""
     from shardline.orchestration.flows.server import local_server

@@ -26,7 +26,7 @@ from shardline.training import bucket, checkpoint, sharded, storage
 from tests.conftest import env_for, run, write_params
 from tests.integration.test_distributed import ELASTIC, SL, batches, children, close, elastic, kill_all, nodes, \
     records, rewound
-from tests.integration.test_train import assert_same_state, built, final_state, losses  # noqa: F401 (fixture)
+from tests.integration.test_train import assert_same_state, built, final_state, losses, project  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.slow
 
@@ -188,7 +188,8 @@ def stopped(pid: int) -> bool:
 def test_two_nodes_sharing_only_a_bucket_lose_one_and_resume_from_it_bit_exact(built, fsdp2, s3_env, aws, tmp_path):
     creds = {k: v for k, v in s3_env.items() if k.startswith("AWS_")}  # the nodes' env (`aws`: this process's)
     shards, ckpts = f"s3://{BUCKET}/nodes/shards", f"s3://{BUCKET}/nodes/checkpoints"
-    run([SL, "push-shards", shards], built, env=env_for(**creds))  # the data line's machine publishes them
+    # the data line's machine publishes them (a copy: push-shards keeps receipts, and `built` is shared)
+    run([SL, "push-shards", shards], project(built, tmp_path / "publisher"), env=env_for(**creds))
     roots = [bucket_node(built, tmp_path / f"node{i}", loader={"shards_uri": shards},
                          train={"nproc_per_node": 2, "strategy": "fsdp", "checkpoint_uri": ckpts}) for i in range(2)]
 

@@ -30,11 +30,15 @@ TINY = {
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory, request):
-    """A project whose data line has run (real stdlib text), ready to train."""
+def built(built_once):
+    """A project whose data line has run (real stdlib text), ready to train: one per worker process,
+    shared by every file that imports this fixture (each test trains a copy: `project`)."""
+    return built_once("built", _data_line)
+
+
+def _data_line(root: Path) -> Path:
     from tests.conftest import stdlib_files
 
-    root = tmp_path_factory.mktemp("built")
     src, more = root / "input", root / "more"
     src.mkdir()
     more.mkdir()
