@@ -10,15 +10,24 @@ from __future__ import annotations
 import pytest
 
 from harness.chaos_driver import CI_POINTS, run_chaos, small_params
+from harness.projects import stdlib_dir
 
 pytestmark = pytest.mark.slow
 
 
-def test_line_survives_kills_in_every_stage_identically(tmp_path, prefect_server):
+def code_params(tmp_path, files: int) -> dict:
+    """The chaos line on one source of `files` real stdlib modules (67: ~0.9 MB). Not the whole
+    standard library (builtin://python-stdlib, ~11 MB): every kill point is passed as often in a
+    few files, and each of the test's ~20 stage runs then reads, cleans and tokenizes a twelfth."""
     params = small_params("stdlib")
-    params["sources"] = [{"name": "code", "uri": "builtin://python-stdlib", "format": "txt"}]
+    params["sources"] = [{"name": "code", "uri": str(stdlib_dir(tmp_path / "input", files)), "format": "txt"}]
     params["mix"] = {"code": 1.0}
-    params["clean"]["part_mb"] = 2.0
+    return params
+
+
+def test_line_survives_kills_in_every_stage_identically(tmp_path, prefect_server):
+    params = code_params(tmp_path, 67)
+    params["clean"]["part_mb"] = 0.15  # ~6 parts, as the whole standard library made at 2 MB
     params["train"]["steps"] = 16
     lines = []
     # cover_all: the plan goes on until every point of CI_POINTS has killed, once each; only kills
@@ -51,10 +60,7 @@ def test_a_kill_point_counts_as_a_kill_under_any_login_shell(tmp_path, monkeypat
         monkeypatch.setenv("SHELL", shell)
     else:
         monkeypatch.delenv("SHELL", raising=False)
-    params = small_params("stdlib")
-    params["sources"] = [{"name": "code", "uri": "builtin://python-stdlib", "format": "txt"}]
-    params["mix"] = {"code": 1.0}
-    root = project(tmp_path / "p", params)
+    root = project(tmp_path / "p", code_params(tmp_path, 12))
     assert attempt(root, "dvc repro", "download.file#1", prefect_env={}) == "killed"
     assert fired((root / "chaos.log").read_text().splitlines()) == ["download.file#1"]  # the done lines aside
 
@@ -66,10 +72,7 @@ def test_outputs_a_failed_dvc_repro_unignored_are_ignored_again(tmp_path):
 
     from harness.chaos_driver import BIN, attempt, env, project
 
-    params = small_params("stdlib")
-    params["sources"] = [{"name": "code", "uri": "builtin://python-stdlib", "format": "txt"}]
-    params["mix"] = {"code": 1.0}
-    root = project(tmp_path / "p", params)
+    root = project(tmp_path / "p", code_params(tmp_path, 12))
     assert attempt(root, "dvc repro", "clean.part#1", prefect_env={}) == "killed"
     assert not (root / "data/.gitignore").exists()  # DVC removed /raw, the only entry, with the file
     r = subprocess.run([str(BIN / "dvc"), "repro", "clean"], cwd=root, env=env(), capture_output=True, text=True)
