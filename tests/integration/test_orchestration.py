@@ -57,7 +57,10 @@ class Runner:
     """`shardline serve` in its own process group (so SIGKILL reaches its flow-run children)."""
 
     def __init__(self, root: Path, env: dict):
-        self.root, self.env = root, {**env, "PREFECT_LOGGING_LEVEL": "INFO"}  # stage logs in serve.log
+        # stage logs in serve.log; the runner asks for scheduled runs every second, not every 10 s
+        # (Prefect's default): each deployment run here waited ~5-10 s for its runner to look
+        self.root = root
+        self.env = {**env, "PREFECT_LOGGING_LEVEL": "INFO", "PREFECT_RUNNER_POLL_FREQUENCY": "1"}
         port = env["PREFECT_API_URL"].split(":")[-1].split("/")[0]
         self.log = open(root / "serve.log", "ab")
         start = self.log.tell()
