@@ -26,9 +26,16 @@ CHECKPOINT_HELP = "a step-NNNNNNNNN directory (or its name, or 'latest')"
 
 
 def _store(layout: Layout, args: argparse.Namespace) -> str | None:
-    """train.checkpoint_uri, when params.yaml sets one: the checkpoints are in that store."""
+    """train.checkpoint_uri, when params.yaml sets one: the checkpoints are in that store, read
+    under the store section's retry policy (a bucketio.URL carries it)."""
     path = Path(layout.root, args.params)
-    return config.load(path).train.checkpoint_uri if path.exists() else None
+    params = config.load(path) if path.exists() else None
+    if params is None or not params.train.checkpoint_uri:
+        return None
+    from shardline.core import retry
+    from shardline.training import bucketio
+
+    return bucketio.URL(params.train.checkpoint_uri, retry.of(params.store, "store"))
 
 
 def _from_store(layout: Layout, name: str, uri: str) -> Path:

@@ -61,7 +61,8 @@ class Parts(_Section):
 
 class Store(Retries):
     """Retries and timeouts of the object stores the line reads and writes as it runs: streamed
-    shards (loader.shards_uri), `shardline push-shards`, and parts.store's staged parts."""
+    shards (loader.shards_uri, training's and `shardline eval`'s), checkpoints
+    (train.checkpoint_uri), `shardline push-shards`, and parts.store's staged parts."""
 
 
 class Loader(_Section):

@@ -5,10 +5,10 @@ Contract: `judge(path, params, layout)` loads the model of a verified checkpoint
 (`shardline.training.evaluate`, eval.blocks per source, the precision and per-rank batch it was trained
 with; on CPU, one process: a run trained on more ranks may differ in the last bits) on the
 held-out shards of the sources params.yaml names now (from loader.shards_uri when the shards
-stream), and says what it was trained on beside what it is judged on. A checkpoint trained on
-another data version or mix is judged (that is how two runs are compared on one held-out set)
-and flagged; one whose tokenizer differs from the held-out shards' is refused, since its ids
-would mean other text.
+stream, every read under params.store's retry policy), and says what it was trained on beside
+what it is judged on. A checkpoint trained on another data version or mix is judged (that is how
+two runs are compared on one held-out set) and flagged; one whose tokenizer differs from the
+held-out shards' is refused, since its ids would mean other text.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from shardline.core import retry
 from shardline.core.config import Params, Train
 from shardline.core.errors import BadInput
 from shardline.data import tokenizer
@@ -35,7 +36,8 @@ def judge(path: Path, params: Params, layout: Layout, device: torch.device | Non
     names = [s.name for s in params.sources]
     meta = tokenizer.read_meta(layout.tokenizer_meta, layout) if layout.tokenizer_meta.exists() else {}
     c = params.loader  # a node that streams its shards judges on the store's held-out shards
-    remote = Remote(c.shards_uri, str(layout.under_root(c.cache_dir)), c.cache_mb, c.prefetch) if c.shards_uri else None
+    remote = (Remote(c.shards_uri, str(layout.under_root(c.cache_dir)), c.cache_mb, c.prefetch,
+                     retry.of(params.store, "store")) if c.shards_uri else None)
     held = HeldOut.open(layout.shards, names, params.eval.blocks, layout.tokenizer_json, remote,
                         boundaries=boundary_ids(meta))
     if not any(len(b.ids) for b in held.blocks):

@@ -10,10 +10,13 @@ Contract:
   retires). `remove`, retention (`retain`: checkpoint.prune's choice) and `sweep` (rank 0 at every
   start: the prefixes without a manifest) delete a manifest before the rest, so a half-deleted
   checkpoint is already invalid.
-- Objects are written whole through fsspec, hashed as they are sent (no second read); a PUT is
-  atomic on an object store, which `write_json` (the rollback ledger) relies on. Listings bypass
-  fsspec's cache: other nodes write the same prefix.
-- A handle is a `URL` (a str with a Path's `.name` and `/`): picklable, so ranks share it.
+- Every request goes through shardline.training.bucketio, under the store section's retry policy
+  the handle carries (a `URL`: a str with a Path's `.name` and `/`, picklable, so ranks share it):
+  objects put whole (a temp file, hashed as written, then PUT; again after a fault), reads
+  continued by Range. `write_json` (the rollback ledger) relies on a PUT being whole or absent.
+- A transient fault is never called a torn or corrupt checkpoint: an object whose sha256 differs
+  from its manifest's is read again, and called corrupt only when two reads agree; a fault that
+  outlasts the policy is StoreError, one line naming the object and the last error.
 - `listing`, `cat` and `get` are the reads shardline.training.storage.fetch copies a checkpoint
   into a folder with.
 - Credentials and endpoint come from the environment (shardline.core.stores); `check` proves the
@@ -25,107 +28,24 @@ only a bucket).
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import io
 import json
-import os
 from contextlib import suppress
-from pathlib import Path
 from typing import Any, Callable
 
-from shardline.core import chaos, fsio
-from shardline.core.errors import ShardlineError, is_transient
+from shardline.core import chaos, fsio, transfer
+from shardline.core.errors import ShardlineError
 from shardline.core.layout import DCP, MANIFEST, TENSORS, TRAIN_STATE, step_dir, step_of
-from shardline.core.stores import filesystem
 from shardline.training import checkpoint, sharded
+from shardline.training.bucketio import (URL, StoreError, cat, check, get, listing, put, remove, sha256,  # noqa: F401
+                                         step_dirs, write_json)
 from shardline.training.records import Lineage, Manifest
 
 Log = Callable[[str], None]
-_CHUNK = 1 << 22
-
-
-class URL(str):
-    """A place in the store: the URL itself, with a Path's `.name` and `/`."""
-
-    @property
-    def name(self) -> str:
-        return self.rstrip("/").rpartition("/")[2]
-
-    def __truediv__(self, other: str) -> "URL":
-        return URL(f"{self.rstrip('/')}/{other}")
-
-
-class StoreError(ShardlineError):
-    """The checkpoint store failed (a missing bucket, the network, credentials); names the URL."""
-
-
-def _store_op(writes: bool):
-    """A decorator: the function's store failures as StoreError (transient ones stay so). A read's
-    FileNotFoundError stays one (no such object: its callers' answer); a write's is the bucket's."""
-    def decorate(fn):
-        @functools.wraps(fn)
-        def wrapped(url, *args, **kwargs):
-            try:
-                return fn(url, *args, **kwargs)
-            except ShardlineError:
-                raise
-            except Exception as e:
-                if isinstance(e, FileNotFoundError) and not writes:
-                    raise
-                err = StoreError(f"train.checkpoint_uri {url}: {type(e).__name__}: {e}; check that the bucket "
-                                 "exists, the network, and the AWS_* credentials and endpoint in the environment")
-                err.transient = is_transient(e)
-                raise err from e
-        return wrapped
-    return decorate
-
-
-_read, _write = _store_op(writes=False), _store_op(writes=True)
 
 
 def step_url(root: str, step: int) -> URL:
     return URL(root) / step_dir("", step).name
-
-
-@_read
-def listing(url: str) -> dict[str, int]:
-    """Every object under `url`, by its name below it, with its size: fresh from the store."""
-    fs, p = filesystem(url)
-    fs.invalidate_cache(p)
-    try:
-        found = fs.find(p, detail=True)
-    except FileNotFoundError:
-        return {}
-    return {k[len(p) + 1:]: info["size"] for k, info in found.items() if k.startswith(p + "/")}
-
-
-@_read
-def step_dirs(root: str) -> list[URL]:
-    """The step-N prefixes under `root`, oldest first (their names sort by step)."""
-    fs, p = filesystem(root)
-    fs.invalidate_cache(p)
-    try:
-        names = [n.rstrip("/").rpartition("/")[2] for n in fs.ls(p, detail=False)]
-    except FileNotFoundError:
-        return []
-    return [URL(root) / n for n in sorted(set(names)) if step_of(n) is not None]
-
-
-def _folder(fs, p: str) -> None:
-    """A local file:// store needs the folder an object goes in; a store has none to make."""
-    if getattr(fs, "local_file", False):
-        fs.makedirs(p.rpartition("/")[0], exist_ok=True)
-
-
-@_write
-def _put(url: str, fill: Callable[[Any], None]) -> dict:
-    fs, p = filesystem(url)
-    _folder(fs, p)
-    with fs.open(p, "wb") as f:
-        out = fsio.Hashing(f)
-        fill(out)
-    return out.meta()  # closed: the object is stored
 
 
 def save(root: str, step: int, tensors: dict[str, Any], state: dict, lineage: Lineage, eval: dict | None = None,
@@ -145,13 +65,13 @@ def save(root: str, step: int, tensors: dict[str, Any], state: dict, lineage: Li
         if tensors:
             import torch  # here, not at import: listing and verifying need no torch
         for name, obj in tensors.items():
-            files[name] = _put(url / name, lambda out, obj=obj: torch.save(obj, out))
-        files[TRAIN_STATE] = _put(url / TRAIN_STATE,
-                                  lambda out: out.write(json.dumps(state, indent=2, sort_keys=True).encode()))
+            files[name] = put(url / name, lambda out, obj=obj: torch.save(obj, out))
+        files[TRAIN_STATE] = put(url / TRAIN_STATE,
+                                 lambda out: out.write(json.dumps(state, indent=2, sort_keys=True).encode()))
         chaos.point("checkpoint.files", str(step))
         manifest = checkpoint.manifest_of(step, files, lineage, eval, shards).to_json()
         body = json.dumps(manifest, sort_keys=True).encode()
-        _put(url / MANIFEST, lambda out: out.write(body))  # last: from here on the checkpoint is valid
+        put(url / MANIFEST, lambda out: out.write(body))  # last: from here on the checkpoint is valid
     except BaseException:
         with suppress(Exception):  # no manifest vouches for what is there; the previous checkpoint stays the newest
             remove(url)
@@ -174,14 +94,18 @@ def verify(url: str, cached: bool = False) -> tuple[bool, str]:
     key = (str(url), fsio.sha256_bytes(body))
     if cached and key in _verified:
         return _verified[key]
-    result = _verify(url, body)
+    result = _verify(URL(url), body)
     if result[0]:
         _verified[key] = result
     return result
 
 
-def _verify(url: str, body: bytes) -> tuple[bool, str]:
-    try:
+class _Differs(Exception):
+    """An object's bytes, read twice alike, are not the ones its manifest names."""
+
+
+def _verify(url: URL, body: bytes) -> tuple[bool, str]:
+    try:  # every byte of the manifest arrived (transfer.whole): unreadable is what the store holds
         obj = json.loads(body)
     except ValueError as e:
         return False, f"manifest.json unreadable ({e})"
@@ -192,7 +116,11 @@ def _verify(url: str, body: bytes) -> tuple[bool, str]:
             return False, f"{name} missing"
         if stored[name] != meta.bytes:
             return False, f"{name} is {stored[name]} bytes, manifest says {meta.bytes} (truncated)"
-        if _sha256(URL(url) / name) != meta.sha256:
+        try:  # a read whose hash differs may have met a fault on the way: only the same bytes again are the store's
+            transfer.agreed(url / name, lambda name=name: sha256(url / name, stored[name]),
+                            lambda got, want=meta.sha256: (got, None if got == want else _Differs()),
+                            policy=url.policy, error=StoreError)
+        except _Differs:
             return False, f"{name} sha256 differs from the manifest (corrupt)"
     if manifest.format == "sharded":
         why = sharded.files_check(url, manifest, {n for n in stored if n.startswith(f"{DCP}/")})
@@ -201,14 +129,8 @@ def _verify(url: str, body: bytes) -> tuple[bool, str]:
     return True, "ok"
 
 
-@_read
-def _sha256(url: str) -> str:
-    fs, p = filesystem(url)
-    h = hashlib.sha256()
-    with fs.open(p, "rb", block_size=_CHUNK) as f:
-        while chunk := f.read(_CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
+def read_json(url: str, name: str) -> Any:
+    return json.loads(cat(url, name))
 
 
 def entries(root: str, cached: bool = False) -> list[checkpoint.Entry]:
@@ -240,53 +162,6 @@ def load(url: str, skip: tuple[str, ...] = ()) -> tuple[dict[str, Any], dict, Ma
 def read_manifest(url: str) -> Manifest:
     """The manifest of checkpoint `url` (BadInput for one this release does not read)."""
     return Manifest.from_json(read_json(url, MANIFEST), url)
-
-
-@_read
-def cat(url: str, name: str) -> bytes:
-    """The bytes of object `name` under `url`."""
-    fs, p = filesystem(url)
-    return fs.cat_file(f"{p}/{name}")
-
-
-@_read
-def get(url: str, local: Path) -> None:
-    """Object `url` into local file `local`."""
-    fs, p = filesystem(url)
-    fs.get_file(p, str(local))
-
-
-def read_json(url: str, name: str) -> Any:
-    return json.loads(cat(url, name))
-
-
-@_write
-def write_json(root: str, name: str, obj: Any) -> None:
-    """One object, put whole (atomic on an object store)."""
-    fs, p = filesystem(root)
-    _folder(fs, f"{p}/{name}")
-    fs.pipe_file(f"{p}/{name}", (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
-
-
-@_write
-def remove(url: str) -> None:
-    """The manifest first (invalid from here on, whatever happens next), then every object."""
-    fs, p = filesystem(url)
-    with suppress(FileNotFoundError):
-        fs.rm_file(f"{p}/{MANIFEST}")
-    fs.invalidate_cache(p)
-    with suppress(FileNotFoundError):
-        fs.rm(p, recursive=True)
-
-
-@_write
-def check(root: str) -> None:
-    """Fail at the start, not at the first save: put and delete one object under `root`."""
-    fs, p = filesystem(root)
-    probe = f"{p}/.probe-{os.getpid()}"
-    _folder(fs, probe)
-    fs.pipe_file(probe, b"")
-    fs.rm_file(probe)
 
 
 def retain(root: str, keep_last: int, keep_every: int, log: Log = print, before: int | None = None) -> list[int]:

@@ -4,7 +4,10 @@ Contract:
 - `HeldOut.open` reads each source's held-out shards (data/shards/<source>/val/, or
   `<shards_uri>/<source>/val/` when the loader streams) and takes `eval.blocks` of their blocks,
   spread evenly over them (all of them when there are fewer): the same blocks on every call,
-  verified against val/index.json before use (ShardCorrupt otherwise) and then kept in memory.
+  verified against val/index.json before use and then kept in memory. From the store, each shard
+  is read whole under Remote.policy (shardline.core.transfer: a fault mid-body is continued, one
+  that outlasts the policy is a FetchError naming the URL) and is ShardCorrupt only when two reads
+  agree on bytes the index does not name; from disk, ShardCorrupt at once.
 - Loss is the mean next-token cross-entropy (nats) over every target of those blocks. Bits per
   byte = sum of the targets' losses / ln 2 / the UTF-8 bytes of the text those targets decode to
   (`token_bytes`: per token, inside a document or as its first token, so a SentencePiece piece's
@@ -33,11 +36,11 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from shardline.core import chaos, fsio, shardformat
-from shardline.core.errors import BadInput, ShardCorrupt
+from shardline.core import chaos, fsio, shardformat, transfer
+from shardline.core.errors import BadInput, ShardCorrupt, ShardlineError
 from shardline.data import tokenizer
 from shardline.model.loss import chunk_rows
-from shardline.stream.remote import Remote, fetch_failed, filesystem, read_indexes
+from shardline.stream.remote import FetchError, Remote, fetch_failed, filesystem, read_indexes
 
 
 @dataclass
@@ -172,17 +175,29 @@ def _shard(shard_dir: Path, entry: dict, dtype: np.dtype, width: int, remote: tu
         shardformat.verify_shard(shard_dir, entry)
         return shardformat.blocks(shard_dir / entry["file"], dtype, width)
     store, name = remote
-    fs, root = filesystem(store.uri)
-    url = f"{root}/{name}/{entry['file']}"
-    try:
-        data = fs.cat_file(url)
-    except Exception as e:
-        raise fetch_failed(url, e) from e
-    got = fsio.sha256_bytes(data)
-    if len(data) != entry["bytes"] or got != entry["sha256"]:
-        raise ShardCorrupt(f"{url}: {len(data)} bytes, sha256 {got[:12]}…; val/index.json says {entry['bytes']} "
-                           f"bytes, {entry['sha256'][:12]}…; re-publish it ('shardline push-shards')")
-    return shardformat.blocks_of(data, dtype, width)
+    fs, root = filesystem(store.uri, store.policy)
+    url = f"{store.uri.rstrip('/')}/{name}/{entry['file']}"
+
+    def fetch() -> bytes:  # every byte the store's size names, a fault mid-body continued by Range
+        try:
+            return transfer.whole(fs, f"{root}/{name}/{entry['file']}", policy=store.policy, what=url,
+                                  error=FetchError)
+        except ShardlineError:
+            raise
+        except Exception as e:
+            raise fetch_failed(url, e) from e
+
+    def judge(data: bytes) -> tuple[str, ShardCorrupt | None]:
+        got = fsio.sha256_bytes(data)
+        if len(data) == entry["bytes"] and got == entry["sha256"]:
+            return got, None
+        return got, ShardCorrupt(f"{url}: {len(data)} bytes, sha256 {got[:12]}… (the same bytes twice); val/"
+                                 f"index.json says {entry['bytes']} bytes, {entry['sha256'][:12]}…; re-publish it "
+                                 "('shardline push-shards')")
+
+    # a hash that fails once may be a fault on the way: only the same bytes again are the store's
+    return shardformat.blocks_of(transfer.agreed(url, fetch, judge, policy=store.policy, error=FetchError),
+                                 dtype, width)
 
 
 def evaluate(model: torch.nn.Module, held: HeldOut, mix: Mapping[str, float], *, batch: int,

@@ -21,15 +21,17 @@ Contract:
   checkpoint's collectives never interleave with training's). `load` reshards: any world size
   and strategy read any sharded checkpoint (DCP maps saved chunks onto the live layout).
 - A checkpoint given as a URL (a str: train.checkpoint_uri, shardline.training.bucket) is written
-  and read through DCP's fsspec writer and reader instead: each object hashed as it is sent, the
-  same restricted read of .metadata.
+  and read through DCP's fsspec writer and reader instead, every request under the retry policy
+  the URL carries (bucketio.URL.policy; retry.STORE for a plain str): each object written to a
+  local temp file, hashed on the way, then put whole (again after a fault); each read fetched in
+  ranges continued after a fault (shardline.core.transfer); the same restricted read of .metadata.
+  A fault that outlasts the policy is one line naming the object and the last error.
 - `full_state` reads the model (or the optimizer) alone into full tensors in one process
   (export, eval, sample, tests), without building a process group.
 """
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import functools
 import io
@@ -39,9 +41,10 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
-from shardline.core import chaos, fsio, stores
+from shardline.core import chaos, fsio, retry, stores
 from shardline.core.errors import BadInput, ShardlineError
 from shardline.core.layout import DCP, DCP_METADATA, dcp_shards
+from shardline.training import bucketio
 from shardline.training.records import Manifest
 
 if TYPE_CHECKING:  # torch on first use: what lists and verifies checkpoints never needs it (~3 s)
@@ -66,7 +69,7 @@ def write(ckpt_tmp: Path | str, state: dict, rank: int, group, qualifier: str = 
     d = _dcp()
     remote = isinstance(ckpt_tmp, str)
     out = f"{ckpt_tmp.rstrip('/')}/{DCP}" if remote else Path(ckpt_tmp) / DCP
-    writer = (d.BucketWriter if remote else d.Writer)(out, qualifier)
+    writer = d.BucketWriter(out, qualifier, _policy(ckpt_tmp)) if remote else d.Writer(out, qualifier)
     with warnings.catch_warnings():  # one process: DCP says it assumes so, which is the point
         warnings.simplefilter("ignore", UserWarning)
         try:
@@ -140,7 +143,7 @@ def _dcp() -> SimpleNamespace:
     brings DTensor, ~1.5 s at the start of every process that reads or writes no sharded
     checkpoint (eval, export, sample: most commands) otherwise."""
     import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint._fsspec_filesystem import FileSystem, FsspecReader, FsspecWriter
+    from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader, FsspecWriter
     from torch.distributed.checkpoint.api import CheckpointException
     from torch.distributed.checkpoint.metadata import Metadata, TensorStorageMetadata
 
@@ -158,36 +161,14 @@ def _dcp() -> SimpleNamespace:
             super().__init__(path, sync_files=True, thread_count=1)
             self._qualifier = qualifier
 
-    class Sent(FileSystem):
-        """DCP's fsspec file system, hashing what each write sends (`written`: name -> {bytes,
-        sha256}), so a rank's file list costs no second read of what it stored."""
-
-        def __init__(self):
-            super().__init__()
-            self.written: dict[str, dict] = {}
-
-        @contextlib.contextmanager
-        def create_stream(self, path, mode: str):
-            with super().create_stream(path, mode) as stream:
-                if "w" not in mode:
-                    yield stream
-                    return
-                out = fsio.Hashing(stream)
-                yield out
-            self.written[str(path).rsplit("/", 1)[-1]] = out.meta()  # closed: the object is stored
-
-        def rename(self, path, new_path) -> None:  # .metadata.tmp -> .metadata (on a store: a copy, a delete)
-            super().rename(path, new_path)
-            self.written[str(new_path).rsplit("/", 1)[-1]] = self.written.pop(str(path).rsplit("/", 1)[-1])
-
     class BucketWriter(Planted, FsspecWriter):
         """DCP's fsspec writer into an object store. No sync_files: a PUT that returned is stored,
         and DCP's stand-in for a stream without a file descriptor is os.sync(), of every disk here."""
 
-        def __init__(self, url: str, qualifier: str):
+        def __init__(self, url: str, qualifier: str, policy: retry.Policy):
             stores.aws_env()  # credentials from the environment only, as for every store (no metadata probe)
             super().__init__(url, sync_files=False, thread_count=1)
-            self.fs = Sent()
+            self.fs = bucketio.dcp_filesystem(policy)
             self.path = self.fs.init_path(url)
             self._qualifier = qualifier
 
@@ -218,9 +199,11 @@ def _dcp() -> SimpleNamespace:
         pass
 
     class BucketReader(Safe, FsspecReader):
-        def __init__(self, url: str):
+        def __init__(self, url: str, policy: retry.Policy):
             stores.aws_env()
             super().__init__(url)
+            self.fs = bucketio.dcp_filesystem(policy)
+            self.path = self.fs.init_path(url)
 
     return SimpleNamespace(dcp=dcp, CheckpointException=CheckpointException, Writer=Writer, Reader=Reader,
                            BucketWriter=BucketWriter, BucketReader=BucketReader,
@@ -230,7 +213,15 @@ def _dcp() -> SimpleNamespace:
 def _reader(path: Path | str):
     """DCP's reader of checkpoint `path`'s dcp/: a folder, or a store's URL (str)."""
     d = _dcp()
-    return d.BucketReader(f"{path.rstrip('/')}/{DCP}") if isinstance(path, str) else d.Reader(Path(path) / DCP)
+    if isinstance(path, str):
+        return d.BucketReader(f"{path.rstrip('/')}/{DCP}", _policy(path))
+    return d.Reader(Path(path) / DCP)
+
+
+def _policy(url: str) -> retry.Policy:
+    """The retry policy a store's URL carries (shardline.training.bucketio.URL), else the store
+    section's defaults."""
+    return getattr(url, "policy", None) or retry.STORE
 
 
 def metadata(path: Path | str) -> Metadata:
@@ -241,10 +232,8 @@ def load(path: Path | str, parts: dict, world: int) -> None:
     """Load a sharded checkpoint into the live (possibly sharded) stateful `parts`, by their key in
     it ("model", "optim"); every rank calls it. Each part's own `state_dict()` is the template DCP
     loads into, in its live layout."""
-    state, d = {key: part.state_dict() for key, part in parts.items()}, _dcp()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        d.dcp.load(state, storage_reader=_reader(path), no_dist=world == 1)
+    state = {key: part.state_dict() for key, part in parts.items()}
+    _load(state, path, no_dist=world == 1)
     for key, part in parts.items():
         part.load_state_dict(state[key])
 
@@ -266,7 +255,21 @@ def full_state(path: Path | str, what: str = "model") -> dict:
             name, field = k[len(prefix):].rsplit(".", 1)
             nested.setdefault(name, {})[field] = t
     state = {"model": nested} if what == "model" else {"optim": {"state": nested}}
+    _load(state, path, no_dist=True)
+    return nested
+
+
+def _load(state: dict, path: Path | str, no_dist: bool) -> None:
+    """dcp.load of `state` from checkpoint `path`; a read that failed with an error of ours (a
+    store's fault past the retry policy: one line naming the object) is raised as it is, not as
+    DCP's wrapper of every rank's traceback."""
+    d = _dcp()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        d.dcp.load(state, storage_reader=_reader(path), no_dist=True)
-    return nested
+        try:
+            d.dcp.load(state, storage_reader=_reader(path), no_dist=no_dist)
+        except d.CheckpointException as e:
+            err = min(e.failures.items())[1][0]
+            if isinstance(err, ShardlineError):
+                raise err from None
+            raise

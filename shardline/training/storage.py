@@ -9,8 +9,9 @@ Contract:
   run is given a prefix of its own).
 - A checkpoint's handle is a Path (Local) or a bucket.URL (Bucket); both have `.name` (step-N)
   and are picklable, so rank 0 can share one.
-- `for_run(params, layout)` is the run's store; `of(x)` takes a store, a folder (what tools and
-  tests pass) or a URL.
+- `for_run(params, layout)` is the run's store, a bucket's requests under params.store's retry
+  policy (shardline.training.bucketio); `of(x)` takes a store, a folder (what tools and tests
+  pass) or a URL.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Callable
 
-from shardline.core import fsio
+from shardline.core import fsio, retry
 from shardline.core.config import Params
 from shardline.core.errors import BadInput
 from shardline.core.layout import MANIFEST, Layout, step_dir, step_dirs
@@ -99,10 +100,11 @@ class Local:
 
 
 class Bucket:
-    """train.checkpoint_uri: checkpoints on an object store, as bucket.py writes them."""
+    """train.checkpoint_uri: checkpoints on an object store, as bucket.py writes them; every request
+    under `policy` (params.store's; else what `uri` carries, else the store section's defaults)."""
 
-    def __init__(self, uri: str):
-        self.root = bucket.URL(uri.rstrip("/"))
+    def __init__(self, uri: str, policy: retry.Policy | None = None):
+        self.root = bucket.URL(uri.rstrip("/"), policy or getattr(uri, "policy", None))
 
     def __str__(self) -> str:
         return str(self.root)
@@ -180,12 +182,13 @@ def of(where: Store | Path | str) -> Store:
 
 def for_run(params: Params, layout: Layout) -> Store:
     uri = params.train.checkpoint_uri
-    return Bucket(uri) if uri else Local(layout.checkpoints)
+    return Bucket(uri, retry.of(params.store, "store")) if uri else Local(layout.checkpoints)
 
 
 def fetch(url: str, dest: Path) -> Path:
     """A verified local copy of checkpoint `url`: dest/<step-N>, written as a temp dir, manifest
-    last, then renamed (a copy there before is replaced, manifest first)."""
+    last, then renamed (a copy there before is replaced, manifest first). Each object arrives whole
+    under the retry policy `url` carries (bucketio: a fault mid-object is continued by Range)."""
     url = bucket.URL(url)
     final = Path(dest) / url.name
     names = sorted(bucket.listing(url))
