@@ -73,3 +73,39 @@ def test_the_check_finds_an_empty_cell_a_missing_test_and_a_missing_row():
     assert "`stage download`, column 1: empty (name a test, or say 'n/a: why')" in found
     assert "P0: integration/test_cli_errors::test_every_subcommand_without_a_params_fiel does not exist" in found
     assert "`sample`: no row" in found
+
+
+STORE_HEADING = "### Object-store faults"
+
+
+def store_problems(text: str, root: Path = REPO) -> list[str]:
+    """The object-store table: no empty cell, and every test a cell names is defined in one of
+    tests/integration/test_store_faults*.py."""
+    lines = text.splitlines()
+    start = lines.index(STORE_HEADING)
+    rows = [[c.strip() for c in ln.strip().strip("|").split("|")] for ln in lines[start:]
+            if ln.startswith("|")][2:]
+    defined = set()
+    for f in (root / "tests" / "integration").glob("test_store_faults*.py"):
+        defined |= set(re.findall(r"^(?:async )?def (test_\w+)\(", f.read_text(), re.M))
+    out = []
+    for row in rows:
+        for i, cell in enumerate(row[1:], 1):
+            named = re.findall(r"`(test_\w+)`", cell)
+            if not named:
+                out.append(f"{row[0]}, column {i}: empty (name a test)")
+            out += [f"{row[0]}, column {i}: {t} is not in tests/integration/test_store_faults*.py"
+                    for t in named if t not in defined]
+    return out
+
+
+def test_the_object_store_table_fills_every_cell_with_a_test_that_exists():
+    text = (REPO / "docs" / "testing.md").read_text()
+    assert store_problems(text) == []
+    row = next(ln for ln in text.splitlines() if ln.startswith("| `shardline push-shards` |"))
+    planted = text.replace(row, row.replace("`test_push_shards_killed_in_a_fault_storm_ends_as_a_fault_free_push`", "")
+                           .replace("`test_push_shards_publishes_every_byte", "`test_push_shards_publishes_every_bite"))
+    assert store_problems(planted) == [
+        "`shardline push-shards`, column 1: test_push_shards_publishes_every_bite_through_a_fault_schedule is not in "
+        "tests/integration/test_store_faults*.py",
+        "`shardline push-shards`, column 4: empty (name a test)"]
