@@ -1,5 +1,5 @@
 """`shardline mix-search` on a committed, trained project (real git, real dvc, the queue's own
-workers): 8 proxy runs, each a DVC experiment `dvc exp show` lists; a recommended mix and its
+workers): 6 proxy runs, each a DVC experiment `dvc exp show` lists; a recommended mix and its
 report; the planted case on real sources (a target weighted 70/30 on two standard-library
 sources, a third source of shuffled noise): the recommendation keeps to the proxies' region and
 takes weight off the noise, and the validation run is printed beside its prediction and the best
@@ -27,12 +27,16 @@ from shardline.core import config
 from shardline.results import mixreport, mixsearch
 from tests.conftest import BIN, commit_trained, env_for, init_repo, run, small_params, stdlib_sources, write_params
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # the fixture: a search of 8 proxies (+1 to validate), ~130 s
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # the fixture: a search of 6 proxies, ~60 s
 DVC, SHARDLINE = str(BIN / "dvc"), str(BIN / "shardline")
-SEARCH = {"runs": 8, "seed": 3, "target": "sources", "target_sources": {"code": 0.7, "more": 0.3},
+SEARCH = {"runs": 6, "seed": 3, "target": "sources", "target_sources": {"code": 0.7, "more": 0.3},
           "bounds": {"noise": {"min": 0.02, "max": 0.6}}, "model": {},
           "train": {"steps": 30, "checkpoint_every": 30, "warmup_steps": 3}, "candidates": 5000,
           "workers": 2}  # two queue workers: proxies train with one thread each
+# 6 runs, not 8: the seed draws the same first six mixes, and 6, 7 or 8 of them give the same
+# recommendation (the best measured proxy, noise 0.148, which is the law's best too) with two fewer
+# proxy runs (~8 s of CPU each) in the search and again in the killed one; three remain after the kill
+RUNS = SEARCH["runs"]
 MIX = {"code": 0.5, "more": 0.25, "noise": 0.25}
 
 
@@ -82,8 +86,8 @@ def test_a_search_ends_with_a_recommended_mix_its_report_and_every_proxy_in_dvc_
     result = json.loads((root / "data/reports/mix_search.json").read_text())
     assert [p["name"] for p in result["proxies"]] == [p.name for p in plan]
     assert [p["mix"] for p in result["proxies"]] == [p.mix for p in plan]
-    for i in range(1, 9):
-        assert f"mix-search: proxy {i}/8 finished: " in out
+    for i in range(1, RUNS + 1):
+        assert f"mix-search: proxy {i}/{RUNS} finished: " in out
     assert all(line in out for line in mixreport.terminal(result)) and "report: data/reports/mix_search.md" in out
     shown = {}
     for base in json.loads(run([DVC, "exp", "show", "--json"], root).stdout):
@@ -122,7 +126,7 @@ def test_a_search_killed_after_three_proxies_resumes_redoing_none_and_ends_as_th
     seen = []
     for line in proc.stderr:  # the event the search emits as each proxy finishes, not a sleep
         seen.append(line)
-        if "mix-search: proxy 3/8 finished" in line:
+        if f"mix-search: proxy 3/{RUNS} finished" in line:
             os.kill(proc.pid, signal.SIGKILL)
             break
     proc.wait()
@@ -131,9 +135,9 @@ def test_a_search_killed_after_three_proxies_resumes_redoing_none_and_ends_as_th
     assert len(before) >= 3 and len({n for n, _ in before}) == len(before)
     r = run([SHARDLINE, "mix-search"], root, timeout=600)
     after = proxy_revs(root)
-    assert set(before) <= set(after) and len(after) == 8 == len({n for n, _ in after})  # none redone, none twice
+    assert set(before) <= set(after) and len(after) == RUNS == len({n for n, _ in after})  # none redone, none twice
     kept = int(re.search(r"mix-search: (\d+) proxy run\(s\) already finished, kept", r.stderr).group(1))
-    assert kept >= len(before) and r.stderr.count("finished: mix3-") == 8 - kept
+    assert kept >= len(before) and r.stderr.count("finished: mix3-") == RUNS - kept
     resumed = json.loads((root / "data/reports/mix_search.json").read_text())
     whole = json.loads((unkilled[0] / "data/reports/mix_search.json").read_text())
     assert resumed == {**whole, "validation": None}  # the same runs measured the same: same fit, same mix
@@ -206,7 +210,7 @@ def test_a_proxy_dvcs_queue_loses_is_queued_again_and_measured_as_before(unkille
     assert proc.returncode == 0, out
     assert out.count("queued again") == 2, out
     assert f"proxy run {lost}: its queue worker stopped without running it to its end" in out
-    assert f"mix-search: proxy 8/8 finished: {lost} " in out
+    assert f"mix-search: proxy {RUNS}/{RUNS} finished: {lost} " in out
     after = dict(proxy_revs(root))
     assert sorted(after) == sorted(before) and after[lost] != before[lost]  # run again, as a new commit
     assert {n: c for n, c in after.items() if n != lost} == {n: c for n, c in before.items() if n != lost}
