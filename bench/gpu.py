@@ -27,8 +27,9 @@ the pydoc topics; vocab 16384, seq_len 1024), then trains with the real trainer
 
 Prints a table (and writes it as JSON with --out); exits 1 when a check fails. Without a CUDA device it
 says so and exits 0 (nothing was measured). --dry-run runs the same
-script on the CPU with a tiny model (fp16 and FlexAttention are CUDA's: skipped and said so), to
-test the script itself where no GPU is. One GPU runs one process: NCCL and multi-GPU FSDP are not
+script on the CPU with a tiny model, the prose source alone and the resume checks at half their
+steps (8 straight, killed after 6), fp16 and FlexAttention (CUDA's) skipped and said so, to test the
+script itself where no GPU is. One GPU runs one process: NCCL and multi-GPU FSDP are not
 exercised here.
 """
 
@@ -64,6 +65,9 @@ class Bench:
     def __init__(self, args):
         self.args, self.t0, self.results = args, time.monotonic(), []
         self.cuda = torch.cuda.is_available() and not args.dry_run
+        # the resume checks' steps straight, the step killed after, checkpoint_every: the dry run tests
+        # the script, not a device, in half the steps (a bf16 step of its tiny model is ~0.15 s on a CPU)
+        self.straight, self.kill_at, self.every = (8, 6, 4) if args.dry_run else (16, 12, 8)
         self.tmp = tempfile.TemporaryDirectory(prefix="bench-gpu-")
         self.layout = Layout.at(Path(self.tmp.name) / "project")
 
@@ -73,14 +77,17 @@ class Bench:
     def raw(self, steps: int, **train) -> dict:
         raw = yaml.safe_load((REPO / "params.yaml").read_text())
         dry = self.args.dry_run
+        if dry:  # the shipped prose alone (~0.5 MB; the standard library's code is ~11 MB): shards in ~1 s
+            raw["sources"] = [s for s in raw["sources"] if s["uri"] == "builtin://pydoc-topics"]
+            raw["mix"] = {s["name"]: 1.0 for s in raw["sources"]}
         raw["tokenizer"] = {**raw["tokenizer"], "vocab_size": 2048 if dry else 16384}
         raw["shard"] = {"seq_len": 64 if dry else 1024, "target_mb": 4}
         raw["loader"] = {**raw["loader"], "global_batch": 8 if dry else 32}
         raw["model"] = TINY if dry else LLAMA_124M
         raw["eval"] = {**raw["eval"], "every": 0}
-        raw["train"] = {**raw["train"], "steps": steps, "checkpoint_every": 8, "keep_last": 4, "warmup_steps": 4,
-                        "device": "cpu" if dry else "cuda", "precision": "bf16", "attention": "document",
-                        "compile": False, "nproc_per_node": 1, **train}
+        raw["train"] = {**raw["train"], "steps": steps, "checkpoint_every": self.every, "keep_last": 4,
+                        "warmup_steps": 4, "device": "cpu" if dry else "cuda", "precision": "bf16",
+                        "attention": "document", "compile": False, "nproc_per_node": 1, **train}
         return raw
 
     def data(self) -> None:
@@ -127,7 +134,7 @@ class Bench:
     # ---- the checks
 
     def throughput(self, attention: str):
-        steps = 12 if self.args.dry_run else 40
+        steps = 8 if self.args.dry_run else 40
         if self.cuda:
             torch.cuda.reset_peak_memory_stats()
         rows = self.train(steps, attention=attention, compile=self.cuda or self.args.compile, deterministic=False)
@@ -150,12 +157,13 @@ class Bench:
                                "stage", "train"], env=env, capture_output=True, text=True)
 
     def resume(self, **train):
-        straight = [r["loss"] for r in self.train(16, **train)]
+        straight = [r["loss"] for r in self.train(self.straight, **train)]
         for d in (self.layout.checkpoints, self.layout.metrics):
             shutil.rmtree(d, ignore_errors=True)
-        killed = self.stage(chaos="train.step@12:rank0")
+        killed = self.stage(chaos=f"train.step@{self.kill_at}:rank0")
         if killed.returncode != -signal.SIGKILL:
-            return False, f"the run meant to be killed at step 12 ended with {killed.returncode}: {killed.stderr[-300:]}"
+            return False, (f"the run meant to be killed at step {self.kill_at} ended with {killed.returncode}: "
+                           f"{killed.stderr[-300:]}")
         again = self.stage()
         if again.returncode:
             return False, f"the resume failed ({again.returncode}): {again.stderr.strip().splitlines()[-1]}"
@@ -164,7 +172,8 @@ class Bench:
         resumed = [json.loads(ln)["loss"] for ln in self.layout.train_log.read_text().splitlines() if ln]
         same = straight == resumed and where is not None
         diff = max((abs(a - b) for a, b in zip(straight, resumed)), default=float("nan"))
-        return same, (f"16 straight vs killed after step 12, resumed from {where or 'nothing (no checkpoint)'}: "
+        return same, (f"{self.straight} straight vs killed after step {self.kill_at}, resumed from "
+                      f"{where or 'nothing (no checkpoint)'}: "
                       f"{'bit-identical' if straight == resumed else f'differ, max {diff:.3g}'}")
 
     def newest(self) -> Path:
