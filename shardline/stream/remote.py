@@ -61,6 +61,19 @@ class Remote:
     policy: retry.Policy = retry.STORE  # params.store: retries and timeouts of each read
 
 
+def whole(remote: Remote, rel: str) -> bytes:
+    """Every byte of object `rel` under `remote.uri`, a fault mid-body continued by Range under
+    `remote.policy`; a failure is a FetchError naming its URL."""
+    fs, root = filesystem(remote.uri, remote.policy)
+    url = f"{remote.uri.rstrip('/')}/{rel}"
+    try:
+        return transfer.whole(fs, f"{root}/{rel}", policy=remote.policy, what=url, error=FetchError)
+    except ShardlineError:
+        raise
+    except Exception as e:
+        raise fetch_failed(url, e) from e
+
+
 def read_indexes(shards_dir: str | Path, names: Sequence[str], remote: Remote | None = None,
                  missing: str = "") -> list[dict]:
     """The index of each of `names` (folders under `shards_dir`, or under `remote.uri` when the
@@ -68,18 +81,12 @@ def read_indexes(shards_dir: str | Path, names: Sequence[str], remote: Remote | 
     store's is FetchError naming its URL."""
     if remote is None:
         return [shardformat.read_index(Path(shards_dir) / name, missing) for name in names]
-    fs, root = filesystem(remote.uri, remote.policy)
     out = []
     for name in names:
         url = f"{remote.uri.rstrip('/')}/{name}/{INDEX}"
 
-        def fetch(name=name, url=url) -> bytes:
-            try:
-                return transfer.whole(fs, f"{root}/{name}/{INDEX}", policy=remote.policy, what=url, error=FetchError)
-            except ShardlineError:
-                raise
-            except Exception as e:
-                raise fetch_failed(url, e) from e
+        def fetch(name=name) -> bytes:
+            return whole(remote, f"{name}/{INDEX}")
 
         def judge(data: bytes, url=url) -> tuple[str, Exception | None]:
             try:

@@ -37,10 +37,10 @@ import torch
 from torch.nn import functional as F
 
 from shardline.core import chaos, fsio, shardformat, transfer
-from shardline.core.errors import BadInput, ShardCorrupt, ShardlineError
+from shardline.core.errors import BadInput, ShardCorrupt
 from shardline.data import tokenizer
 from shardline.model.loss import chunk_rows
-from shardline.stream.remote import FetchError, Remote, fetch_failed, filesystem, read_indexes
+from shardline.stream.remote import FetchError, Remote, read_indexes, whole
 
 
 @dataclass
@@ -175,17 +175,10 @@ def _shard(shard_dir: Path, entry: dict, dtype: np.dtype, width: int, remote: tu
         shardformat.verify_shard(shard_dir, entry)
         return shardformat.blocks(shard_dir / entry["file"], dtype, width)
     store, name = remote
-    fs, root = filesystem(store.uri, store.policy)
     url = f"{store.uri.rstrip('/')}/{name}/{entry['file']}"
 
     def fetch() -> bytes:  # every byte the store's size names, a fault mid-body continued by Range
-        try:
-            return transfer.whole(fs, f"{root}/{name}/{entry['file']}", policy=store.policy, what=url,
-                                  error=FetchError)
-        except ShardlineError:
-            raise
-        except Exception as e:
-            raise fetch_failed(url, e) from e
+        return whole(store, f"{name}/{entry['file']}")
 
     def judge(data: bytes) -> tuple[str, ShardCorrupt | None]:
         got = fsio.sha256_bytes(data)
