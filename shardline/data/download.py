@@ -39,6 +39,7 @@ from shardline.core.errors import BadInput, ChecksumMismatch
 from shardline.core.layout import BUILTIN_TOPICS, PARTIAL, PARTIAL_NOTE, Layout, partial_note_of
 from shardline.core.parallel import Mapper, per_source, thread_map
 from shardline.core.progress import Progress, Sink
+from shardline.core.remedies import remedy
 
 Log = Callable[[str], None]
 _GLOB_CHARS = set("*?[")
@@ -63,9 +64,9 @@ def read_manifest(layout: Layout, name: str) -> dict:
     p = layout.manifest(name)
     if not p.exists():
         raise BadInput(f"{layout.rel(p)}: missing; run the download stage first ('dvc repro download')")
-    manifest = fsio.read_record(p, layout.remedy(p), keys={"files": list}, shown=layout.rel(p))
+    manifest = fsio.read_record(p, remedy(layout, p), keys={"files": list}, shown=layout.rel(p))
     for i, entry in enumerate(manifest["files"]):
-        fsio.check_fields(entry, MANIFEST_FILE, layout.rel(p), layout.remedy(p), f"files[{i}]")
+        fsio.check_fields(entry, MANIFEST_FILE, layout.rel(p), remedy(layout, p), f"files[{i}]")
     return manifest
 
 

@@ -32,6 +32,7 @@ from tokenizers import decoders, models, pre_tokenizers, trainers
 
 from shardline.core import fsio
 from shardline.core.errors import BadInput
+from shardline.core.remedies import remedy
 
 # HF ByteLevel(use_regex=True) splits with exactly this (GPT-2) pattern; tiktoken must too.
 GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
@@ -99,9 +100,9 @@ META_IF_THERE = {"key": str, "vocab_size": int, "eos_id": int, "bos_id": (int, t
 def read_meta(path: Path, layout) -> dict:
     """data/tokenizer/meta.json (`path`, of the project `layout`), checked: damage is one line naming
     it and what rebuilds it; a missing file stays FileNotFoundError (each reader says why it needs it)."""
-    meta = fsio.read_record(path, layout.remedy(path), keys=META, shown=layout.rel(path))
+    meta = fsio.read_record(path, remedy(layout, path), keys=META, shown=layout.rel(path))
     return fsio.check_fields(meta, {k: t for k, t in META_IF_THERE.items() if k in meta}, layout.rel(path),
-                             layout.remedy(path))
+                             remedy(layout, path))
 
 
 def token_id(tok: tokenizers.Tokenizer, token: str) -> int:

@@ -27,6 +27,7 @@ from shardline.data.clean.summary import read as clean_stats
 from shardline.training import checkpoint, guard, task_results
 from shardline.core.config import Params
 from shardline.core.layout import EVAL_JSON, TRAIN_STATE, Layout
+from shardline.core.remedies import remedy
 from shardline.core.shardformat import read_index
 from shardline.stream.mixing import Schedule
 from shardline.training.records import Lineage, Manifest
@@ -231,7 +232,7 @@ def build(params: Params, layout: Layout) -> str:
     rows = read_records(layout.train_log)
     lines += [""] + _evaluation(rows, manifest)
     metric = layout.metrics / EVAL_JSON  # training's task results and `shardline eval --tasks`'s, merged
-    tasks = fsio.read_record(metric, layout.remedy(metric), shown=layout.rel(metric)).get("tasks") \
+    tasks = fsio.read_record(metric, remedy(layout, metric), shown=layout.rel(metric)).get("tasks") \
         if metric.exists() else None
     if tasks:
         lines += ["## Downstream tasks (lm-evaluation-harness)", ""] + task_results.table(tasks) + [""]

@@ -46,7 +46,8 @@ if TYPE_CHECKING:  # imported where a device is asked about: the report reads re
 
 from shardline.core import fsio
 from shardline.core.errors import BadInput
-from shardline.core.layout import EVAL_CSV, EVAL_JSON, TASKS_JSON, TRAIN_CSV, remedy_for
+from shardline.core.layout import EVAL_CSV, EVAL_JSON, TASKS_JSON, TRAIN_CSV
+from shardline.core.remedies import remedy_for
 from shardline.training import task_results
 
 MIN_KNOWN = 5  # fewer step times than this give a median too noisy to call anything slow

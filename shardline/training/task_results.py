@@ -24,7 +24,7 @@ import math
 from pathlib import Path
 
 from shardline.core import fsio
-from shardline.core.layout import remedy_for
+from shardline.core.remedies import remedy_for
 
 _FINGERPRINT = ("step", "loss", "tokens", "batches")  # what a step record says about the timeline it is of
 

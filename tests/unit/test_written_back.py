@@ -17,6 +17,7 @@ import pytest
 from shardline.core import config, fsio
 from shardline.core.errors import BadInput
 from shardline.core.layout import Layout
+from shardline.core.remedies import remedy
 from shardline.data import download, shard, tokenize
 from shardline.data.clean import stage as clean
 from shardline.stream import loader
@@ -194,7 +195,7 @@ def test_read_record_says_what_is_wrong(tmp_path, data, said):
 
 def test_the_remedy_names_the_stage_and_the_dvc_output_of_each_folder(tmp_path):
     layout = Layout.at(tmp_path)
-    said = {p: layout.remedy(tmp_path / p) for p in ("data/raw/s/manifest.json", "data/tokenizer/meta.json",
+    said = {p: remedy(layout, tmp_path / p) for p in ("data/raw/s/manifest.json", "data/tokenizer/meta.json",
                                                       "data/metrics/eval.json", "data/checkpoints/x", "elsewhere.json")}
     assert said == {
         "data/raw/s/manifest.json": "rebuild it with 'dvc repro -f -s download', or restore it with 'dvc checkout data/raw'",

@@ -46,7 +46,8 @@ from pydantic import Field
 
 from shardline.core import fsio
 from shardline.core.errors import BadInput
-from shardline.core.layout import JSONL, PARQUET, index_meta_of, remedy_for
+from shardline.core.layout import JSONL, PARQUET, index_meta_of
+from shardline.core.remedies import remedy_for
 from shardline.core.section_base import _Section
 from shardline.data.clean.verdict import Drop, RuleEntry
 from shardline.data.document import Document

@@ -49,8 +49,9 @@ from shardline.core import fsio
 from shardline.core.config import Params, Source
 from shardline.core.errors import BadInput
 from shardline.core.layout import (Layout, clean_marker_of, clean_part_name, clean_split_of, dropped_sample_of,
-                                   index_meta_of, remedy_for, selection_of)
+                                   index_meta_of, selection_of)
 from shardline.core.parallel import Mapper, process_map
+from shardline.core.remedies import remedy_for
 from shardline.core.progress import Sink
 from shardline.data import compressed, download, frame, grouping, readers, staging
 from shardline.data.clean import damage, dropped, inputs, ruleset, rules, select, split

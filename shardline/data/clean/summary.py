@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from shardline.core import fsio
 from shardline.core.layout import Layout
+from shardline.core.remedies import remedy
 
 SOURCE = {"docs_in": int, "docs_out": int, "bytes_in": int, "bytes_out": int, "bad": int, "invalid_utf8": int,
           "samples": list, "rules": dict, "heldout": dict}
@@ -14,7 +15,7 @@ SOURCE = {"docs_in": int, "docs_out": int, "bytes_in": int, "bytes_out": int, "b
 
 def read(layout: Layout) -> dict:
     path, shown = layout.clean_stats, layout.rel(layout.clean_stats)
-    stats = fsio.read_record(path, layout.remedy(path), keys={"sources": dict}, shown=shown)
+    stats = fsio.read_record(path, remedy(layout, path), keys={"sources": dict}, shown=shown)
     for name, source in stats["sources"].items():
-        fsio.check_fields(source, SOURCE, shown, layout.remedy(path), f"sources.{name}")
+        fsio.check_fields(source, SOURCE, shown, remedy(layout, path), f"sources.{name}")
     return stats
