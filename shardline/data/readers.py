@@ -176,6 +176,9 @@ def _jsonl(path: Path, rel: str, source: Source, stats: ReadStats, span: Span, w
             except json.JSONDecodeError as e:
                 stats.reject(where, f"invalid JSON ({e.msg} at column {e.colno})")
                 continue
+            except ValueError as e:  # what parses but Python refuses: an integer of more than 4300 digits
+                stats.reject(where, f"invalid JSON ({str(e).split(';')[0]})")
+                continue
             text = obj.get(key) if isinstance(obj, dict) else None
             if not isinstance(text, str):
                 why = "not a JSON object" if not isinstance(obj, dict) else (

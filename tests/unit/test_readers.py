@@ -24,6 +24,17 @@ def test_jsonl_bad_records_are_counted_with_file_line(tmp_path):
                               "a.jsonl:6: field 'text' is int, not a string"]
 
 
+def test_a_record_with_an_integer_python_will_not_read_is_one_bad_record(tmp_path):
+    """JSON allows any integer; Python's json refuses one of more than 4300 digits with a ValueError that
+    is no JSONDecodeError (a traceback, found by test_damage_properties' hypothesis on a bz2 jsonl)."""
+    p = tmp_path / "a.jsonl"
+    p.write_bytes(b'{"text": "one"}\n{"text": "big", "n": ' + b"7" * 4400 + b'}\n{"text": "two"}\n')
+    docs, st = read(p, format="jsonl")
+    assert docs == [("a.jsonl:1", "one"), ("a.jsonl:3", "two")]
+    assert st.bad == 1 and st.samples == ["a.jsonl:2: invalid JSON (Exceeds the limit (4300 digits) for integer string "
+                                          "conversion: value has 4400 digits)"]
+
+
 def test_invalid_utf8_is_replaced_and_counted(tmp_path):
     p = tmp_path / "a.jsonl"
     p.write_bytes(b'{"text": "caf\xe9 ok"}\n')
