@@ -12,7 +12,7 @@ Contract:
   gs://, any fsspec protocol: one object, a prefix or a glob; `shardline.data.objects`);
   hf://datasets/<org>/<name>@<revision>/<glob> (the revision resolved to a commit, pinned in the
   manifest as `revision`); builtin://python-stdlib (the interpreter's standard-library .py
-  files, tests excluded) and builtin://pydoc-topics (the reference-manual prose shipped in
+  files, tests and pydoc_data excluded) and builtin://pydoc-topics (the reference-manual prose shipped in
   pydoc_data), both located at run time; or a list of these (e.g. many https:// files).
 - A source with `dataset:` instead of a uri is a dataset by name, config, split and revision,
   streamed through `datasets` into parquet files (`shardline.data.hfdatasets`, its own contract).
@@ -72,7 +72,9 @@ def read_manifest(layout: Layout, name: str) -> dict:
 
 def _stdlib_items() -> list[Item]:
     root = Path(sysconfig.get_paths()["stdlib"])
-    skip_dirs = {"site-packages", "dist-packages", "__pycache__", "idle_test"}
+    # pydoc_data/topics.py is builtin://pydoc-topics' prose as one Python literal: in the code source,
+    # the prose source's held-out topics would be trained on
+    skip_dirs = {"site-packages", "dist-packages", "__pycache__", "idle_test", "pydoc_data"}
     items = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if d not in skip_dirs and not d.startswith("test"))

@@ -11,10 +11,11 @@ Contract:
   it was copied from; a re-run with the same key reuses it.
 - Each clean part becomes `part-NNNNN.bin` (the ids of its training documents, EOS after each
   and `tokenizer.bos_token` before each when set; uint16 when the vocab fits, else uint32) and, when it holds any, `val/part-NNNNN.bin` (its
-  held-out documents), each a part of the stage frame (`shardline.data.frame`): its done-marker
+  held-out documents, each cut to its first eval.doc_bytes bytes: `capped`), each a part of the stage frame (`shardline.data.frame`): its done-marker
   `.json` {key, files, stats: tokens, docs, sha256, format_version} is written last, so a token
   part is done iff its marker holds the current key. key = hash(the clean part's key and
-  selection for that side, tokenizer sha256, and the format version when it is not 1): a part of
+  selection for that side, tokenizer sha256, the format version when it is not 1, and on the
+  held-out side eval.doc_bytes): a part of
   another format is redone, never taken as done; version 1 adds nothing, so parts made before
   markers carried a version keep their keys (and read as version 1). Parts are encoded on
   threads (the encoders release the GIL). The token file format and index are
@@ -67,6 +68,14 @@ class Work:
     eos: int
     dtype: str
     bos: int | None = None
+    cap: int | None = None  # eval.doc_bytes, on the held-out side: each document's first bytes only
+
+
+def capped(text: str, cap: int | None) -> str:
+    """The first `cap` UTF-8 bytes of `text`, cut at a character boundary (all of it when None)."""
+    if cap is None or len(text) * 4 <= cap:  # at most 4 bytes a character: no cut possible
+        return text
+    return text.encode()[:cap].decode("utf-8", "ignore")
 
 
 def clean_parts(params: Params, layout: Layout) -> dict[str, list[Path]]:
@@ -213,6 +222,8 @@ def encode_part(part: frame.Part) -> tuple[list[Path], dict]:
     docs = tokens = 0
     with fsio.atomic_writer(w.out, point="tokenize.write") as f:
         for batch in clean.documents(w.src, w.side):
+            if w.cap is not None:
+                batch = [capped(t, w.cap) for t in batch]
             pieces = []
             for ids in encoder.encode_arrays(batch):
                 pieces += (*bos, ids, eos)
@@ -252,14 +263,15 @@ def plan(params: Params, layout: Layout, parts: dict[str, list[Path]], recipe: R
             for side in SIDES if sel["heldout"] else ("train",):
                 tok = token_part(layout.tokens_of(name, side), p)
                 # bos only when set, the format version only past 1: older lines' parts keep their keys
+                cap = params.eval.doc_bytes if side == "val" else None
                 key = fsio.stable_hash([clean.side_key(p, side), tmeta["sha256"], tmeta["eos_id"], tmeta["dtype"]]
                                        + ([tmeta["bos_id"]] if tmeta.get("bos_id") is not None else [])
-                                       + VERSION_KEY)
+                                       + VERSION_KEY + ([{"doc_bytes": cap}] if cap is not None else []))
                 size = p.stat().st_size * docs[side] // max(rows, 1)  # progress: the side's share of the part, by documents
                 out.append(frame.Part("tokenize", f"{name}/{'' if side == 'train' else 'val/'}{p.stem}", key,
                                       str(token_marker_of(tok)), size,
                                       Work(name, str(p), side, str(tok), recipe, tmeta["eos_id"], tmeta["dtype"],
-                                           tmeta.get("bos_id"))))
+                                           tmeta.get("bos_id"), cap)))
     return out
 
 

@@ -5,7 +5,7 @@ manifest (lineage, eval, versions), its train state, the rebuilt model and the c
 with; it reads no file. It states the architecture (and, for document attention, what transformers'
 causal attention means for it), the model it started from (train.init_from), the
 data version, sources, mix, cleaning rules, tokens seen, the held-out eval the manifest holds
-(per source loss and bits per byte, mix-weighted total), how it was trained (steps, precision,
+(per source loss and bits per byte, the total with sources weighted equally), how it was trained (steps, precision,
 world size and strategy, schedule and optimiser settings from the lineage's params["train"]),
 the training guards' rollbacks (older lineages have none), and the special-token caveat of the
 exported tokenizer. Keys a lineage lacks (older runs) are left out, never guessed.
@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 
 from shardline.training import guard
+from shardline.training.monitor import equal
 from shardline.training.records import Lineage, Manifest
 
 CAVEAT = ("The tokenizer's ids equal the line's encoder's for text that holds no special-token string. Where the "
@@ -101,7 +102,8 @@ def _eval(manifest: Manifest) -> list[str]:
     out += ["", "| source | loss | bits/byte | tokens |", "|---|---|---|---|"]
     for n, v in ev["sources"].items():
         out.append(f"| {_cell(n)} | {v['loss']:.4f} | {v['bpb']:.4f} | {v.get('tokens', '')} |")
-    out.append(f"| total (mix-weighted) | {ev['total']['loss']:.4f} | {ev['total']['bpb']:.4f} | |")
+    t = equal(ev)
+    out.append(f"| total (sources weighted equally) | {t['loss']:.4f} | {t['bpb']:.4f} | |")
     return out
 
 

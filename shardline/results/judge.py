@@ -21,8 +21,9 @@ from shardline.core import retry
 from shardline.core.config import Params, Train
 from shardline.core.errors import BadInput
 from shardline.data import tokenizer
-from shardline.training import lineage
+from shardline.training import lineage, noise
 from shardline.training.evaluate import HeldOut, boundary_ids, evaluate
+from shardline.training.monitor import equal, own_mix, read_records
 from shardline.core.layout import Layout
 from shardline.stream.loader import data_version, open_sources
 from shardline.stream.remote import Remote
@@ -39,7 +40,7 @@ def judge(path: Path, params: Params, layout: Layout, device: torch.device | Non
     remote = (Remote(c.shards_uri, str(layout.under_root(c.cache_dir)), c.cache_mb, c.prefetch,
                      retry.of(params.store, "store")) if c.shards_uri else None)
     held = HeldOut.open(layout.shards, names, params.eval.blocks, layout.tokenizer_json, remote,
-                        boundaries=boundary_ids(meta))
+                        boundaries=boundary_ids(meta), eos=meta.get("eos_id"))
     if not any(len(b.ids) for b in held.blocks):
         raise BadInput(f"{layout.rel(layout.shards)}: no source has a held-out block (val/ holds fewer tokens than "
                        "one block): nothing to judge on; raise eval.fraction or eval.min_docs and re-run 'dvc repro'")
@@ -64,7 +65,10 @@ def judge(path: Path, params: Params, layout: Layout, device: torch.device | Non
                   device=device, autocast=autocast_for(cfg, device) if cfg.precision != "fp16" or device.type == "cuda"
                   else None)
     heldout = lineage.heldout_of(layout)
+    rows = read_records(layout.train_log) if layout.train_log.exists() else []
+    ran = any(r["step"] == manifest.step for r in rows)  # this checkpoint's own run: its training losses are here
     return {"checkpoint": path.name, "step": manifest.step,
+            "recent_train_loss": noise.recent_train_loss(rows, manifest.step) if ran else None,
             "heldout": {"recorded": lin.heldout, "now": heldout, "same": lin.heldout is not None and lin.heldout == heldout},
             "trained_on": {"data_version": trained, "mix": lin.mix},
             "judged_on": {"data_version": now, "mix": params.mix,
@@ -73,7 +77,7 @@ def judge(path: Path, params: Params, layout: Layout, device: torch.device | Non
             "recorded": manifest.eval, **ev}
 
 
-def describe(result: dict) -> str:
+def describe(result: dict, resolution: float = 0.05) -> str:
     r = result
     lines = [f"{r['checkpoint']} (step {r['step']}) judged on the held-out shards of data version "
              f"{r['judged_on']['data_version'][:12]}… ("
@@ -86,12 +90,37 @@ def describe(result: dict) -> str:
     warn = heldout_warning(r)
     if warn:
         lines.append(warn)
-    lines.append(f"{'source':12} {'loss':>8} {'bits/byte':>10} {'tokens':>10}")
-    for n, v in r["sources"].items():
-        lines.append(f"{n:12} {v['loss']:8.4f} {v['bpb']:10.4f} {v['tokens']:10,}")
-    w = ", ".join(f"{n} {x:.2f}" for n, x in r["total"]["weights"].items())
-    lines.append(f"{'total':12} {r['total']['loss']:8.4f} {r['total']['bpb']:10.4f}   (mix-weighted: {w})")
+    lines += table(r)
+    lines += [f"WARNING: {w}" for w in flags(r, resolution, r.get("recent_train_loss"))]
     return "\n".join(lines)
+
+
+def _ci(v: dict, key: str) -> str:
+    ci = v.get(f"{key}_ci")
+    return f"[{ci[0]:.3f}, {ci[1]:.3f}]" if ci else ""
+
+
+def table(ev: dict) -> list[str]:
+    """An eval's figures per source and in total, each with its 95% interval over documents."""
+    lines = [f"{'source':12} {'docs':>5} {'tokens':>8} {'loss':>7} {'95% interval':>16} {'per doc':>8} "
+             f"{'bits/byte':>9} {'95% interval':>16}"]
+    for n, v in ev["sources"].items():
+        lines.append(f"{n:12} {v.get('docs', ''):>5} {v['tokens']:8,} {v['loss']:7.4f} {_ci(v, 'loss'):>16} "
+                     f"{v.get('doc_loss', float('nan')):8.4f} {v['bpb']:9.4f} {_ci(v, 'bpb'):>16}")
+    t, own = equal(ev), own_mix(ev)
+    lines.append(f"{'total':12} {'':>5} {'':>8} {t['loss']:7.4f} {_ci(t, 'loss'):>16} {'':>8} {t['bpb']:9.4f} "
+                 f"{_ci(t, 'bpb'):>16}   (sources weighted equally: the total runs are compared by)")
+    w = ", ".join(f"{n} {x:.2f}" for n, x in own.get("weights", {}).items())
+    lines.append(f"{'own mix':12} {'':>5} {'':>8} {own['loss']:7.4f} {_ci(own, 'loss'):>16} {'':>8} {own['bpb']:9.4f} "
+                 f"{_ci(own, 'bpb'):>16}   (weighted by the mix judged with: {w})")
+    return lines
+
+
+def flags(ev: dict, resolution: float, train: tuple[float, float, int] | None = None) -> list[str]:
+    """What makes an eval's figures less than they look: a source judged on too few documents or
+    with too wide an interval, a held-out set easier than the training data."""
+    out = [noise.thin(n, v, resolution) for n, v in ev["sources"].items()]
+    return [w for w in [*out, noise.easier(own_mix(ev), train)] if w]
 
 
 def heldout_warning(r: dict) -> str | None:

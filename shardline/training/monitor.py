@@ -167,8 +167,8 @@ class Monitor:
         for k in self._recent:
             self._recent[k].append(rec[k])
         self._seen.append(rec)
-        if rec.get("eval"):
-            self._val = rec["eval"]["total"]["loss"]
+        if rec.get("eval"):  # beside the training loss: weighted as its batches are, by this run's mix
+            self._val = own_mix(rec["eval"])["loss"]
         if self._file is not None:
             self._file.write(json.dumps({k: _clean(v) for k, v in rec.items()}) + "\n")
             self._file.flush()
@@ -196,8 +196,11 @@ class Monitor:
     def _report(self, rec: dict) -> None:
         step, last = rec["step"], rec["step"] >= self.total_steps
         if rec.get("eval"):  # every eval gets a line of its own, per source
-            per = ", ".join(f"{n} {v['loss']:.4f}" for n, v in rec["eval"]["sources"].items())
-            self._say(f"step {step}: val loss {self._val:.4f} ({per}; eval {rec['eval']['eval_s']:.2f}s)")
+            per = ", ".join(f"{n} {v['loss']:.4f}" + (f" ±{(v['loss_ci'][1] - v['loss_ci'][0]) / 2:.3f} over "
+                                                     f"{v['docs']} docs" if "loss_ci" in v else "")
+                            for n, v in rec["eval"]["sources"].items())
+            self._say(f"step {step}: val loss {self._val:.4f} by this run's mix ({per}; eval "
+                      f"{rec['eval']['eval_s']:.2f}s)")
         if self.progress:
             now = time.monotonic()
             if now - self._last_draw < 0.1 and not last:
@@ -310,12 +313,13 @@ def write_derived(rows: list[dict], out: Path) -> None:
     fsio.write_bytes(out / TRAIN_CSV, ("\n".join(lines) + "\n").encode())
     evals = eval_rows(rows)
     names = eval_sources(evals)
-    head = ["step", "val_loss", "val_bpb"] + [f"{n}_{k}" for n in names for k in ("loss", "bpb")]
+    head = ["step", "val_loss", "val_bpb", "val_loss_own_mix", "val_bpb_own_mix"] + [
+        f"{n}_{k}" for n in names for k in ("loss", "bpb")]
     lines = [",".join(head)]
     for r in evals:
-        e = r["eval"]
+        e, eq, own = r["eval"], equal(r["eval"]), own_mix(r["eval"])
         per = [e["sources"].get(n, {}).get(k, "") for n in names for k in ("loss", "bpb")]
-        lines.append(",".join(str(v) for v in [r["step"], e["total"]["loss"], e["total"]["bpb"], *per]))
+        lines.append(",".join(str(v) for v in [r["step"], eq["loss"], eq["bpb"], own["loss"], own["bpb"], *per]))
     fsio.write_bytes(out / EVAL_CSV, ("\n".join(lines) + "\n").encode())
     metric = eval_metrics(evals[-1]["step"], evals[-1]["eval"]) if evals else {"step": None}
     tasks = task_results.latest(rows, task_results.read(out / TASKS_JSON))  # training's, `shardline eval --tasks`'s
@@ -324,5 +328,22 @@ def write_derived(rows: list[dict], out: Path) -> None:
 
 def eval_metrics(step: int, ev: dict) -> dict:
     """eval.json, a DVC metric: the figures only (timings would make every `dvc metrics diff` noisy)."""
-    return {"step": step, "total": ev["total"],
-            "sources": {n: {k: v[k] for k in ("loss", "bpb")} for n, v in ev["sources"].items()}}
+    return {"step": step, "total": equal(ev), "total_own_mix": own_mix(ev),
+            "sources": {n: {k: v[k] for k in METRIC_KEYS if k in v} for n, v in ev["sources"].items()}}
+
+
+METRIC_KEYS = ("loss", "bpb", "docs", "doc_loss", "loss_ci", "bpb_ci")
+
+
+def equal(ev: dict) -> dict:
+    """An eval's total under the one weighting runs are compared by: the sources weighted equally
+    (computed from its sources when it predates that total: its `total` was then its own mix's)."""
+    if ev["total"].get("weighting") == "equal":
+        return ev["total"]
+    src = ev["sources"].values()
+    return {**{k: sum(v[k] for v in src) / max(len(src), 1) for k in ("loss", "bpb")}, "weighting": "equal"}
+
+
+def own_mix(ev: dict) -> dict:
+    """An eval's total weighted by its run's own mix (what its training loss averages over)."""
+    return ev.get("total_own_mix") or ev["total"]

@@ -11,7 +11,7 @@ import sys
 import pytest
 import yaml
 
-from shardline.results import report
+from shardline.results import card_eval
 from tests.conftest import env_for, run, write_params
 from tests.integration.test_train import SL, built, final_state, losses, project  # noqa: F401 (the fixture)
 
@@ -47,23 +47,33 @@ def test_eval_on_trains_bit_identically_to_eval_off_and_records_every_eval(built
     assert not any("eval" in r for r in rows(off))
     last = rows(on)[-1]["eval"]
     assert set(last["sources"]) == {"code", "more"} and last["sources"]["code"]["tokens"] == 24 * 32
+    # the total runs are compared by weighs the sources equally; the run's own mix has a total of its own
     w = {"code": 0.75, "more": 0.25}
-    assert last["total"]["loss"] == pytest.approx(sum(w[n] * v["loss"] for n, v in last["sources"].items()), rel=1e-12)
-    # the latest eval is a DVC metric; every eval is a row of eval.csv; each manifest holds its step's
+    assert last["total"]["weighting"] == "equal"
+    assert last["total"]["loss"] == pytest.approx(sum(v["loss"] for v in last["sources"].values()) / 2, rel=1e-12)
+    assert last["total_own_mix"]["loss"] == pytest.approx(sum(w[n] * v["loss"] for n, v in last["sources"].items()),
+                                                          rel=1e-12)
+    # the latest eval is a DVC metric; every eval is a row of eval.csv; each manifest holds its step's, with
+    # each document's sums (which a train.jsonl row leaves out)
     metric = json.loads((on / "data/metrics/eval.json").read_text())
-    assert metric == {"step": 14, "total": last["total"],
-                      "sources": {n: {"loss": v["loss"], "bpb": v["bpb"]} for n, v in last["sources"].items()}}
+    keep = ("loss", "bpb", "docs", "doc_loss", "loss_ci", "bpb_ci")
+    assert metric == {"step": 14, "total": last["total"], "total_own_mix": last["total_own_mix"],
+                      "sources": {n: {k: v[k] for k in keep} for n, v in last["sources"].items()}}
     csv = (on / "data/metrics/eval.csv").read_text().splitlines()
-    assert csv[0] == "step,val_loss,val_bpb,code_loss,code_bpb,more_loss,more_bpb" and len(csv) == 6
+    assert csv[0] == ("step,val_loss,val_bpb,val_loss_own_mix,val_bpb_own_mix,code_loss,code_bpb,more_loss,more_bpb")
+    assert len(csv) == 6
     for step in (12, 14):
         m = json.loads((on / f"data/checkpoints/step-{step:09d}/manifest.json").read_text())
-        assert m["eval"] == next(r["eval"] for r in rows(on) if r["step"] == step)
+        assert {k: v for k, v in m["eval"].items() if k != "docs"} == next(r["eval"] for r in rows(on) if r["step"] == step)
+        assert set(m["eval"]["docs"]) == {"code", "more"}
+        assert sum(m["eval"]["docs"]["code"]["targets"]) == m["eval"]["sources"]["code"]["tokens"]
     text = run([SL, "lineage", "latest"], on).stdout
     assert f"eval (held-out) at step 14: loss {last['total']['loss']:.4f}" in text
     # judged afterwards, the checkpoint gives back the eval its manifest holds, bit for bit
     judged = json.loads(run([SL, "eval", "step-000000014", "--json"], on).stdout)
-    assert judged["recorded"] == last and {n: v["loss"] for n, v in judged["sources"].items()} == \
-        {n: v["loss"] for n, v in last["sources"].items()}
+    assert {k: v for k, v in judged["recorded"].items() if k != "docs"} == last
+    assert {n: v["loss"] for n, v in judged["sources"].items()} == {n: v["loss"] for n, v in last["sources"].items()}
+    assert judged["docs"] == judged["recorded"]["docs"]  # every document's sums too
 
 
 def test_sigkill_during_eval_resumes_bit_identically(built, tmp_path):
@@ -159,14 +169,13 @@ def test_continued_run_attributes_the_change_per_source(built, tmp_path):
     assert origin["checkpoint"] == "step-000000008" and origin["changes"][0].startswith("mix:")
     assert origin["eval"] == before_own
     # the same model on the same held-out set: only the mix weights of the total change
-    assert origin["eval_now"]["sources"] == {n: {k: v[k] for k in ("loss", "bpb", "tokens")}
-                                             for n, v in before_own["sources"].items()}
+    assert origin["eval_now"]["sources"] == before_own["sources"]
     run([SL, "stage", "report"], root)
     card = (root / "data/reports/evidence.md").read_text()
     after = json.loads((root / "data/metrics/eval.json").read_text())
     b, a = origin["eval_now"]["sources"]["more"]["loss"], after["sources"]["more"]["loss"]
     assert "### Before and after: continued from `step-000000008` (step 8)" in card
-    assert f"| more | {b:.4f} | {a:.4f} | {a - b:+.4f} |" in card
+    assert f"| more | {b:.4f} | {a:.4f} | {a - b:+.4f} [" in card  # with its interval: both scored the same blocks
     assert "## Held-out split" in card and "## Held-out evaluation" in card
 
 
@@ -174,7 +183,7 @@ def test_metric_drift_is_flagged_past_the_tolerance():
     def row(step, loss):
         return {"step": step, "eval": {"sources": {"code": {"loss": loss, "bpb": 1.0}}, "total": {}}}
 
-    lines = report._drift([row(10, 4.0), row(20, 4.079), row(30, 4.2)], tolerance=0.02)
+    lines = card_eval.drift([row(10, 4.0), row(20, 4.079), row(30, 4.2)], tolerance=0.02)
     assert lines == ["- metric drift: code val loss rose 4.0790 -> 4.2000 (+3.0%) from step 20 to 30 "
                      "(> eval.drift_tolerance 2%)"]
 

@@ -54,7 +54,9 @@ def test_eval_json_keeps_its_keys_and_adds_tasks_only_when_some_ran(tmp_path):
     rows = [row(4, 6.0, {"arc": {"acc": 0.2, "samples": 5}}), row(8, 5.5)]
     write_derived(rows, tmp_path)
     metric = json.loads((tmp_path / "eval.json").read_text())
-    assert metric == {"step": 4, "total": {"loss": 5.0, "bpb": 2.0}, "sources": {"s": {"loss": 5.0, "bpb": 2.0}},
+    # a row of before the equal-weight total: its `total` was its own mix's, and the equal one is its sources' mean
+    assert metric == {"step": 4, "total": {"loss": 5.0, "bpb": 2.0, "weighting": "equal"},
+                      "total_own_mix": {"loss": 5.0, "bpb": 2.0}, "sources": {"s": {"loss": 5.0, "bpb": 2.0}},
                       "tasks": {"arc": {"acc": 0.2, "samples": 5, "step": 4}}}  # numbers only: no tasks_s
     write_derived([row(4, 6.0)], tmp_path)
     assert "tasks" not in json.loads((tmp_path / "eval.json").read_text())
