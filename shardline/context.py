@@ -41,6 +41,9 @@ class RunContext:
     not_code: tuple[str, ...] = ()
     """What the orchestrator writes in the git work tree as it runs (DVC's dvc.lock, ...), as git
     pathspec globs from the project root: not code, so the lineage's `dirty` ignores it."""
+    parent: object | None = None
+    """report: the run this one is compared with (shardline.results.runs.Run): a `dvc exp run`'s
+    baseline, whose outputs DVC's cache holds; None: none."""
     hooks: tuple = ()
     """Training hooks of the caller's own (shardline.training.hooks: before_step, after_step, close),
     run after the built-in ones each step; rank 0's only, as the rest of this context."""

@@ -124,7 +124,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from shardline.results import judge
 
     result = judge.judge(path, params, layout)
-    print(json.dumps(result, indent=2) if args.json else judge.describe(result))
+    print(json.dumps(result, indent=2) if args.json else judge.describe(result, params.eval.resolution))
     return 0
 
 
@@ -177,4 +177,46 @@ def cmd_sample(args: argparse.Namespace) -> int:
     log(f"sample: {r['checkpoint']}: {len(r['prompt_ids'])} prompt ids + {len(r['ids'])} new (stopped at "
         f"{r['stopped']}{', context cropped to the last seq_len ids' if r['cropped'] else ''})")
     print(r["text"])
+    return 0
+
+
+def _run(layout: Layout, name: str, args: argparse.Namespace):
+    """A diff's side: a checkpoint of this work tree (step-N, a path, `latest`), else a git revision
+    or a DVC experiment, read from DVC's cache without a checkout (shardline.dvcrepo.revisions)."""
+    from shardline.results import runs
+
+    if name == "latest" or Path(name).exists() or (layout.checkpoints / name).exists() or name.startswith("step-"):
+        return runs.Run.open(name, layout, _checkpoint(layout, name, args))
+    from shardline.dvcrepo import revisions
+
+    view, commit, missing = revisions.view(layout.root, name)
+    if missing:
+        log(f"diff: {name} ({commit[:12]}): {len(missing)} file(s) of its outputs are not in DVC's cache "
+            f"(e.g. {missing[0]}; 'dvc pull' fetches them): what needs them is not compared")
+    return runs.latest(f"{name} ({commit[:8]})" if not commit.startswith(name) else commit[:8], view)
+
+
+def _others(layout: Layout, *runs) -> list:
+    """(name, manifest) of the other runs the repo records (branches, experiments), read from DVC's
+    cache: where the replicates that measure the seeds' noise are found. None outside a git repo."""
+    from shardline.dvcrepo import revisions
+
+    if not (layout.root / ".git").exists() or not (layout.root / ".dvc").exists():
+        return []
+    skip = {r.layout.root.name for r in runs if r.layout.root.parent == layout.views}  # the views' commits
+    found = revisions.others(layout.root, skip)
+    got = revisions.manifests(layout.root, [c for _, c in found])
+    return [(name, got[c]) for name, c in found if got.get(c) is not None]
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    layout = Layout.at(args.root)
+    path = Path(layout.root, args.params)
+    params = config.load(path) if path.exists() else None
+    a, b = _run(layout, args.a, args), _run(layout, args.b, args)
+
+    from shardline.results import diff
+
+    c = diff.compare(a, b, params.eval.doc_bytes if params else 4096, layout, _others(layout, a, b))
+    print(json.dumps(c, indent=2, default=str) if args.json else diff.render(c))
     return 0

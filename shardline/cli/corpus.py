@@ -10,14 +10,24 @@ from pathlib import Path
 
 from shardline.cli import log
 from shardline.core import config, extras, retry, shardformat
+from shardline.core.errors import BadInput
 from shardline.core.layout import Layout
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
+    layout = Layout.at(args.root)
+    if (args.doc_id is None) == (args.step is None):
+        raise BadInput("explain: give a document id or --step N (one of them)")
+    if args.step is not None:  # the run's own loader settings come from its checkpoint: params.yaml only without one
+        from shardline.results import steps
+
+        r = steps.Steps(layout, lambda: config.load(Path(args.root, args.params))).saw(args.step)
+        print(json.dumps(r, indent=2) if args.json else steps.render(r))
+        return 0
     from shardline.data.clean import explain
 
-    layout = Layout.at(args.root)
     params = config.load(Path(args.root, args.params))
+
     extras.check(extras.for_stage("clean", params))  # it runs the clean stage's rules and readers
     e = explain.explain(params, layout, args.doc_id, args.source)
     print(json.dumps(e, indent=2) if args.json else explain.render(e))

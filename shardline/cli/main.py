@@ -12,8 +12,10 @@
   shardline params          validate params.yaml and print the resolved settings
   shardline checkpoints     list checkpoints, valid or not and why
   shardline explain DOC_ID  why the clean stage dropped a document (rule, value, limit), or where it kept it
+  shardline explain --step N  the documents and token ranges of each row of training step N's batch
   shardline lineage CKPT    what a checkpoint was trained on (data version, mix, rules, code) and its eval
   shardline eval CKPT       its loss and bits per byte on the current held-out shards
+  shardline diff A B        what changed between two runs (checkpoints, revisions, experiments): data, training, results
   shardline eval CKPT --tasks T   its scores on lm-eval tasks (names or task YAMLs), into eval.json
   shardline export CKPT OUT a Hugging Face transformers model directory (Llama or GPT-2, safetensors, tokenizer,
                             lineage.json, model card)
@@ -37,7 +39,8 @@ import sys
 from pathlib import Path
 
 from shardline.cli import log
-from shardline.cli.checkpoints import CHECKPOINT_HELP, cmd_checkpoints, cmd_eval, cmd_export, cmd_lineage, cmd_sample
+from shardline.cli.checkpoints import (CHECKPOINT_HELP, cmd_checkpoints, cmd_diff, cmd_eval, cmd_export, cmd_lineage,
+                                       cmd_sample)
 from shardline.cli.corpus import cmd_explain, cmd_push_shards
 from shardline.cli.line import cmd_pipeline, cmd_pool, cmd_serve, cmd_stage
 from shardline.cli import mixsearch
@@ -81,12 +84,25 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("checkpoint", help=CHECKPOINT_HELP)
     s.add_argument("--json", action="store_true", help="the raw lineage as JSON")
     s.set_defaults(fn=cmd_lineage)
-    s = sub.add_parser("explain", help="why the clean stage dropped a document, or where it kept it")
-    s.add_argument("doc_id", help="a document id, <file under data/raw/<source>/files>:<line or row> (as in "
+    s = sub.add_parser("explain", help="why the clean stage dropped a document, or where it kept it; or which "
+                       "documents a training step saw (--step)")
+    s.add_argument("doc_id", nargs="?", help="a document id, <file under data/raw/<source>/files>:<line or row> (as in "
                    "data/clean/<source>/dropped/*.jsonl)")
+    s.add_argument("--step", type=int, metavar="N", help="instead: every row of training step N's global batch, its "
+                   "source, block, and the documents (ids) and token ranges it holds")
     s.add_argument("--source", help="the source, when two have a file of that name")
     s.add_argument("--json", action="store_true", help="the verdict as JSON")
     s.set_defaults(fn=cmd_explain)
+    s = sub.add_parser("diff", help="what changed between two runs: data (files, rules, the documents each rule "
+                       "dropped), training settings, and held-out results with their noise",
+                       description="A and B: a checkpoint (step-NNNNNNNNN, a path, or 'latest'), a git revision "
+                       "(commit, branch, tag, HEAD~1) or a DVC experiment's name; a revision is read from DVC's cache "
+                       "without a checkout. Results pair the same held-out documents; each change has its 95% "
+                       "interval over documents and is marked 'within noise' when that covers 0.")
+    s.add_argument("a", metavar="A")
+    s.add_argument("b", metavar="B")
+    s.add_argument("--json", action="store_true", help="every section as JSON")
+    s.set_defaults(fn=cmd_diff)
     s = sub.add_parser("eval", help="loss and bits per byte of a checkpoint on the current held-out shards, or "
                        "its scores on downstream tasks (--tasks)")
     s.add_argument("checkpoint", help=CHECKPOINT_HELP)

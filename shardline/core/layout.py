@@ -185,6 +185,19 @@ class Layout:
         return self.root / ".shardline" / "fetched"
 
     @property
+    def views(self) -> Path:
+        """A revision's outputs linked from DVC's cache, one folder per commit (shardline diff)."""
+        return self.root / ".shardline" / "views"
+
+    @property
+    def judged(self) -> Path:
+        """Runs judged on another run's held-out documents, kept by what decides them (shardline diff)."""
+        return self.root / ".shardline" / "judged"
+
+    def judged_result(self, key: str) -> Path:
+        return self.judged / f"{key}.json"
+
+    @property
     def trackers(self) -> Path:
         """Per run identity, what each tracker holds (outside data/: a checkout cannot rewind it)."""
         return self.root / ".shardline" / "trackers"
@@ -320,6 +333,12 @@ def clean_part_name(source: str, i: int) -> str:
 def clean_marker_of(part: str | Path) -> Path:
     """A clean part's done-marker."""
     return Path(part).with_suffix(".json")
+
+
+def drops_of(part: str | Path) -> Path:
+    """A part's log of every document its rules dropped: id, rule, value, limit, detail (an Arrow
+    file: not `.parquet`, which names a part)."""
+    return Path(part).with_suffix(".drops.arrow")
 
 
 def dropped_sample_of(part: str | Path) -> Path:

@@ -4,9 +4,12 @@ Contract: a pure function of the line's artifacts (shard indexes, clean stats, t
 metrics, checkpoints and their manifests): same inputs, same card. It states the data version
 and lineage; the held-out split (documents, bytes, tokens and blocks per source); shards (count
 per source, balance, the resume point); held-out evaluation (val loss and bits per byte per
-source over steps, in a table and the plot), the latest downstream task results (eval.json's
+source over steps, each with its 95% interval over documents, the flags of a thin or too easy
+held-out set: shardline.results.card_eval), the latest downstream task results (eval.json's
 "tasks": training's and `shardline eval --tasks`'s) and, when the run continued from a checkpoint
-of another data version or mix, a before/after table per source on the same held-out set;
+of another data version or mix, a before/after table per source on the same held-out set; with a
+`parent` (an experiment's baseline, which only the orchestrator knows) what changed since it
+(shardline diff's sections); the documents of the slowest and of the highest-loss step;
 throughput (median tokens/s, p95 step time, data-wait share, MFU); checkpoints (saved, valid,
 resumed from); failure modes seen (resumes, torn checkpoints skipped, quarantined records, the
 damaged raw files the clean stage read past, steps the training guards skipped and their rollbacks, slow steps and their cause, metric drift: a source's val loss rising more than
@@ -22,7 +25,8 @@ from pathlib import Path
 from typing import Callable
 
 from shardline.core import fsio
-from shardline.data.clean import split
+from shardline.results import card_eval
+from shardline.results.runs import Run
 from shardline.data.clean.summary import read as clean_stats
 from shardline.training import checkpoint, guard, task_results
 from shardline.core.config import Params
@@ -30,7 +34,7 @@ from shardline.core.layout import EVAL_JSON, TRAIN_STATE, Layout
 from shardline.core.remedies import remedy
 from shardline.core.shardformat import read_index
 from shardline.stream.mixing import Schedule
-from shardline.training.records import Lineage, Manifest
+from shardline.training.records import Lineage
 from shardline.training.monitor import eval_rows, eval_sources, profile_command, read_records, summarize
 
 Log = Callable[[str], None]
@@ -73,28 +77,6 @@ def _plot(rows: list[dict], out: Path) -> None:
     plt.close(fig)
 
 
-def _heldout(params: Params, layout: Layout, stats: dict) -> list[str]:
-    lines = ["## Held-out split", "", "| source | held-out docs | bytes | tokens | blocks | decided by | training docs |",
-             "|---|---|---|---|---|---|---|"]
-    for s in params.sources:
-        st = stats["sources"][s.name]
-        h = st["heldout"]
-        ix = read_index(layout.shards_of(s.name, "val"), SHARDS_FIRST, layout.rel)
-        lines.append(f"| {s.name} | {h['docs']:,} | {h['bytes']:,} | {ix['total_tokens']:,} | {ix['total_blocks']:,} | "
-                     f"{split.DECIDED_BY[h.get('clamp')]} | {st['docs_out']:,} |")
-    cut = stats.get("split", {})
-    held = fsio.read_json(layout.clean_split).get("heldout") if layout.clean_split.exists() else None
-    lines += ["", "Held-out sets (fingerprints): " + ", ".join(f"{n} {h['sha256'][:12]}" for n, h in held.items())
-              if held else "Held-out sets: no fingerprint on record (a clean stage from before they were kept).",
-              "", f"Split: keyed hash of each document's source and content (since the clean stage's code version 5; "
-                  "a project cleaned before it had its split drawn again once, so held-out losses from before are on "
-                  f"other documents), fraction {cut.get('fraction')}, "
-                  f"min {cut.get('min_docs')} / max {cut.get('max_docs')} documents per source; training copies of "
-                  "held-out documents dropped: " + ", ".join(f"{n} {s['heldout_copies']['docs']}"
-                                                            for n, s in stats["sources"].items()) + ".", ""]
-    return lines
-
-
 def _drops(stats: dict, layout: Layout) -> list[str]:
     """Per source, every check that removed documents, in the order they run, then phase 2."""
     lines = ["## What cleaning removed", "", "A transform (whitespace, c4's line removal) drops no document: its MB are "
@@ -121,60 +103,6 @@ def _drops(stats: dict, layout: Layout) -> list[str]:
     return lines + ["", "`shardline explain <doc-id>` says why any one document went, or where it was kept.", ""]
 
 
-def _evaluation(rows: list[dict], manifest: Manifest | None) -> list[str]:
-    evals = eval_rows(rows)
-    lines = ["## Held-out evaluation", ""]
-    if not evals:
-        return lines + ["No evaluation recorded (eval.every: 0, or no held-out blocks).", ""]
-    names = eval_sources(evals)
-    lines += ["| step | train loss | val loss (mix) | bits/byte (mix) | " + " | ".join(
-        f"{n} loss | {n} bpb" for n in names) + " |", "|---" * (4 + 2 * len(names)) + "|"]
-    for r in evals:
-        e = r["eval"]
-        per = " | ".join(f"{e['sources'][n]['loss']:.4f} | {e['sources'][n]['bpb']:.4f}" if n in e["sources"]
-                         else "- | -" for n in names)
-        lines.append(f"| {r['step']} | {_nan(r['loss']):.4f} | {e['total']['loss']:.4f} | {e['total']['bpb']:.4f} | {per} |")
-    cost = sum(r["eval"]["eval_s"] for r in evals)
-    train_s = sum(r["step_s"] for r in rows)
-    lines += ["", f"{len(evals)} eval(s), {cost:.1f} s in all = {100 * cost / max(train_s, 1e-9):.1f}% of the "
-                  f"{train_s:.1f} s of training steps.", ""]
-    origin = manifest.lineage.continued_from if manifest else None
-    if origin:
-        before, now = origin.get("eval_now"), manifest.eval or evals[-1]["eval"]
-        lines += [f"### Before and after: continued from `{origin['checkpoint']}` (step {origin['step']})", "",
-                  f"What changed: {'; '.join(origin['changes'])}. Both columns are judged on this run's held-out set.",
-                  ""]
-        if origin.get("heldout") != manifest.lineage.heldout:  # a re-split (an upgrade's, or eval's settings)
-            lines += [f"The held-out set changed at step {origin['step']}: the val losses above that step were "
-                      "measured on other documents; compare across it only in the table below.", ""]
-        if before:
-            lines += ["| source | before loss | after loss | change | before bpb | after bpb | change |",
-                      "|---|---|---|---|---|---|---|"]
-            for n in list(before["sources"]) + ["(mix)"]:
-                b = before["total"] if n == "(mix)" else before["sources"][n]
-                a = now["total"] if n == "(mix)" else now["sources"].get(n)
-                if a:
-                    lines.append(f"| {n} | {b['loss']:.4f} | {a['loss']:.4f} | {a['loss'] - b['loss']:+.4f} | "
-                                 f"{b['bpb']:.4f} | {a['bpb']:.4f} | {a['bpb'] - b['bpb']:+.4f} |")
-        else:
-            lines.append("(the parent was not evaluated on this held-out set: eval was off at the resume)")
-        lines.append("")
-    return lines
-
-
-def _drift(rows: list[dict], tolerance: float) -> list[str]:
-    evals = eval_rows(rows)
-    out = []
-    for prev, cur in zip(evals, evals[1:]):
-        for n, v in cur["eval"]["sources"].items():
-            p = prev["eval"]["sources"].get(n)
-            if p and v["loss"] > p["loss"] * (1 + tolerance):
-                out.append(f"- metric drift: {n} val loss rose {p['loss']:.4f} -> {v['loss']:.4f} "
-                           f"({100 * (v['loss'] / p['loss'] - 1):+.1f}%) from step {prev['step']} to {cur['step']} "
-                           f"(> eval.drift_tolerance {tolerance:.0%})")
-    return out
-
-
 def _model_line(lin: Lineage) -> str:
     m, train = lin.params["model"], lin.params["train"]
     shape = ", ".join(f"{k} {m[k]}" for k in ("n_layer", "n_head", "n_kv_head", "d_model", "ffn_hidden")
@@ -188,7 +116,8 @@ def _model_line(lin: Lineage) -> str:
     return line
 
 
-def build(params: Params, layout: Layout) -> str:
+def build(params: Params, layout: Layout, parent: "Run | None" = None, log: Log = print) -> str:
+    """The card; `parent`: the run this one is compared with (an experiment's baseline), when known."""
     lines = ["# Shardline evidence card", ""]
     ck_root = layout.checkpoints
     entries = checkpoint.entries(ck_root)
@@ -210,7 +139,7 @@ def build(params: Params, layout: Layout) -> str:
     else:
         lines += ["No valid checkpoint yet.", ""]
     stats = clean_stats(layout)
-    lines += _heldout(params, layout, stats)
+    lines += card_eval.split(params, layout, stats)
     lines += _drops(stats, layout)
 
     lines += ["## Shards", "", "| source | shards | blocks | blocks/shard min-max | tokens | tail dropped |",
@@ -230,7 +159,10 @@ def build(params: Params, layout: Layout) -> str:
                       f"global batches) at step {state['step']}; {epochs}."]
 
     rows = read_records(layout.train_log)
-    lines += [""] + _evaluation(rows, manifest)
+    lines += [""] + card_eval.evaluation(rows, manifest, params)
+    if parent is not None and latest is not None:
+        lines += card_eval.what_changed(parent, Run.open("this run", layout, latest.path), params.eval.doc_bytes, layout)
+    lines += card_eval.steps(layout, params, rows, log)
     metric = layout.metrics / EVAL_JSON  # training's task results and `shardline eval --tasks`'s, merged
     tasks = fsio.read_record(metric, remedy(layout, metric), shown=layout.rel(metric)).get("tasks") \
         if metric.exists() else None
@@ -282,7 +214,7 @@ def build(params: Params, layout: Layout) -> str:
                      f"training next reaches it with `{profile_command(worst['step'])}` (train.profile)")
     traces = sorted(p for p in layout.profiles.iterdir() if not p.name.startswith(".")) if layout.profiles.exists() else []
     lines += [f"- profiled: [{p.name}]({p.relative_to(layout.reports)})" for p in traces]
-    drift = _drift(rows, params.eval.drift_tolerance)
+    drift = card_eval.drift(rows, params.eval.drift_tolerance)
     lines += drift or [f"- metric drift: none (no source's val loss rose more than {params.eval.drift_tolerance:.0%} "
                        "between two evals)"]
     invalid = [e for e in entries if not e.valid]
@@ -313,13 +245,13 @@ def _nan(v: float | None) -> float:
     return float("nan") if v is None else v
 
 
-def run(params: Params, layout: Layout, log: Log = print, mapper=None) -> dict:
+def run(params: Params, layout: Layout, log: Log = print, mapper=None, parent: "Run | None" = None) -> dict:
     out = layout.reports
     out.mkdir(parents=True, exist_ok=True)
     rows = read_records(layout.train_log)
     if rows:
         _plot(rows, layout.plot)
-    card = build(params, layout)
+    card = build(params, layout, parent, log)
     fsio.write_bytes(layout.evidence, card.encode())
     log(f"report: wrote {layout.rel(layout.evidence)}")
     return {"evidence": str(layout.evidence), "card": card}

@@ -25,21 +25,19 @@ Design: docs/architecture.md (Data contracts: Loader order and state).
 from __future__ import annotations
 
 import functools
-import hashlib
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
 
-from shardline.core import fsio, retry, shardformat
+from shardline.core import retry, shardformat
 from shardline.core.layout import Layout
 from shardline.core.errors import BadInput, ShardlineError
-from shardline.stream.mixing import Schedule
-from shardline.stream.permute import Permutation, key_for
-from shardline.stream.remote import Remote, read_indexes
+from shardline.stream.order import Order, Source, batch_hash, data_version, open_sources  # noqa: F401 (the loader's names)
+from shardline.stream.remote import Remote
 from shardline.stream.workers import Runs, group_for, steps
 from shardline.stream.shardcache import Fetcher
 
@@ -49,71 +47,6 @@ CHUNK_POSITIONS = 32768  # global positions whose order is computed in one vecto
 
 class StateMismatch(ShardlineError):
     """A saved loader state does not fit this data/config; the message names field and override."""
-
-
-@dataclass
-class Source:
-    name: str
-    dir: Path
-    index: dict
-    counts: np.ndarray = field(init=False)
-    starts: np.ndarray = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.starts = shardformat.block_starts(self.index)
-        self.counts = np.diff(self.starts)
-
-    @property
-    def blocks(self) -> int:
-        return int(self.starts[-1])
-
-
-def open_sources(shards_dir: str | Path, names: Sequence[str], remote: Remote | None = None) -> list[Source]:
-    """The sources, by their indexes (from the store when streaming: shards are fetched when first
-    needed); BadInput unless they share one geometry."""
-    indexes = read_indexes(shards_dir, names, remote, "; build shards first ('dvc repro shard')")
-    shardformat.geometry(indexes, shards_dir, "sources", "re-run 'dvc repro'")
-    if remote is not None:
-        return [Source(n, Path(remote.cache_dir), ix) for n, ix in zip(names, indexes)]
-    return [Source(n, Path(shards_dir) / n, ix) for n, ix in zip(names, indexes)]
-
-
-def data_version(sources: Sequence[Source]) -> str:
-    """Content hash of the shards (every shard's sha256) and the tokenizer they were made with."""
-    return fsio.stable_hash({s.name: [s.index["tokenizer_sha256"], [x["sha256"] for x in s.index["shards"]]]
-                             for s in sources})
-
-
-class Order:
-    """(seed, mix, data) -> which block sits at each global position. Pure; cheap per call."""
-
-    def __init__(self, sources: Sequence[Source], mix: Mapping[str, float], seed: int):
-        self.sources, self.seed = list(sources), seed
-        self.schedule = Schedule(mix, [s.name for s in self.sources])
-
-    def blocks(self, start: int, count: int) -> np.ndarray:
-        """int64 [count, 3]: (source id, shard, block within shard) for positions [start, start+count)."""
-        src, within = self.schedule.assign(start, count)
-        out = np.empty((count, 3), dtype=np.int64)
-        out[:, 0] = src
-        for s in np.unique(src):
-            source = self.sources[s]
-            n = source.blocks
-            mask = src == s
-            epoch, idx = np.divmod(within[mask], n)
-            block = np.empty_like(idx)
-            for e in np.unique(epoch):
-                sel = epoch == e
-                block[sel] = Permutation(n, key_for(self.seed, source.name, int(e)))(idx[sel])
-            shard = np.searchsorted(source.starts, block, side="right") - 1
-            out[mask, 1] = shard
-            out[mask, 2] = block - source.starts[shard]
-        return out
-
-
-def batch_hash(ids: np.ndarray) -> str:
-    """A global batch's identity (its (source, shard, block) ids), stable across processes."""
-    return hashlib.blake2b(np.ascontiguousarray(ids, dtype=np.int64).tobytes(), digest_size=8).hexdigest()
 
 
 @dataclass(frozen=True)

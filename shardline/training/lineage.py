@@ -28,6 +28,7 @@ from shardline.core import fsio
 from shardline.data import download, tokenizer
 from shardline.data.clean.summary import read as clean_stats
 from shardline.training import guard
+from shardline.training.monitor import equal
 from shardline.core.config import Params
 from shardline.core.layout import PARAMS, Layout
 from shardline.training.records import Code, DataVersion, Init, Lineage, Manifest, RawFile, RawSource, Run, SpecialIds
@@ -96,7 +97,8 @@ def collect(params: Params, layout: Layout, shards_version: str, *, parent: str 
         continued_from=continued_from,
         rollbacks=tuple(rollbacks or ()),
         init=Init.parse(init, "init.") if isinstance(init, dict) else init,
-        heldout=heldout_of(layout))
+        heldout=heldout_of(layout),
+        clean_rule_code=(clean_stats(layout).get("rule_code") or None) if layout.clean_stats.exists() else None)
 
 
 def heldout_of(layout: Layout) -> dict[str, str] | None:
@@ -109,7 +111,8 @@ def eval_line(ev: dict | None) -> str:
     if not ev:
         return "none"
     per = ", ".join(f"{n} {v['loss']:.4f} ({v['bpb']:.4f} bpb)" for n, v in ev["sources"].items())
-    return f"loss {ev['total']['loss']:.4f}, {ev['total']['bpb']:.4f} bits/byte (mix-weighted); {per}"
+    t = equal(ev)
+    return f"loss {t['loss']:.4f}, {t['bpb']:.4f} bits/byte (sources weighted equally); {per}"
 
 
 def describe(manifest: Manifest) -> str:

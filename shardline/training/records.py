@@ -33,8 +33,10 @@ from shardline.core.layout import MANIFEST
 MANIFEST_VERSION = 1  # of the manifest and the files it lists; bump on any change to either
 # The lineage's version 1 was written as no field (readers take absence as 1). Version 2 adds
 # `heldout`, each source's held-out fingerprint, and is written: a release that reads only 1 then
-# names the version instead of calling the field unknown. This release reads 1 and 2.
-LINEAGE_VERSION = 2
+# names the version instead of calling the field unknown. Version 3 adds `clean_rule_code`, the
+# code that decided each rule (`shardline diff` names a rule whose code changed). This release
+# reads 1 to 3.
+LINEAGE_VERSION = 3
 
 NULL = type(None)
 _NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false", dict: "an object",
@@ -237,13 +239,16 @@ class Lineage(_Record):
     # each source's held-out set as the clean stage split it (its data/clean/split.json): the sha256
     # of its documents' content digests in order; None: a version-1 lineage, or no split on record
     heldout: Mapping[str, str] | None = None
+    # per source, each rule it ran and the code that decided it (stats.json's rule_code); None: before version 3
+    clean_rule_code: Mapping[str, Mapping[str, str]] | None = None
     format_version: int = LINEAGE_VERSION
     SPEC: ClassVar = (
         ("format_version", int, 1), ("data_version", DataVersion), ("special_ids", SpecialIds, SpecialIds),
         ("clean_rules", dict), ("clean_rule_inputs", (dict, NULL), None), ("source_clean_rules", dict, dict),
         ("mix", ({float}, NULL)), ("sources", [RawSource]), ("params", _sections), ("code", Code), ("run", Run),
         ("parent", (str, NULL)), ("data_change", [str]), ("continued_from", (dict, NULL), None),
-        ("rollbacks", [dict], ()), ("init", (Init, NULL), None), ("heldout", ({str}, NULL), None))
+        ("rollbacks", [dict], ()), ("init", (Init, NULL), None), ("heldout", ({str}, NULL), None),
+        ("clean_rule_code", ({dict}, NULL), None))
 
     @classmethod
     def from_json(cls, obj: Any, where: str, wrote: str | None = None) -> "Lineage":

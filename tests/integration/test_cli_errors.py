@@ -74,7 +74,7 @@ def _no_tracebacks(results: dict) -> None:
         assert r.returncode == 2 and "error: " in r.stderr, f"shardline {argv}: exit {r.returncode}\n{r.stderr}"
 
 
-ANY = {"checkpoint": "latest", "doc_id": "x.py:1", "out_dir": "out", "uri": "pushed"}
+ANY = {"checkpoint": "latest", "doc_id": "x.py:1", "out_dir": "out", "uri": "pushed", "a": "latest", "b": "latest"}
 
 
 @pytest.fixture(scope="module")

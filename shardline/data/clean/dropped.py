@@ -1,6 +1,10 @@
-"""What cleaning removed, and why: the dropped samples (`shardline explain`: explain.py).
+"""What cleaning removed, and why: every drop of a part, and the dropped samples (`shardline explain`: explain.py).
 
 Contract:
+- data/clean/<source>/part-N.drops.arrow: every document the part's rules dropped, in the order
+  read, as datatrove's exclusion writer keeps them: id, rule (the check), value, limit, detail.
+  Small (no text), so `shardline diff` compares two runs' drops document by document, and what a
+  rule did is a lookup, never a recomputation.
 - data/clean/<source>/dropped/<rule>.jsonl: per source and rule (a check such as
   gopher_quality.min_doc_words, or a phase-2 reason: dedup, near_dedup, heldout_copies,
   heldout_near_copies), at most `clean.drop_samples` rows, the documents with the lowest keyed
@@ -17,9 +21,13 @@ import json
 from pathlib import Path
 from typing import Callable
 
+import pyarrow as pa
+import pyarrow.feather as feather
 import pyarrow.parquet as pq
 
 from shardline.core import fsio
+from shardline.core.errors import BadInput
+from shardline.core.remedies import remedy_for
 from shardline.core.config import Params
 from shardline.core.layout import Layout, selection_of
 from shardline.data import frame
@@ -27,6 +35,37 @@ from shardline.data.clean import minhash
 
 HEAD_CHARS = 200  # of a dropped document, in its sample
 FIELDS = ("id", "value", "limit", "detail", "head")  # a sample row's, in this order
+
+
+# value and limit as JSON: most are numbers, but a rule may measure text (decontamination's n-gram)
+LOG_SCHEMA = pa.schema([("id", pa.string()), ("rule", pa.dictionary(pa.int32(), pa.string())), ("value", pa.string()),
+                        ("limit", pa.string()), ("detail", pa.string())])
+
+
+class Log:
+    """Every drop of one part, as the clean stage meets them."""
+
+    def __init__(self):
+        self.cols: dict[str, list] = {k: [] for k in LOG_SCHEMA.names}
+
+    def add(self, doc_id: str, rule: str, value, limit, detail: str) -> None:
+        for k, v in zip(LOG_SCHEMA.names, (doc_id, rule, json.dumps(value), json.dumps(limit), detail)):
+            self.cols[k].append(v)
+
+    def write(self, path: Path) -> None:
+        with fsio.atomic_writer(path, point="clean.write") as f:
+            feather.write_feather(pa.table(self.cols, schema=LOG_SCHEMA), f, compression="zstd")
+
+
+def read_log(path: Path, columns: tuple[str, ...] = ("id", "rule")) -> dict[str, list]:
+    """A part's drops, column by column; one that does not read is one line naming it and its rebuild."""
+    try:
+        t = feather.read_table(path, columns=list(columns))
+    except (pa.ArrowException, OSError) as e:
+        if isinstance(e, FileNotFoundError):
+            raise
+        raise BadInput(f"{path}: not a readable drop log ({str(e).splitlines()[0]}); {remedy_for(path)}") from None
+    return {c: t.column(c).to_pylist() for c in columns}
 
 
 class Samples:

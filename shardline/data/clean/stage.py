@@ -34,12 +34,11 @@ Design: docs/architecture.md (The stage frame; Curation; Data contracts: Clean p
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 import numpy as np
 import pyarrow as pa
@@ -48,17 +47,17 @@ import pyarrow.parquet as pq
 from shardline.core import fsio
 from shardline.core.config import Params, Source
 from shardline.core.errors import BadInput
-from shardline.core.layout import (Layout, clean_marker_of, clean_part_name, clean_split_of, dropped_sample_of,
+from shardline.core.layout import (Layout, clean_marker_of, clean_part_name, dropped_sample_of, drops_of,
                                    index_meta_of, selection_of)
 from shardline.core.parallel import Mapper, process_map
-from shardline.core.remedies import remedy_for
 from shardline.core.progress import Sink
 from shardline.data import compressed, download, frame, grouping, readers, staging
 from shardline.data.clean import damage, dropped, inputs, ruleset, rules, select, split
+from shardline.data.clean.parts import documents, part_meta, read_selection, side_key  # noqa: F401 (the stage's readers)
 from shardline.data.clean.settings import Clean
 from shardline.data.clean.verdict import Drop
 
-CODE_VERSION = 5  # bump when cleaning output changes for the same inputs and params (5: u by content)
+CODE_VERSION = 6  # bump when cleaning output changes for the same inputs and params (5: u by content; 6: the drop log)
 _BATCH = 2048  # documents per Arrow batch while a part is cleaned
 _SCHEMA = pa.schema([("id", pa.string()), ("text", pa.string()), ("hash", pa.binary(16)), ("bytes", pa.int64()),
                      ("u", pa.uint64()), ("lang", pa.string()), ("lang_score", pa.float32())])
@@ -119,6 +118,14 @@ def plan(params: Params, layout: Layout, known: dict | None = None) -> list[fram
     return parts
 
 
+def rule_code(cfg: Clean) -> dict[str, str]:
+    """Each rule a source runs, by the code that decides it: a plug-in's distribution and release, or
+    this stage's code version (and the reference a rule follows)."""
+    on = cfg.model_dump(mode="json", exclude={"max_bad_fraction", "drop_samples", "part_mb"})
+    return {e.key: e.origin or f"shardline clean v{CODE_VERSION}" + (f", {ruleset.REFERENCE}" if e.reference else "")
+            for e in rules.RULES if on.get(e.key) not in (None, False)}
+
+
 def part_inputs(part: frame.Part) -> list[tuple[str, tuple[int, int] | None]]:
     """What cleaning a part reads (shardline.data.staging): its raw files (a plain file's span as
     its byte range: a compressed one is decoded from its start) and the rules' own files."""
@@ -134,15 +141,6 @@ def part_inputs(part: frame.Part) -> list[tuple[str, tuple[int, int] | None]]:
     return out
 
 
-def part_meta(path: str | Path) -> dict | None:
-    """A clean part's done-marker (key, files, tallies), or None when it is missing or unreadable."""
-    try:
-        meta = fsio.read_json(clean_marker_of(path))
-    except (OSError, ValueError):
-        return None
-    return meta if isinstance(meta, dict) and isinstance(meta.get("key"), str) else None
-
-
 def clean_part(part: frame.Part) -> tuple[list[Path], dict]:
     """Phase 1 for one part: its parquet file, its dropped sample and tallies (the frame skips a
     part already done)."""
@@ -153,7 +151,7 @@ def clean_part(part: frame.Part) -> tuple[list[Path], dict]:
     counts: dict[str, list[int]] = {name: [0, 0] for name in rules.names(w.cfg)}
     cols: dict[str, list] = {name: [] for name in schema.names}
     batches: list[pa.RecordBatch] = []
-    samples = dropped.Samples(w.cfg.drop_samples)
+    samples, drops = dropped.Samples(w.cfg.drop_samples), dropped.Log()
     docs_in = bytes_in = kept = kept_bytes = 0
     damaged = []  # per raw file that gave bad records: the stage's warning lines (damage.py)
     for rel, _sha, span in w.files:
@@ -165,6 +163,7 @@ def clean_part(part: frame.Part) -> tuple[list[Path], dict]:
             out = rules.apply(chain, doc, counts, size)
             u = split.hash_id(w.source.name, doc.id)  # the dropped samples' choice: by id, cheap
             if isinstance(out, Drop):
+                drops.add(doc.id, out.rule, out.value, out.limit, out.detail)
                 if samples.wants(out.rule, u):  # most drops cannot enter their sample: no row made
                     samples.offer(out.rule, u, {"id": doc.id, "value": out.value, "limit": out.limit,
                                                 **({"detail": out.detail} if out.detail else {}),
@@ -196,70 +195,8 @@ def clean_part(part: frame.Part) -> tuple[list[Path], dict]:
     with fsio.atomic_writer(w.out, point="clean.write") as f:  # one row group, as one table: the same bytes
         pq.write_table(pa.Table.from_batches(batches, schema=schema), f, compression="zstd")
     fsio.write_json(dropped_sample_of(w.out), samples.result())
-    return [Path(w.out), dropped_sample_of(w.out)], stats
-
-
-def read_selection(part: str | Path) -> dict:
-    path = selection_of(part)
-    try:
-        sel = fsio.read_record(path, remedy_for(path), keys={"key": str, "heldout": list, "dropped": list})
-    except FileNotFoundError:
-        raise BadInput(f"{path}: missing (the clean stage did not finish); re-run 'dvc repro clean'") from None
-    meta = part_meta(part)
-    if meta is None and clean_marker_of(part).exists():
-        raise BadInput(f"{clean_marker_of(part)}: not a clean part's done-marker (truncated or damaged); "
-                       f"{remedy_for(part)}")
-    marker = clean_split_of(part)
-    done = fsio.read_record(marker, remedy_for(marker), keys={"ctx": str})["ctx"] if marker.exists() else None
-    if meta is None or sel["key"] != meta["key"] or sel.get("ctx") != done:
-        raise BadInput(f"{path}: does not belong to {Path(part).name} and the finished clean stage (it was "
-                       "interrupted); re-run 'dvc repro clean'")
-    return sel
-
-
-def side_key(part: str | Path, side: str) -> str:
-    """What one side of a clean part holds, as a hash: the part key and the rows selected."""
-    sel = read_selection(part)
-    return fsio.stable_hash([sel["key"], side, sel["heldout"], sel["dropped"]])
-
-
-def documents(part: str | Path, side: str = "train", batch_size: int = 1024, column: str = "text") -> Iterator[list]:
-    """Stream one side ("train" or "val") of a clean part, in batches, in row order: its texts, or
-    another column (`id`)."""
-    sel = read_selection(part)
-    with _readable(part):
-        pf = pq.ParquetFile(part)
-        mask = np.zeros(pf.metadata.num_rows, dtype=bool)
-        mask[sel["heldout"]] = True
-        if side == "train":
-            mask = ~mask
-            mask[sel["dropped"]] = False
-        batches = pf.iter_batches(columns=[column], batch_size=batch_size)
-    start = 0
-    while True:
-        with _readable(part):
-            batch = next(batches, None)
-        if batch is None:
-            return
-        texts = batch.column(0).to_pylist()
-        keep = mask[start:start + len(texts)]
-        start += len(texts)
-        if keep.all():
-            yield texts
-        elif keep.any():
-            yield [t for t, k in zip(texts, keep) if k]
-
-
-@contextlib.contextmanager
-def _readable(part: str | Path):
-    """Arrow's errors on a damaged clean part (no footer, a page that does not decode, rows its
-    selection does not have) as one line naming it and what rebuilds it."""
-    try:
-        yield
-    except (pa.ArrowException, OSError, IndexError) as e:
-        if isinstance(e, FileNotFoundError):
-            raise
-        raise BadInput(f"{part}: not a readable clean part ({str(e).splitlines()[0]}); {remedy_for(part)}") from None
+    drops.write(drops_of(w.out))
+    return [Path(w.out), dropped_sample_of(w.out), drops_of(w.out)], stats
 
 
 def heldout_fingerprint(parts: list[frame.Part]) -> dict:
@@ -341,7 +278,8 @@ def run(params: Params, layout: Layout, log: Log = print, mapper: Mapper = proce
     thresholds, near = select.select(parts, params, log, mapper, sink, staged)
     samples = dropped.write(parts, params, layout, dropped_sample_of)
     outs = [Path(p.work.out) for p in parts]
-    frame.sweep(layout.clean, {f for o in outs for f in (o, clean_marker_of(o), selection_of(o), dropped_sample_of(o))}
+    frame.sweep(layout.clean, {f for o in outs for f in (o, clean_marker_of(o), selection_of(o), dropped_sample_of(o),
+                                                         drops_of(o))}
                 | select.signature_files(parts, params) | samples | {layout.clean_stats, layout.clean_split}
                 | indexes | {index_meta_of(p) for p in indexes} | {spans})
     summary = _summarise(parts, markers, params, thresholds, near)
@@ -349,6 +287,7 @@ def run(params: Params, layout: Layout, log: Log = print, mapper: Mapper = proce
         summary["sources"][name]["damaged"] = lines  # the evidence card counts them
     given = {s.name: inputs.resolve(params.clean_for(s), layout).keys for s in params.sources}
     summary["rule_inputs"] = {name: keys for name, keys in given.items() if keys}  # content hashes: the lineage's
+    summary["rule_code"] = {s.name: rule_code(params.clean_for(s)) for s in params.sources}  # `shardline diff` names a change
     fsio.write_json(layout.clean_stats, summary)
     fsio.write_json(layout.clean_split, {  # last: every selection on disk is this run's
         "ctx": select.context(parts, params), "settings": params.eval.split(),

@@ -16,6 +16,8 @@ environment and DVC:
   outputs next.
 - not_code: what DVC writes in the git work tree (dvcrepo.NOT_CODE), so the lineage's code is not
   dirty for a dvc.lock that `dvc repro` rewrote.
+- parent (report): under `dvc exp run` (DVC_EXP_BASELINE_REV), the baseline commit's run, read
+  from DVC's cache (shardline.dvcrepo.revisions), which the card compares this run with.
 
 The train-only fields stay at their defaults for the other stages. Prefect-free: `shardline
 stage` imports this on every run, and Prefect only when the stage's parts go to a task runner.
@@ -41,6 +43,8 @@ def run_context(name: str, layout: Layout, *, log: Callable[[str], None], progre
     """The context of one run of stage `name`; `progress` feeds a data stage's sink and train's
     on_step."""
     sink = progress if name in registry.DATA else None
+    if name == "report":
+        return RunContext(log=log, mapper=mapper, parent=baseline(layout, log))
     if name != "train":
         return RunContext(log=log, mapper=mapper, sink=sink)
     from shardline import dvcrepo
@@ -52,6 +56,24 @@ def run_context(name: str, layout: Layout, *, log: Callable[[str], None], progre
                       new_run=bool(os.environ.get("DVC_EXP_NAME")), run_name=os.environ.get("DVC_EXP_NAME") or None,
                       recoverable=dvcrepo.in_cache(layout.root),
                       recorded=bool(os.environ.get("DVC_STAGE")) if recorded is None else recorded)
+
+
+def baseline(layout: Layout, log: Callable[[str], None]):
+    """Under `dvc exp run` (DVC_EXP_BASELINE_REV), the baseline commit's run, read from DVC's cache;
+    None otherwise, or when the baseline recorded no checkpoint (said in one line)."""
+    rev = os.environ.get("DVC_EXP_BASELINE_REV")
+    if not rev:
+        return None
+    from shardline.core.errors import ShardlineError
+    from shardline.dvcrepo import revisions
+    from shardline.results import runs
+
+    try:
+        view, commit, _ = revisions.view(layout.root, rev)
+        return runs.latest(f"the baseline {commit[:12]}", view)
+    except ShardlineError as e:
+        log(f"report: no baseline run to compare with: {e}")
+        return None
 
 
 def run_log(logger) -> Callable[[str], None]:
@@ -76,4 +98,6 @@ def invoke(name: str, params: Params, layout: Layout, ctx: RunContext):
         kw["mapper"] = functools.partial(pool, workers=params.parts.workers)
     if name in registry.DATA:
         kw["sink"] = ctx.sink
+    if ctx.parent is not None:
+        kw["parent"] = ctx.parent
     return run(params, layout, **kw)
