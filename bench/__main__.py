@@ -12,7 +12,8 @@ from a local S3 server vs local disk), bench.sharded (sharded vs full checkpoint
 peak memory and save time per rank) and bench.data (the data stages as processes on a generated
 1 GB and 4 GB JSONL corpus; two interleaved runs per size, ~17 minutes here), bench.curation (the clean
 stage with FineWeb's rule sets, and near-dedup, on the 1 GB corpus; ~10 minutes here; its 4 GB run is
-`python -m bench.curation`), bench.cleanprofile (where a clean part's seconds go, this tree and the
+`python -m bench.curation`), bench.compare (`shardline diff` of the README's main run and its experiment,
+and `explain --step`, on a fresh clone), bench.cleanprofile (where a clean part's seconds go, this tree and the
 engine before the rules were compiled) and bench.gpu (the CUDA
 paths: at most 8 minutes on one GPU; says it has not run where there is none) and bench.chaos (40 SIGKILLs
 on each of two seeds: every kill point fired, nothing differing) one after another, each in its own
@@ -36,7 +37,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 BENCHES = [("tokenize", []), ("loader", []), ("train", []), ("loss", []), ("trackers", []), ("pipeline", []), ("scale", []),
-           ("sharded", []), ("mixsearch", []),
+           ("sharded", []), ("mixsearch", []), ("compare", []),
            ("data", ["--no-sources"]), ("sources", []), ("curation", ["--no-scale"]),
            ("cleanprofile", []), ("gpu", []),
            # the chaos suite on two seeds: each a different plan of 40 kills (name@seed: one section each)
