@@ -175,3 +175,29 @@ def test_a_changed_run_in_a_plain_folder_moves_old_checkpoints_to_the_archive(tr
     assert "moved to" in r.stderr
     moved = {m.parent.name: m.read_bytes() for m in (root / "data/checkpoints/archive").glob("*/step-*/manifest.json")}
     assert moved == before
+
+
+def test_an_experiment_after_an_uncommitted_repro_keeps_that_runs_checkpoints(tmp_path):
+    """The README's flow without its commit (issue 50): `dvc repro`, then at once `dvc exp run -S`.
+    While the experiment runs, DVC's own refs (refs/exps/exec/EXEC_MERGE, the stash) hold the
+    workspace's dvc.lock, so the main run's checkpoints looked recorded; they were removed as
+    'restorable', and those refs were gone when the experiment ended. Nothing durable records them:
+    they are moved to the archive, which the experiment's own commit then records."""
+    root = tmp_path / "proj"
+    sources = stdlib_sources(tmp_path / "inputs")
+    init_repo(root)
+    write_params(root, small_params(sources, mix={"code": 0.75, "more": 0.25}, train={"steps": 8, "checkpoint_every": 4},
+                                    eval={"every": 4, "blocks": 16}))
+    (root / "dvc.lock").write_text("schema: '2.0'\nstages: {}\n")  # a clone's lock, of another machine's run
+    run(["git", "add", "-A"], root)
+    run(["git", "commit", "-qm", "cloned"], root)
+    run([DVC, "repro"], root, timeout=600)
+    main = {m.parent.name: m.read_bytes() for m in (root / "data/checkpoints").glob("step-*/manifest.json")}
+    assert sorted(main) == ["step-000000004", "step-000000008"]
+    r = run([DVC, "exp", "run", "-n", "mix-a", "-S", "mix.code=0.6", "-S", "mix.more=0.4"], root)
+    out = r.stdout + r.stderr
+    assert "restorable" not in out and "step-000000004, step-000000008 moved to" in out, out
+    archived = {m.parent.name: m.read_bytes()
+                for m in (root / "data/checkpoints/archive").glob("*/step-*/manifest.json")}
+    assert archived == main
+    assert exps(root)["mix-a"]["eval"]["step"] == 8  # the experiment trained its own model
