@@ -31,7 +31,7 @@ from shardline.core.remedies import remedy
 from shardline.core.shardformat import read_index
 from shardline.stream.mixing import Schedule
 from shardline.training.records import Lineage, Manifest
-from shardline.training.monitor import eval_rows, eval_sources, profile_command, read_records, summarize
+from shardline.training.monitor import eval_rows, eval_sources, read_records, slow_steps, summarize
 
 Log = Callable[[str], None]
 SHARDS_FIRST = "; run the shard stage first (dvc repro shard)"
@@ -272,14 +272,8 @@ def build(params: Params, layout: Layout) -> str:
     rollbacks = [e for r in rows for e in r.get("rollbacks", [])]
     lines.append(f"- rollbacks (loss spikes, runs of skipped steps): {len(rollbacks)}")
     lines += [f"  - {guard.describe(e)}" for e in rollbacks]
-    slow = [r for r in rows if r.get("slow")]
-    causes = {c: sum(r["slow"] == c for r in slow) for c in ("input-bound", "compute-bound")}
-    lines.append(f"- slow steps: {len(slow)} ({causes['input-bound']} input-bound, "
-                 f"{causes['compute-bound']} compute-bound)")
-    if slow:
-        worst = max(slow, key=lambda r: r["step_s"])
-        lines.append(f"  - the slowest, step {worst['step']} ({worst['step_s']:.3f} s, {worst['slow']}): profile it where "
-                     f"training next reaches it with `{profile_command(worst['step'])}` (train.profile)")
+    count, *slowest = slow_steps(rows)  # the train stage's last line says the same (monitor.slow_steps)
+    lines += [f"- {count}"] + [f"  - {s}" for s in slowest]
     traces = sorted(p for p in layout.profiles.iterdir() if not p.name.startswith(".")) if layout.profiles.exists() else []
     lines += [f"- profiled: [{p.name}]({p.relative_to(layout.reports)})" for p in traces]
     drift = _drift(rows, params.eval.drift_tolerance)

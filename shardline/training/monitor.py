@@ -106,8 +106,10 @@ def _gpu_util_reader(device: torch.device) -> Callable[[], float] | None:
 
 
 def profile_command(step: int, steps: int = 3) -> str:
-    """The command that profiles `step` and the steps after it (train.profile) when training reaches them."""
-    return f"dvc exp run -S train.profile.start_step={step} -S train.profile.steps={steps}"
+    """The command that profiles `step` and the steps after it (train.profile) when training reaches them.
+    One -S of the whole mapping, quoted: train.profile ships null, on which DVC refuses a -S of one
+    of its keys, and the shell would expand the braces."""
+    return f"dvc exp run -S 'train.profile={{start_step:{step},steps:{steps}}}'"
 
 
 def _clean(v):
@@ -163,7 +165,7 @@ class Monitor:
                 self._say(f"step {step}: slow step {step_s:.3f}s = {step_s / med['step_s']:.1f}x the median "
                           f"{med['step_s']:.3f}s, {rec['slow']} (data wait {data_wait_s:.3f}s vs median "
                           f"{med['data_wait_s']:.3f}s; compute {compute_s:.3f}s vs median {med['compute_s']:.3f}s); "
-                          f"to profile the next steps: `{profile_command(step + 1)}`")
+                          f"to profile it: `{profile_command(step)}`")
         for k in self._recent:
             self._recent[k].append(rec[k])
         self._seen.append(rec)
@@ -253,6 +255,20 @@ def summarize(records: list[dict], tokens_per_step: int) -> dict:
         "rollbacks": [e for r in records for e in r.get("rollbacks", [])],
         "last_loss": _clean(records[-1]["loss"]) if records else None,  # NaN (a skipped step) is not JSON
     }
+
+
+def slow_steps(records: list[dict]) -> list[str]:
+    """The slow steps on record, as the evidence card and the train stage's last line both say
+    them: their count by cause, then the slowest (the longest step_s among them) with the command
+    that profiles it. One computation: the card and the log once named different steps."""
+    slow = [r for r in records if r.get("slow")]
+    causes = {c: sum(r["slow"] == c for r in slow) for c in ("input-bound", "compute-bound")}
+    lines = [f"slow steps: {len(slow)} ({causes['input-bound']} input-bound, {causes['compute-bound']} compute-bound)"]
+    if slow:
+        worst = max(slow, key=lambda r: r["step_s"])
+        lines.append(f"the slowest, step {worst['step']} ({worst['step_s']:.3f} s, {worst['slow']}): profile it where "
+                     f"training next reaches it with `{profile_command(worst['step'])}` (train.profile)")
+    return lines
 
 
 def truncate_records(path: Path, step: int) -> None:
