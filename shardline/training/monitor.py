@@ -46,9 +46,10 @@ if TYPE_CHECKING:  # imported where a device is asked about: the report reads re
 
 from shardline.core import fsio
 from shardline.core.errors import BadInput
-from shardline.core.layout import EVAL_CSV, EVAL_JSON, TASKS_JSON, TRAIN_CSV
+from shardline.core.layout import EVAL_CSV, EVAL_JSON, HEADLINE_JSON, TASKS_JSON, TRAIN_CSV
 from shardline.core.remedies import remedy_for
 from shardline.training import task_results
+from shardline.training.headline import headline
 
 MIN_KNOWN = 5  # fewer step times than this give a median too noisy to call anything slow
 
@@ -246,7 +247,7 @@ def summarize(records: list[dict], tokens_per_step: int) -> dict:
     return {
         "steps": len(records),
         "tokens": len(records) * tokens_per_step,
-        "median_tokens_per_s": statistics.median(r["tokens_per_s"] for r in records) if records else None,
+        "median_tokens_per_s": median_tokens_per_s(records),
         "p95_step_s": float(np.percentile(step_s, 95)) if records else None,  # linear interpolation
         "data_wait_pct": 100.0 * sum(r["data_wait_s"] for r in records) / total if total > 0 else None,
         "mean_mfu": sum(mfus) / len(mfus) if mfus else None,
@@ -255,6 +256,11 @@ def summarize(records: list[dict], tokens_per_step: int) -> dict:
         "rollbacks": [e for r in records for e in r.get("rollbacks", [])],
         "last_loss": _clean(records[-1]["loss"]) if records else None,  # NaN (a skipped step) is not JSON
     }
+
+
+def median_tokens_per_s(records: list[dict]) -> float | None:
+    """train.json's median_tokens_per_s, and headline.json's tokens/s."""
+    return statistics.median(r["tokens_per_s"] for r in records) if records else None
 
 
 def slow_steps(records: list[dict]) -> list[str]:
@@ -317,7 +323,8 @@ def eval_sources(evals: list[dict]) -> list[str]:
 def write_derived(rows: list[dict], out: Path) -> None:
     """DVC plots read CSV, not JSON lines: train.csv (step, loss, lr, tokens/s) and eval.csv (step,
     val loss and bits per byte, in total and per source); eval.json is the latest evaluation, with
-    "tasks" when downstream tasks ran (shardline.training.task_results.latest)."""
+    "tasks" when downstream tasks ran (shardline.training.task_results.latest); headline.json its
+    few figures that DVC prints by default (shardline.training.headline)."""
     def cell(v) -> str:  # a non-finite loss (a skipped step) is null in JSON, an empty cell here
         return "" if v is None else str(v)
 
@@ -335,7 +342,9 @@ def write_derived(rows: list[dict], out: Path) -> None:
     fsio.write_bytes(out / EVAL_CSV, ("\n".join(lines) + "\n").encode())
     metric = eval_metrics(evals[-1]["step"], evals[-1]["eval"]) if evals else {"step": None}
     tasks = task_results.latest(rows, task_results.read(out / TASKS_JSON))  # training's, `shardline eval --tasks`'s
-    fsio.write_json(out / EVAL_JSON, {**metric, "tasks": tasks} if tasks else metric)
+    evaluation = {**metric, "tasks": tasks} if tasks else metric
+    fsio.write_json(out / EVAL_JSON, evaluation)
+    fsio.write_json(out / HEADLINE_JSON, headline(evaluation, median_tokens_per_s(rows)))  # dvc.yaml's metrics
 
 
 def eval_metrics(step: int, ev: dict) -> dict:
