@@ -242,6 +242,12 @@ class Layout:
         return self.reports / "profile"
 
     @property
+    def profiles_keep(self) -> Path:
+        """The one file the train stage always writes in `profiles`, a DVC output: an empty folder made
+        DVC warn "'data/reports/profile' is empty." four times in every run without train.profile."""
+        return self.profiles / ".keep"
+
+    @property
     def mix_search_report(self) -> Path:
         """`shardline mix-search`'s evidence: the proxies, the fit, the recommended mix."""
         return self.reports / "mix_search.md"
