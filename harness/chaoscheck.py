@@ -61,7 +61,7 @@ def outputs(root: Path) -> dict[str, object]:
             out[rel] = [ln for ln in p.read_text().splitlines() if not CARD_VARYING.search(ln)]
         elif p.suffix == ".jsonl":
             out[rel] = [_strip(json.loads(ln)) for ln in p.read_text().splitlines() if ln.strip()]
-        elif p.name in ("train_state.json", "manifest.json", "train.json"):
+        elif p.name in ("train_state.json", "manifest.json", "train.json", "headline.json"):
             doc = _strip(json.loads(p.read_text()))
             if isinstance(doc.get("files"), dict):  # a checkpoint's: train_state.json's hash holds its resumes count
                 doc["files"] = {k: v for k, v in doc["files"].items() if k != "train_state.json"}

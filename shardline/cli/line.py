@@ -35,7 +35,11 @@ def cmd_stage(args: argparse.Namespace) -> int:
         with dvcrepo.open_repo(layout.root) as repo:
             dvcrepo.ignore_outputs(repo)  # those an earlier failed `dvc repro` took out of .gitignore
     dispatch(args.name, layout, args.params, params, log=log, run_id=args.run_id, shards_md5=args.shards_md5)
-    log(f"{args.name}: done in {time.perf_counter() - t0:.1f}s")
+    done = f"{args.name}: done in {time.perf_counter() - t0:.1f}s"
+    if args.name == "report":  # the line's last stage: its last line says where to look next
+        done += f"; the evidence card is {layout.rel(layout.evidence)}" + (
+            f", its plot {layout.rel(layout.plot)}" if layout.plot.exists() else "")
+    log(done)
     if under_dvc:
         chaos.point("dvc.record", group=True)  # the stage done, dvc not yet told: dvc dies with it
     return 0

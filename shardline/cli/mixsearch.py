@@ -58,10 +58,12 @@ def _figures(exp: dict, metric: str, names: list[str]) -> dict[str, float] | Non
 def run_proxies(root: Path, params, proxies: list[Proxy], total: int | None = None) -> dict[str, dict[str, float]]:
     """name -> per-source figure for every proxy, running those not finished yet."""
     names, metric = mixsearch.source_names(params), mixsearch.metric(params)
+    layout = Layout.at(root)
+    evals = layout.rel(layout.metrics / EVAL_JSON)  # an output, not a metric (dvc.yaml): read at each proxy's revision
     total, workers = total or len(proxies), params.mix_search.workers
 
     def collect(pending: list[Proxy]) -> dict[str, dict[str, float]]:
-        shown = experiments.finished(root)
+        shown = experiments.finished(root, (evals,))
         return {p.name: f for p in pending if p.name in shown and (f := _figures(shown[p.name], metric, names))}
 
     def enqueue(pending: list[Proxy]) -> None:
@@ -142,7 +144,7 @@ def run_proxies(root: Path, params, proxies: list[Proxy], total: int | None = No
             elif p.name not in experiments.collected(root):  # a success comes after the collect step: lost
                 again([p], "DVC's queue calls it a success but never collected its experiment")
             else:
-                raise BadInput(f"proxy run {p.name}: finished without {EVAL_JSON} in 'dvc exp show'; check "
+                raise BadInput(f"proxy run {p.name}: finished without {EVAL_JSON} at its revision; check "
                                f"'dvc queue logs {p.name}'")
         todo = [p for p in todo if p.name not in have]
     return have

@@ -51,6 +51,7 @@ STEP_DIRS = "step-*"         # a checkpoint directory, step-NNNNNNNNN (step_dir)
 
 # data/metrics/'s files for DVC plots and metrics (derived from train.jsonl)
 TRAIN_CSV, EVAL_CSV, EVAL_JSON = "train.csv", "eval.csv", "eval.json"
+HEADLINE_JSON = "headline.json"  # the one metrics file dvc.yaml declares: what `dvc metrics/exp show` print
 TASKS_JSON = "tasks.json"  # what `shardline eval --tasks` measured, per checkpoint (merged into eval.json)
 # an eval.tasks entry (or --tasks) ending so is a task YAML file, not an lm-eval task name
 TASK_YAML = (".yaml", ".yml")
@@ -252,6 +253,12 @@ class Layout:
     def profiles(self) -> Path:
         """train.profile's traces: trace-<first>-<last>.json (+ a CUDA memory snapshot)."""
         return self.reports / "profile"
+
+    @property
+    def profiles_keep(self) -> Path:
+        """The one file the train stage always writes in `profiles`, a DVC output: an empty folder made
+        DVC warn "'data/reports/profile' is empty." four times in every run without train.profile."""
+        return self.profiles / ".keep"
 
     @property
     def mix_search_report(self) -> Path:

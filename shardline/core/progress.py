@@ -2,10 +2,13 @@
 
 Contract: on a terminal (stderr is a tty) a bar redrawn in place, at most 10 times a second;
 anywhere else (CI, `dvc repro`, a log file) one log line each time another ~10% is done, and
-one at the end. The orchestrator may add a `Sink`, called with (stage, fraction 0..1, line) on
-every update: the Prefect flows turn it into a progress artifact. Units already done before
-the run (skipped) count as done at once and are left out of the rate, so the ETA is the
-remaining bytes at the rate of this run's own work. Thread-safe: parts finish on any thread.
+one at the end. A stage's own lines go through `say` while a bar is up: it clears the bar, says
+the line, and draws the bar again below it (a line written over a half-drawn bar was glued onto
+it). `total_bytes` 0 means unknown (a file whose size only its download tells): the line then
+shows the bytes done, never a total they could run past. The orchestrator may add a `Sink`,
+called with (stage, fraction 0..1, line) on every update: the Prefect flows turn it into a
+progress artifact. Units already done before the run (skipped) count as done at once and are
+left out of the rate, so the ETA is the remaining bytes at the rate of this run's own work. Thread-safe: parts finish on any thread.
 """
 
 from __future__ import annotations
@@ -54,6 +57,17 @@ class Progress:
             self._work_bytes += size
             self._report(final=self.done >= self.units)
 
+    def say(self, msg: str) -> None:
+        """A line of the stage's own, said on a line of its own (the bar cleared, then redrawn)."""
+        with self._lock:
+            drawn = self._tty and self._drawn and self.done < self.units
+            if drawn:
+                self._stream.write("\r\033[K")
+                self._stream.flush()
+            self._log(msg)
+            if drawn:
+                self._draw(self.fraction(), self.line(), final=False)
+
     def line(self) -> str:
         elapsed = time.monotonic() - self._t0
         rate = self._work_bytes / elapsed if elapsed > 0 else 0.0
@@ -83,11 +97,14 @@ class Progress:
             now = time.monotonic()
             if final or now - self._drawn >= 0.1:
                 self._drawn = now
-                bar = "#" * int(frac * 20)
-                self._stream.write(f"\r[{bar:<20}] {text}\033[K" + ("\n" if final else ""))
-                self._stream.flush()
+                self._draw(frac, text, final)
             return
         tenth = int(frac * 10 + 1e-9)
         if final or tenth > self._tenth:
             self._tenth = tenth
             self._log(text)
+
+    def _draw(self, frac: float, text: str, final: bool) -> None:
+        bar = "#" * int(frac * 20)
+        self._stream.write(f"\r[{bar:<20}] {text}\033[K" + ("\n" if final else ""))
+        self._stream.flush()

@@ -133,7 +133,7 @@ def _resolve_one(source: Source, uri: str, root: Path, policy: retry.Policy) -> 
             raise BadInput(f"sources[{source.name}].format: {uri} is {expected[which]}, not {source.format}")
         if which == "python-stdlib":
             return _stdlib_items()
-        return [Item(BUILTIN_TOPICS, "builtin-topics", "pydoc_data.topics")]
+        return [Item(BUILTIN_TOPICS, "builtin-topics", "pydoc_data.topics", {"size": len(_topics())})]
     if uri.startswith(("http://", "https://")):
         name = Path(unquote(urlparse(uri).path)).name or "download"
         return [Item(name, "http", uri)]
@@ -150,11 +150,12 @@ def _resolve_one(source: Source, uri: str, root: Path, policy: retry.Policy) -> 
     return _local_items(source, uri, root)
 
 
-def _write_topics(dest: Path) -> None:
+def _topics() -> bytes:
+    """builtin://pydoc-topics as the file it becomes: its size is known before it is written."""
     from pydoc_data import topics  # ships with CPython: the language reference as prose
 
     lines = [json.dumps({"id": k, "text": v}, ensure_ascii=False) for k, v in sorted(topics.topics.items())]
-    fsio.write_bytes(dest, ("\n".join(lines) + "\n").encode())
+    return ("\n".join(lines) + "\n").encode()
 
 
 def _policy(params: Params) -> retry.Policy:
@@ -186,7 +187,7 @@ def _materialise(item: Item, dest: Path, source: Source, params: Params, log: Lo
                 and all(old.get(k) == v for k, v in item.meta.items() if k != "size"):
             return old["sha256"], {}  # the same object as last run: its etag (or version) in the store says so
         return objects.fetch_object(item.origin, dest, item.meta, _policy(params), log), {}
-    _write_topics(dest)
+    fsio.write_bytes(dest, _topics())
     return fsio.sha256_file(dest), {}
 
 
@@ -259,8 +260,10 @@ def download_source(source: Source, params: Params, layout: Layout, log: Log = p
 def run(params: Params, layout: Layout, log: Log = print, mapper: Mapper = thread_map,
         sink: Sink | None = None) -> dict[str, dict]:
     items = {s.name: resolve(s, layout.root, _policy(params)) for s in params.sources}
-    local = sum(os.path.getsize(i.origin) if i.kind == "local" else i.meta.get("size", 0)
-                for its in items.values() for i in its)
-    progress = Progress("download", sum(map(len, items.values())), local, log, what="files", sink=sink)
+    sizes = [os.path.getsize(i.origin) if i.kind == "local" else i.meta.get("size")
+             for its in items.values() for i in its]
+    # an HTTP file's size is known only once it is fetched: then no total (a part of one would be run past)
+    total = sum(sizes) if None not in sizes else 0
+    progress = Progress("download", len(sizes), total, log, what="files", sink=sink)
     return per_source(layout.raw, params.sources,
-                      lambda s: download_source(s, params, layout, log, progress, items[s.name]), mapper)
+                      lambda s: download_source(s, params, layout, progress.say, progress, items[s.name]), mapper)

@@ -116,10 +116,11 @@ def ignore_outputs(repo) -> None:
 
 def in_cache(root: str | Path, out: str = "data/checkpoints"):
     """A check of whether a checkpoint directory can be restored by DVC: every file of it is in
-    this repo's DVC cache *and* listed (by md5) in `out` of a dvc.lock that git holds (HEAD, a
-    branch, or an experiment: `dvc checkout` of it brings the file back). Being in the cache alone
-    is not enough: nothing would lead back to it, and `dvc gc` would drop it. Reads only (no repo
-    lock: it runs inside `dvc repro`'s own stage commands)."""
+    this repo's DVC cache *and* listed (by md5) in `out` of a dvc.lock that git holds for good (HEAD,
+    a branch, a tag or a finished experiment: `dvc checkout` of it brings the file back; not DVC's
+    refs of the experiment now running, `durable_ref`). Being in the cache alone is not enough:
+    nothing would lead back to it, and `dvc gc` would drop it. Reads only (no repo lock: it runs
+    inside `dvc repro`'s own stage commands)."""
     import hashlib
 
     def md5(f: Path) -> str:
@@ -152,8 +153,23 @@ def in_cache(root: str | Path, out: str = "data/checkpoints"):
     return check
 
 
+def durable_ref(ref: str) -> bool:
+    """Whether git ref `ref` is a record that stays: a branch, a tag, or a finished experiment
+    (refs/exps/<2 hex>/<38 hex>/<name>). Not DVC's working refs under refs/exps (exec/EXEC_MERGE,
+    stash, apply, celery, temp): while `dvc exp run` runs, EXEC_MERGE and the stash hold the
+    workspace's uncommitted dvc.lock, and they are gone when it ends, so what only they name is
+    restorable from nothing once the experiment is done."""
+    parts = ref.split("/")
+    if parts[:2] == ["refs", "exps"]:
+        hexdigits = set("0123456789abcdef")
+        return (len(parts) == 5 and len(parts[2]) == 2 and len(parts[3]) == 38
+                and set(parts[2] + parts[3]) <= hexdigits)
+    return parts[:2] in (["refs", "heads"], ["refs", "tags"])
+
+
 def _recorded(root: Path, out: str, odb) -> set[str]:
-    """The md5 of every file that some git-held dvc.lock records under `out`."""
+    """The md5 of every file that a dvc.lock of HEAD or a durable ref (`durable_ref`) records
+    under `out`."""
     import json
     import subprocess
 
@@ -163,7 +179,8 @@ def _recorded(root: Path, out: str, odb) -> set[str]:
         r = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
         return r.stdout if r.returncode == 0 else ""
 
-    commits = set(git("for-each-ref", "--format=%(objectname)", "refs/heads", "refs/exps").split())
+    refs = git("for-each-ref", "--format=%(objectname) %(refname)", "refs/heads", "refs/tags", "refs/exps")
+    commits = {sha for sha, ref in (line.split(" ", 1) for line in refs.splitlines()) if durable_ref(ref)}
     commits |= set(git("rev-parse", "--verify", "-q", "HEAD").split())
     listed: set[str] = set()
     for c in sorted(commits):

@@ -175,14 +175,16 @@ def collected(root: Path) -> set[str]:
         return {ref.name for ref in exp_refs(repo.scm)}
 
 
-def finished(root: Path) -> dict[str, dict]:
+def finished(root: Path, files: tuple[str, ...] = ()) -> dict[str, dict]:
     """name -> {"rev", "params", "metrics"} for each experiment of HEAD that has ended with its
     results: its ref written (refs/exps/.../<name>, which DVC writes as an experiment ends), read
     as `dvc exp show --json` reads its successful experiments, in-process (a `dvc` process per
     finished proxy would cost more CPU than the search's own work). Only those: `dvc exp show`
     also reads each running experiment from its executor's temporary repository, which the
     worker removes as the experiment ends; a pygit2 blob read racing that removal hung a search
-    for good (once in about ten runs of the mix-search tests)."""
+    for good (once in about ten runs of the mix-search tests). `files` (paths from `root`) are
+    read too, at each experiment's revision, as `dvc metrics show <file>` reads a file that
+    dvc.yaml does not declare a metric (eval.json: `dvc exp show` prints the headline only)."""
     from dvc.repo.experiments.collect import collect_successful
     from dvc.repo.experiments.utils import exp_refs
 
@@ -193,14 +195,19 @@ def finished(root: Path) -> dict[str, dict]:
             head = repo.scm.get_rev()
             ended = {ref.name: repo.scm.get_ref(str(ref)) for ref in exp_refs(repo.scm)}
             shown = [e.dumpd() for e in collect_successful(repo, [head]).get(head, [])]
-            return ended, json.loads(json.dumps(shown, default=str))
+            revs = [rev for rev in ended.values() if rev]
+            more = repo.metrics.show(targets=[str(Path(root, f).resolve()) for f in files], revs=revs,
+                                     hide_workspace=False) if files and revs else {}
+            extra = {rev: {k: v.get("data") for k, v in (r.get("data") or {}).items()} for rev, r in more.items()}
+            return ended, json.loads(json.dumps(shown, default=str)), json.loads(json.dumps(extra, default=str))
 
-    ended, shown = _again(show)
+    ended, shown, extra = _again(show)
     out = {}
     for e in shown:
         for rev in e["revs"]:
             d = rev.get("data") or {}
             if rev.get("name") and not rev.get("error") and ended.get(rev["name"]) == rev["rev"]:
                 out[rev["name"]] = {"rev": rev["rev"], "params": d.get("params", {}).get("params.yaml", {}).get("data"),
-                                    "metrics": {k: v.get("data") for k, v in (d.get("metrics") or {}).items()}}
+                                    "metrics": {**{k: v.get("data") for k, v in (d.get("metrics") or {}).items()},
+                                                **extra.get(rev["rev"], {})}}
     return out

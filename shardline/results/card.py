@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 
 from shardline.training import guard
-from shardline.training.monitor import equal
+from shardline.training.steplog import equal
 from shardline.training.records import Lineage, Manifest
 
 CAVEAT = ("The tokenizer's ids equal the line's encoder's for text that holds no special-token string. Where the "

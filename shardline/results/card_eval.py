@@ -12,8 +12,9 @@ Contract (shardline.results.report assembles the card from these):
   continued from another data version or mix, its before/after on this run's held-out set.
 - `what_changed` : a run with a parent (the baseline of a `dvc exp run`, handed in by the
   orchestrator) gets shardline diff's sections against it (shardline.results.diff), the same code.
-- `steps` : the documents of the slowest step and of the highest-loss one, its loss over the median of
-  the SPIKE_BASE steps before it (early steps are high because they are early) (shardline.results.steps).
+- `steps` : the documents of the slowest slow step (monitor.slowest: the one the failure modes name)
+  and of the highest-loss step, its loss over the median of the SPIKE_BASE steps before it (early
+  steps are high because they are early) (shardline.results.steps).
 - `drift` : a source's val loss rising more than eval.drift_tolerance between two evals.
 """
 
@@ -28,7 +29,8 @@ from shardline.core.errors import ShardlineError
 from shardline.core.layout import Layout
 from shardline.data.clean import split as split_rule
 from shardline.training import noise
-from shardline.training.monitor import eval_rows, eval_sources, equal, own_mix
+from shardline.training.monitor import slowest
+from shardline.training.steplog import equal, eval_rows, eval_sources, own_mix
 from shardline.training.records import Manifest
 
 SHARDS_FIRST = "; run the shard stage first (dvc repro shard)"
@@ -141,14 +143,14 @@ def steps(layout: Layout, params: Params, rows: list[dict], log: Callable[[str],
     """The documents of the slowest step and of the highest-loss step."""
     from shardline.results.steps import named
 
-    timed = [r for r in rows if r.get("step_s") is not None]
     losses = [(r["step"], r["loss"]) for r in rows if r.get("loss") is not None]
     # against the median of the steps before it: early steps' losses are high because they are early
     jumps = [(loss / statistics.median(v for _, v in losses[i - SPIKE_BASE:i]), step)
              for i, (step, loss) in enumerate(losses) if i >= SPIKE_BASE]
-    if not timed or not jumps:
+    worst = slowest(rows)  # the one the failure modes and the train stage's last line name
+    which = {**({"slowest": worst["step"]} if worst else {}), **({"highest-loss": max(jumps)[1]} if jumps else {})}
+    if not which:
         return []
-    which = {"slowest": max(timed, key=lambda r: r["step_s"])["step"], "highest-loss": max(jumps)[1]}
     try:
         found = named(layout, params, which)
     except ShardlineError as e:  # the card still says what it can

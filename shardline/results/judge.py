@@ -23,7 +23,7 @@ from shardline.core.errors import BadInput
 from shardline.data import tokenizer
 from shardline.training import lineage, noise
 from shardline.training.evaluate import HeldOut, boundary_ids, evaluate
-from shardline.training.monitor import equal, own_mix, read_records
+from shardline.training.steplog import equal, own_mix, read_records
 from shardline.core.layout import Layout
 from shardline.stream.loader import data_version, open_sources
 from shardline.stream.remote import Remote

@@ -26,7 +26,7 @@ from shardline.core.layout import Layout
 from shardline.results import export
 from shardline.training import checkpoint, downstream, task_results
 from shardline.training.records import Manifest
-from shardline.training.monitor import read_records, write_derived
+from shardline.training.steplog import read_records, write_derived
 
 
 def judge_tasks(path: Path, layout: Layout, specs: Sequence[str], limit: int | None = None,

@@ -35,43 +35,60 @@ from shardline.core.remedies import remedy
 from shardline.core.shardformat import read_index
 from shardline.stream.mixing import Schedule
 from shardline.training.records import Lineage
-from shardline.training.monitor import eval_rows, eval_sources, profile_command, read_records, summarize
+from shardline.training.monitor import slow_steps, summarize
+from shardline.training.steplog import eval_rows, eval_sources, read_records
 
 Log = Callable[[str], None]
 SHARDS_FIRST = "; run the shard stage first (dvc repro shard)"
 
 
-def _plot(rows: list[dict], out: Path) -> None:
+def _figure(rows: list[dict]):
+    """train.png's figure: train loss, each source's val loss and tokens/s (one legend for all three
+    kinds), and the held-out bits per byte per source. A source keeps its colour in both panels;
+    tokens/s is drawn in grey, dashed, a colour no source takes."""
     import matplotlib
 
     matplotlib.use("Agg")  # no display: write the PNG only
     import matplotlib.pyplot as plt
 
     evals = eval_rows(rows)
+    names = eval_sources(evals)
+    palette = [f"C{i}" for i in range(10) if i != 7]  # the default cycle but its grey (C7): tokens/s's
+    colour = {n: palette[i % len(palette)] for i, n in enumerate(names)}
     fig, axes = plt.subplots(1, 2 if evals else 1, figsize=(12 if evals else 8, 4), dpi=100, squeeze=False)
     ax = axes[0][0]
     steps = [r["step"] for r in rows]
-    ax.plot(steps, [_nan(r["loss"]) for r in rows], color="0.25", lw=1, label="train loss")
-    for n in eval_sources(evals):
+    ax.plot(steps, [_nan(r["loss"]) for r in rows], color="black", lw=1, label="train loss")
+    for n in names:
         pts = [(r["step"], r["eval"]["sources"][n]["loss"]) for r in evals if n in r["eval"]["sources"]]
-        ax.plot(*zip(*pts), marker="o", label=f"val loss {n}")
+        ax.plot(*zip(*pts), marker="o", color=colour[n], label=f"val loss {n}")
     ax.set_xlabel("step")
     ax.set_ylabel("loss (nats/token)")
-    ax.legend(loc="upper right", fontsize="small")
     ax2 = ax.twinx()
-    ax2.plot(steps, [r["tokens_per_s"] for r in rows], color="tab:orange", alpha=0.3, label="tokens/s")
-    ax2.set_ylabel("tokens/s", color="tab:orange")
+    ax2.plot(steps, [r["tokens_per_s"] for r in rows], color="0.7", lw=1, ls="--", label="tokens/s (right axis)")
+    ax2.set_ylabel("tokens/s")
+    ax.set_zorder(ax2.get_zorder() + 1)  # the losses over the throughput line, not under it
+    ax.patch.set_visible(False)
+    handles = [h for a in (ax, ax2) for h in a.get_legend_handles_labels()[0]]
+    ax.legend(handles, [h.get_label() for h in handles], loc="upper right", fontsize="small")
     ax.set_title("training: loss and throughput")
     if evals:
         bx = axes[0][1]
-        for n in eval_sources(evals):
+        for n in names:
             pts = [(r["step"], r["eval"]["sources"][n]["bpb"]) for r in evals if n in r["eval"]["sources"]]
-            bx.plot(*zip(*pts), marker="o", label=n)
+            bx.plot(*zip(*pts), marker="o", color=colour[n], label=n)
         bx.set_xlabel("step")
         bx.set_ylabel("bits per byte")
         bx.set_title("held-out bits per byte, per source")
         bx.legend(fontsize="small")
     fig.tight_layout()
+    return fig
+
+
+def _plot(rows: list[dict], out: Path) -> None:
+    fig = _figure(rows)  # first: it chooses the Agg backend before pyplot is imported
+    import matplotlib.pyplot as plt
+
     with fsio.atomic_writer(out) as f:
         fig.savefig(f, format="png", metadata={"Software": None})  # no version stamp: same inputs, same bytes
     plt.close(fig)
@@ -204,14 +221,8 @@ def build(params: Params, layout: Layout, parent: "Run | None" = None, log: Log 
     rollbacks = [e for r in rows for e in r.get("rollbacks", [])]
     lines.append(f"- rollbacks (loss spikes, runs of skipped steps): {len(rollbacks)}")
     lines += [f"  - {guard.describe(e)}" for e in rollbacks]
-    slow = [r for r in rows if r.get("slow")]
-    causes = {c: sum(r["slow"] == c for r in slow) for c in ("input-bound", "compute-bound")}
-    lines.append(f"- slow steps: {len(slow)} ({causes['input-bound']} input-bound, "
-                 f"{causes['compute-bound']} compute-bound)")
-    if slow:
-        worst = max(slow, key=lambda r: r["step_s"])
-        lines.append(f"  - the slowest, step {worst['step']} ({worst['step_s']:.3f} s, {worst['slow']}): profile it where "
-                     f"training next reaches it with `{profile_command(worst['step'])}` (train.profile)")
+    count, *slowest = slow_steps(rows)  # the train stage's last line says the same (monitor.slow_steps)
+    lines += [f"- {count}"] + [f"  - {s}" for s in slowest]
     traces = sorted(p for p in layout.profiles.iterdir() if not p.name.startswith(".")) if layout.profiles.exists() else []
     lines += [f"- profiled: [{p.name}]({p.relative_to(layout.reports)})" for p in traces]
     drift = card_eval.drift(rows, params.eval.drift_tolerance)

@@ -25,7 +25,7 @@ from shardline.core.layout import TRAIN_STATE, Layout
 from shardline.data.provenance import Stream
 from shardline.stream.order import Order, batch_hash, open_sources
 from shardline.training import checkpoint
-from shardline.training.monitor import read_records
+from shardline.training.steplog import read_records
 
 
 def positions(rows: Sequence[Mapping], anchor: tuple[int, int] | None, global_batch: int) -> dict[int, list[int]]:

@@ -28,7 +28,7 @@ from shardline.core import fsio
 from shardline.data import download, tokenizer
 from shardline.data.clean.summary import read as clean_stats
 from shardline.training import guard
-from shardline.training.monitor import equal
+from shardline.training.steplog import equal
 from shardline.core.config import Params
 from shardline.core.layout import PARAMS, Layout
 from shardline.training.records import Code, DataVersion, Init, Lineage, Manifest, RawFile, RawSource, Run, SpecialIds

@@ -41,14 +41,11 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
+from shardline.training.steplog import median_tokens_per_s, own_mix
+
 if TYPE_CHECKING:  # imported where a device is asked about: the report reads records without torch
     import torch
 
-from shardline.core import fsio
-from shardline.core.errors import BadInput
-from shardline.core.layout import EVAL_CSV, EVAL_JSON, TASKS_JSON, TRAIN_CSV
-from shardline.core.remedies import remedy_for
-from shardline.training import task_results
 
 MIN_KNOWN = 5  # fewer step times than this give a median too noisy to call anything slow
 
@@ -106,8 +103,10 @@ def _gpu_util_reader(device: torch.device) -> Callable[[], float] | None:
 
 
 def profile_command(step: int, steps: int = 3) -> str:
-    """The command that profiles `step` and the steps after it (train.profile) when training reaches them."""
-    return f"dvc exp run -S train.profile.start_step={step} -S train.profile.steps={steps}"
+    """The command that profiles `step` and the steps after it (train.profile) when training reaches them.
+    One -S of the whole mapping, quoted: train.profile ships null, on which DVC refuses a -S of one
+    of its keys, and the shell would expand the braces."""
+    return f"dvc exp run -S 'train.profile={{start_step:{step},steps:{steps}}}'"
 
 
 def _clean(v):
@@ -163,7 +162,7 @@ class Monitor:
                 self._say(f"step {step}: slow step {step_s:.3f}s = {step_s / med['step_s']:.1f}x the median "
                           f"{med['step_s']:.3f}s, {rec['slow']} (data wait {data_wait_s:.3f}s vs median "
                           f"{med['data_wait_s']:.3f}s; compute {compute_s:.3f}s vs median {med['compute_s']:.3f}s); "
-                          f"to profile the next steps: `{profile_command(step + 1)}`")
+                          f"to profile it: `{profile_command(step)}`")
         for k in self._recent:
             self._recent[k].append(rec[k])
         self._seen.append(rec)
@@ -247,7 +246,7 @@ def summarize(records: list[dict], tokens_per_step: int) -> dict:
     return {
         "steps": len(records),
         "tokens": len(records) * tokens_per_step,
-        "median_tokens_per_s": statistics.median(r["tokens_per_s"] for r in records) if records else None,
+        "median_tokens_per_s": median_tokens_per_s(records),
         "p95_step_s": float(np.percentile(step_s, 95)) if records else None,  # linear interpolation
         "data_wait_pct": 100.0 * sum(r["data_wait_s"] for r in records) / total if total > 0 else None,
         "mean_mfu": sum(mfus) / len(mfus) if mfus else None,
@@ -258,92 +257,20 @@ def summarize(records: list[dict], tokens_per_step: int) -> dict:
     }
 
 
-def truncate_records(path: Path, step: int) -> None:
-    """Drop the lines past `step`: they belong to a killed (or rolled back) run and will be redone,
-    a last line the kill tore (no newline, not JSON) with them."""
-    if Path(path).exists():
-        keep = [ln for ln, rec in _records(path, torn=True) if rec["step"] <= step]
-        fsio.write_bytes(path, b"".join(ln + b"\n" for ln in keep))
+def slow_steps(records: list[dict]) -> list[str]:
+    """The slow steps on record, as the evidence card and the train stage's last line both say
+    them: their count by cause, then the slowest (the longest step_s among them) with the command
+    that profiles it. One computation: the card and the log once named different steps."""
+    slow = [r for r in records if r.get("slow")]
+    causes = {c: sum(r["slow"] == c for r in slow) for c in ("input-bound", "compute-bound")}
+    lines = [f"slow steps: {len(slow)} ({causes['input-bound']} input-bound, {causes['compute-bound']} compute-bound)"]
+    worst = slowest(records)
+    if worst:
+        lines.append(f"the slowest, step {worst['step']} ({worst['step_s']:.3f} s, {worst['slow']}): profile it where "
+                     f"training next reaches it with `{profile_command(worst['step'])}` (train.profile)")
+    return lines
 
 
-def read_records(path: Path) -> list[dict]:
-    """The step records of a train.jsonl (empty if there is none yet); a damaged line is BadInput
-    naming the file, the line and what rebuilds or restores it."""
-    return [rec for _, rec in _records(path)] if Path(path).exists() else []
-
-
-def _records(path: Path, torn: bool = False) -> list[tuple[bytes, dict]]:
-    lines = Path(path).read_bytes().split(b"\n")
-    out = []
-    for i, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            if torn and i == len(lines):  # an append a kill cut short: not yet a record
-                break
-            rec = None
-        if not isinstance(rec, dict) or not isinstance(rec.get("step"), int):
-            raise BadInput(f"{path}:{i}: not a step record (a JSON object with its step): truncated or damaged; "
-                           f"{remedy_for(path)}")
-        out.append((line, rec))
-    return out
-
-
-def eval_rows(rows: list[dict]) -> list[dict]:
-    """The step records that carry a held-out eval."""
-    return [r for r in rows if r.get("eval")]
-
-
-def eval_sources(evals: list[dict]) -> list[str]:
-    """The sources evaluated, in the order they were (params order)."""
-    return list(dict.fromkeys(n for r in evals for n in r["eval"]["sources"]))
-
-
-def write_derived(rows: list[dict], out: Path) -> None:
-    """DVC plots read CSV, not JSON lines: train.csv (step, loss, lr, tokens/s) and eval.csv (step,
-    val loss and bits per byte, in total and per source); eval.json is the latest evaluation, with
-    "tasks" when downstream tasks ran (shardline.training.task_results.latest)."""
-    def cell(v) -> str:  # a non-finite loss (a skipped step) is null in JSON, an empty cell here
-        return "" if v is None else str(v)
-
-    lines = ["step,loss,lr,tokens_per_s"] + [",".join(cell(r[k]) for k in ("step", "loss", "lr", "tokens_per_s"))
-                                             for r in rows]
-    fsio.write_bytes(out / TRAIN_CSV, ("\n".join(lines) + "\n").encode())
-    evals = eval_rows(rows)
-    names = eval_sources(evals)
-    head = ["step", "val_loss", "val_bpb", "val_loss_own_mix", "val_bpb_own_mix"] + [
-        f"{n}_{k}" for n in names for k in ("loss", "bpb")]
-    lines = [",".join(head)]
-    for r in evals:
-        e, eq, own = r["eval"], equal(r["eval"]), own_mix(r["eval"])
-        per = [e["sources"].get(n, {}).get(k, "") for n in names for k in ("loss", "bpb")]
-        lines.append(",".join(str(v) for v in [r["step"], eq["loss"], eq["bpb"], own["loss"], own["bpb"], *per]))
-    fsio.write_bytes(out / EVAL_CSV, ("\n".join(lines) + "\n").encode())
-    metric = eval_metrics(evals[-1]["step"], evals[-1]["eval"]) if evals else {"step": None}
-    tasks = task_results.latest(rows, task_results.read(out / TASKS_JSON))  # training's, `shardline eval --tasks`'s
-    fsio.write_json(out / EVAL_JSON, {**metric, "tasks": tasks} if tasks else metric)
-
-
-def eval_metrics(step: int, ev: dict) -> dict:
-    """eval.json, a DVC metric: the figures only (timings would make every `dvc metrics diff` noisy)."""
-    return {"step": step, "total": equal(ev), "total_own_mix": own_mix(ev),
-            "sources": {n: {k: v[k] for k in METRIC_KEYS if k in v} for n, v in ev["sources"].items()}}
-
-
-METRIC_KEYS = ("loss", "bpb", "docs", "doc_loss", "loss_ci", "bpb_ci")
-
-
-def equal(ev: dict) -> dict:
-    """An eval's total under the one weighting runs are compared by: the sources weighted equally
-    (computed from its sources when it predates that total: its `total` was then its own mix's)."""
-    if ev["total"].get("weighting") == "equal":
-        return ev["total"]
-    src = ev["sources"].values()
-    return {**{k: sum(v[k] for v in src) / max(len(src), 1) for k in ("loss", "bpb")}, "weighting": "equal"}
-
-
-def own_mix(ev: dict) -> dict:
-    """An eval's total weighted by its run's own mix (what its training loss averages over)."""
-    return ev.get("total_own_mix") or ev["total"]
+def slowest(records: list[dict]) -> dict | None:
+    """The slowest of the slow steps (the longest step_s among those flagged); None: none flagged."""
+    return max((r for r in records if r.get("slow")), key=lambda r: r["step_s"], default=None)

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from shardline.context import RunContext
+from shardline.core import fsio
 from shardline.core.config import Params, Train
 from shardline.core.errors import BadInput
 from shardline.core.layout import Layout, step_dir
@@ -30,7 +31,8 @@ from shardline.training.checkpointer import Checkpointer
 from shardline.training.dist import Dist
 from shardline.training.evaluate import HeldOut, compact, evaluate
 from shardline.training.guard import Guard
-from shardline.training.monitor import Monitor, guess_peak_flops, read_records, truncate_records
+from shardline.training.monitor import Monitor, guess_peak_flops
+from shardline.training.steplog import read_records, truncate_records
 from shardline.training.network import Network, prepare
 from shardline.training.optimizer import configure_optimizer
 from shardline.training.profiling import StepProfiler
@@ -38,6 +40,10 @@ from shardline.training.resume import Origin, find_start, resume
 from shardline.training.rng import RNG
 from shardline.training.state import ModelState, OptimizerState, TrainState
 from shardline.training.tracking import Trackers
+
+
+# data/reports/profile/.keep: what the folder holds without train.profile (the card lists no dotfile)
+PROFILES_KEEP = b"train.profile's torch.profiler traces land in this folder (docs/watching.md).\n"
 
 
 def autocast_for(cfg: Train, device: torch.device):
@@ -153,7 +159,9 @@ def start(params: Params, layout: Layout, ctx: RunContext, device: torch.device,
                         layout.tracker_state(identity.tag(ident)), name, lin, log)
     if dist.rank == 0:
         metrics.parent.mkdir(parents=True, exist_ok=True)
-        layout.profiles.mkdir(parents=True, exist_ok=True)  # an output of the stage, empty without train.profile
+        layout.profiles.mkdir(parents=True, exist_ok=True)  # an output of the stage: never empty, or DVC warns
+        if not layout.profiles_keep.exists():
+            fsio.write_bytes(layout.profiles_keep, PROFILES_KEEP)
         truncate_records(metrics, state.step)
         trackers.open(read_records(metrics) if params.log.backends else [], state.step)
     tokens_per_step = loader.spec.global_batch * loader.seq_len * cfg.grad_accum

@@ -65,7 +65,8 @@ from shardline.core.layout import Layout
 from shardline.training import guard, hooks
 from shardline.training.dist import Dist, relaunch_under_torchrun
 from shardline.training.guard import RolledBack, Trouble
-from shardline.training.monitor import Monitor, read_records, summarize, write_derived
+from shardline.training.monitor import Monitor, slow_steps, summarize
+from shardline.training.steplog import read_records, write_derived
 from shardline.training.resume import Origin
 from shardline.training.session import start
 from shardline.training.state import TrainState
@@ -144,11 +145,11 @@ def _train(params: Params, layout: Layout, ctx: RunContext, device: torch.device
         guard.roll_back(trouble, session.checkpointer.store, session.kept, session.ledger, params.train,
                         since=state.version_start, rank=dist.rank, barrier=dist.barrier, log=log)
     saved = next(h for h in every if isinstance(h, hooks.Checkpoints)).saved
-    return _summary(layout, dist, state, session.origin, saved, session.monitor, session.tokens_per_step)
+    return _summary(layout, dist, state, session.origin, saved, session.monitor, session.tokens_per_step, log)
 
 
 def _summary(layout: Layout, dist: Dist, state: TrainState, origin: Origin, saved: list[str], monitor: Monitor,
-             tokens_per_step: int) -> dict:
+             tokens_per_step: int, log) -> dict:
     summary = {"final_step": state.step, "tokens_seen": state.tokens_seen, "resumed_from": origin.parent,
                "checkpoints_saved": saved, "this_process": monitor.summary()}
     if dist.rank == 0:  # figures over every step on record (train.jsonl), not only this process's
@@ -156,4 +157,6 @@ def _summary(layout: Layout, dist: Dist, state: TrainState, origin: Origin, save
         summary = {**summarize(rows, tokens_per_step), **summary}
         fsio.write_json(layout.train_summary, summary)
         write_derived(rows, layout.metrics)
+        if any(r.get("slow") for r in rows):  # the evidence card's words, from the same records
+            log(f"train: {'; '.join(slow_steps(rows))}")
     return summary

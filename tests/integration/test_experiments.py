@@ -30,14 +30,15 @@ def checkpoint_files(root: Path) -> dict[str, str]:
 
 
 def exps(root: Path) -> dict[str, dict]:
-    """experiment name -> {params, metrics} from `dvc exp show --json`."""
+    """experiment name -> {params, eval: its headline metrics} from `dvc exp show --json` (the
+    held-out bits per byte, per source and in total; eval.json in full is an output, not a metric)."""
     out = {}
     for baseline in json.loads(run([DVC, "exp", "show", "--json"], root).stdout):
         for e in baseline.get("experiments") or []:
             for rev in e["revs"]:
                 d = rev["data"]
                 out[rev["name"]] = {"params": d["params"]["params.yaml"]["data"],
-                                    "eval": (d["metrics"].get("data/metrics/eval.json") or {}).get("data")}
+                                    "eval": (d["metrics"].get("data/metrics/headline.json") or {}).get("data")}
     return out
 
 
@@ -83,8 +84,8 @@ def test_experiments_train_fresh_models_and_compare(trained, tmp_path):
     assert shown["mix-a"]["params"]["mix"] == {"code": 0.6, "more": 0.4}
     assert shown["mix-b"]["params"]["mix"] == {"code": 0.2, "more": 0.8}
     a, b = shown["mix-a"]["eval"], shown["mix-b"]["eval"]
-    assert a["step"] == b["step"] == 8 and set(a["sources"]) == {"code", "more"}
-    assert a["sources"]["more"]["loss"] != b["sources"]["more"]["loss"]
+    assert a["step"] == b["step"] == 8 and set(a["bpb"]) == {"code", "more"}
+    assert a["bpb"]["more"] != b["bpb"]["more"]
     # back to the first experiment: params, lock and checkpoints
     run([DVC, "exp", "apply", "mix-a"], root)
     run([DVC, "checkout"], root)
@@ -127,7 +128,7 @@ def test_the_queue_runs_every_experiment(trained, tmp_path):
         section, rest = setting.split(".", 1)
         key, value = rest.split("=")
         assert str(shown[f"q{i}"]["params"][section][key]) == value
-    losses = {shown[f"q{i}"]["eval"]["total"]["loss"] for i in range(len(QUEUED))}
+    losses = {shown[f"q{i}"]["eval"]["bpb_total"] for i in range(len(QUEUED))}
     assert len(losses) == len(QUEUED)  # three settings, three models
 
 
@@ -175,3 +176,29 @@ def test_a_changed_run_in_a_plain_folder_moves_old_checkpoints_to_the_archive(tr
     assert "moved to" in r.stderr
     moved = {m.parent.name: m.read_bytes() for m in (root / "data/checkpoints/archive").glob("*/step-*/manifest.json")}
     assert moved == before
+
+
+def test_an_experiment_after_an_uncommitted_repro_keeps_that_runs_checkpoints(tmp_path):
+    """The README's flow without its commit (issue 50): `dvc repro`, then at once `dvc exp run -S`.
+    While the experiment runs, DVC's own refs (refs/exps/exec/EXEC_MERGE, the stash) hold the
+    workspace's dvc.lock, so the main run's checkpoints looked recorded; they were removed as
+    'restorable', and those refs were gone when the experiment ended. Nothing durable records them:
+    they are moved to the archive, which the experiment's own commit then records."""
+    root = tmp_path / "proj"
+    sources = stdlib_sources(tmp_path / "inputs")
+    init_repo(root)
+    write_params(root, small_params(sources, mix={"code": 0.75, "more": 0.25}, train={"steps": 8, "checkpoint_every": 4},
+                                    eval={"every": 4, "blocks": 16}))
+    (root / "dvc.lock").write_text("schema: '2.0'\nstages: {}\n")  # a clone's lock, of another machine's run
+    run(["git", "add", "-A"], root)
+    run(["git", "commit", "-qm", "cloned"], root)
+    run([DVC, "repro"], root, timeout=600)
+    main = {m.parent.name: m.read_bytes() for m in (root / "data/checkpoints").glob("step-*/manifest.json")}
+    assert sorted(main) == ["step-000000004", "step-000000008"]
+    r = run([DVC, "exp", "run", "-n", "mix-a", "-S", "mix.code=0.6", "-S", "mix.more=0.4"], root)
+    out = r.stdout + r.stderr
+    assert "restorable" not in out and "step-000000004, step-000000008 moved to" in out, out
+    archived = {m.parent.name: m.read_bytes()
+                for m in (root / "data/checkpoints/archive").glob("*/step-*/manifest.json")}
+    assert archived == main
+    assert exps(root)["mix-a"]["eval"]["step"] == 8  # the experiment trained its own model

@@ -72,6 +72,12 @@ def test_dvc_repro_then_noop_then_prefect_pipeline_gives_same_lock(tmp_path, inp
     a = local_project(tmp_path / "a", inputs)
     r = run([DVC, "repro"], a)
     assert "Running stage 'shard'" in r.stdout
+    # DVC warned "'data/reports/profile' is empty." four times (issue 50): the folder holds a .keep
+    assert "WARNING" not in r.stdout + r.stderr, r.stdout + r.stderr
+    assert [p.name for p in (a / "data/reports/profile").iterdir()] == [".keep"]
+    # the last line of ours says where to look (the README shows it)
+    assert r.stderr.rstrip().splitlines()[-1].endswith(
+        "s; the evidence card is data/reports/evidence.md, its plot data/reports/train.png"), r.stderr
     assert run([DVC, "status"], a).stdout.strip() == "Data and pipelines are up to date."
     t0 = time.perf_counter()
     again = run([DVC, "repro"], a)

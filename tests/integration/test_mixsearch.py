@@ -90,12 +90,15 @@ def test_a_search_ends_with_a_recommended_mix_its_report_and_every_proxy_in_dvc_
         assert f"mix-search: proxy {i}/{RUNS} finished: " in out
     assert all(line in out for line in mixreport.terminal(result)) and "report: data/reports/mix_search.md" in out
     shown = {}
+    import dvc.api
+
     for base in json.loads(run([DVC, "exp", "show", "--json"], root).stdout):
         for e in base.get("experiments") or []:
             for r in e["revs"]:
                 d = r["data"]
-                shown[r["name"]] = (d["params"]["params.yaml"]["data"],
-                                    d["metrics"]["data/metrics/eval.json"]["data"]["sources"])
+                assert set(d["metrics"]["data/metrics/headline.json"]["data"]["bpb"]) == set(MIX)  # what it shows
+                evaluation = json.loads(dvc.api.read("data/metrics/eval.json", repo=str(root), rev=r["rev"]))
+                shown[r["name"]] = (d["params"]["params.yaml"]["data"], evaluation["sources"])
     best = mixsearch.validation_proxy(plan, result["optimum"]["mix"])
     # every proxy, and the validation run unless the law's best mix is a proxy's (measured already)
     assert sorted(shown) == sorted({p.name for p in plan} | {best.name})

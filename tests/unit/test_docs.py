@@ -290,6 +290,25 @@ def test_every_relative_link_resolves(pages):
     assert not problems, "\n".join(problems)
 
 
+def sections_pointed_at(text: str) -> list[tuple[str, str]]:
+    """(page, section) for every `README "Section"` or `docs/page.md ("Section")` a file points at."""
+    return [(page, section) for page, section in re.findall(r'(README|docs/[\w.-]+\.md),? \(?"([^"]+)"', text)]
+
+
+def test_every_section_the_settings_point_to_exists():
+    """params.yaml and pyproject.toml pointed at a README "Curation" section that never existed
+    (issue 50): a section named there is a heading of that page."""
+    problems = []
+    for name in ("params.yaml", "pyproject.toml"):
+        for page, section in sections_pointed_at((REPO / name).read_text()):
+            page = "README.md" if page == "README" else page
+            heads = re.findall(r"^#+ (.+)$", (REPO / page).read_text(), re.M)
+            if not any(h.startswith(section) for h in heads):
+                problems.append(f'{name}: {page} has no section "{section}"')
+    assert not problems, "\n".join(problems)
+    assert sections_pointed_at('README "Curation" shows') == [("README", "Curation")]  # the old pointer, caught
+
+
 def test_the_architecture_names_every_module():
     """docs/architecture.md's layer map names every module of the tree (a new module is placed in
     it, or this fails), in the block of its package."""

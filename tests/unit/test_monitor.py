@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from shardline.training.monitor import Monitor, guess_peak_flops
+from shardline.training.monitor import Monitor, guess_peak_flops, slow_steps
 
 FIELDS = {"step", "loss", "lr", "tokens", "step_s", "data_wait_s", "compute_s", "tokens_per_s", "mfu",
           "gpu_util", "slow"}
@@ -66,13 +66,30 @@ def test_slow_steps_flagged_with_cause_and_logged_once():
     assert len(slow_logs) == 2
     assert "step 11" in slow_logs[0] and "input-bound" in slow_logs[0] and "1.000s" in slow_logs[0]
     assert "step 13" in slow_logs[1] and "compute-bound" in slow_logs[1]
-    # each offers the command that profiles the steps after it (train.profile)
-    assert slow_logs[0].endswith("to profile the next steps: "
-                                 "`dvc exp run -S train.profile.start_step=12 -S train.profile.steps=3`")
+    # each offers the command that profiles it (train.profile)
+    assert slow_logs[0].endswith("to profile it: `dvc exp run -S 'train.profile={start_step:11,steps:3}'`")
     assert mon.summary()["slow_steps"] == [
         {"step": 11, "cause": "input-bound", "step_s": 1.0, "median_s": pytest.approx(0.1)},
         {"step": 13, "cause": "compute-bound", "step_s": 1.0, "median_s": pytest.approx(0.1)},
     ]
+
+
+def test_the_slow_step_lines_and_the_slowest_name_one_step_and_one_command():
+    """Issue 50: the log offered to profile from the step after a slow one, the card from the
+    slowest itself. The card's lines and the train stage's last line are monitor.slow_steps."""
+    logs = []
+    mon = make(logs=logs)
+    rows = [normal(mon, s) for s in range(1, 11)]
+    rows.append(mon.step(11, loss=3.0, lr=1e-3, data_wait_s=0.9, compute_s=0.1, step_s=1.0))
+    rows.append(normal(mon, 12))
+    rows.append(mon.step(13, loss=3.0, lr=1e-3, data_wait_s=0.01, compute_s=1.99, step_s=2.0))
+    command = "`dvc exp run -S 'train.profile={start_step:13,steps:3}'`"
+    assert slow_steps(rows) == [
+        "slow steps: 2 (1 input-bound, 1 compute-bound)",
+        f"the slowest, step 13 (2.000 s, compute-bound): profile it where training next reaches it with {command} "
+        "(train.profile)"]
+    assert logs[-1].startswith("step 13: slow step 2.000s") and logs[-1].endswith(f"to profile it: {command}")
+    assert slow_steps(rows[:10]) == ["slow steps: 0 (0 input-bound, 0 compute-bound)"]
 
 
 def test_nothing_is_slow_before_five_steps():

@@ -7,6 +7,7 @@ traceback through the pipeline flow."""
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 
 import pytest
@@ -83,3 +84,46 @@ def test_dvc_yaml_that_dvc_refuses_is_one_line_naming_the_file_and_line(tmp_path
         dvcrepo.stage_order(repo)
     assert str(e.value).startswith(f"dvc.yaml: line {line}: found duplicate key \"clean\"") and \
         str(e.value).endswith("; fix it (DVC refuses the file as it is)"), str(e.value)
+
+
+def _set_params(command: str) -> list[str]:
+    """The -S values of a `dvc exp run` command line, as the shell hands them to DVC."""
+    words = shlex.split(command)
+    return [words[i + 1] for i, w in enumerate(words) if w == "-S"]
+
+
+@pytest.mark.parametrize("settings", [
+    ["mix.code=0.6", "mix.prose=0.4"],  # the README's experiment
+    ["model.n_layer=3"], ["train.steps=300"], ["clean.min_chars=200"],  # docs/experiments.md's
+])
+def test_dvc_exp_run_set_param_changes_only_the_lines_it_sets(tmp_path, settings):
+    """`dvc exp run -S` writes params.yaml through DVC's writer (dvc.utils.hydra.apply_overrides:
+    ruamel's round trip, every list replaced whole): the shipped file rewrote 44 lines, its comments
+    lost (issue 50). Laid out as that writer writes it, only the lines of the keys set change."""
+    from dvc.utils.hydra import apply_overrides
+
+    path = tmp_path / "params.yaml"
+    path.write_text(SHIPPED)
+    apply_overrides(str(path), settings)
+    before, after = SHIPPED.splitlines(), path.read_text().splitlines()
+    changed = [(a, b) for a, b in zip(before, after) if a != b]
+    assert len(after) == len(before) and len(changed) == len(settings), changed
+    for setting, (a, b) in zip(settings, changed):  # the key's own line: its value set, its comment kept
+        key, value = setting.split("=")
+        assert b.split(":")[0] == a.split(":")[0] == " " * (2 * key.count(".")) + key.split(".")[-1]
+        assert b.partition(":")[2].partition("#")[0].strip() == value and b.partition("#")[2] == a.partition("#")[2]
+
+
+def test_the_profile_command_the_card_and_the_log_offer_runs_and_adds_only_its_keys(tmp_path):
+    """`train.profile` ships null: DVC refused `-S train.profile.start_step=N` ("Invalid
+    `--set-param` value"), and unquoted braces are the shell's brace expansion."""
+    from dvc.utils.hydra import apply_overrides
+
+    from shardline.training.monitor import profile_command
+
+    path = tmp_path / "params.yaml"
+    path.write_text(SHIPPED)
+    apply_overrides(str(path), _set_params(profile_command(120)))
+    assert yaml.safe_load(path.read_text())["train"]["profile"] == {"start_step": 120, "steps": 3}
+    added = ["    start_step: 120", "    steps: 3"]
+    assert [ln for ln in path.read_text().splitlines() if ln not in added] == SHIPPED.splitlines()

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from shardline.training import task_results
-from shardline.training.monitor import write_derived
+from shardline.training.steplog import write_derived
 
 # what lm_eval.simple_evaluate returns, trimmed to what numbers() reads (shapes as 0.4.13 gives them)
 RESULTS = {"results": {"arc": {"alias": "arc", "sample_len": 5, "acc,none": 0.4, "acc_stderr,none": 0.2449,

@@ -21,7 +21,7 @@ from shardline.core.remedies import remedy
 from shardline.data import download, shard, tokenize
 from shardline.data.clean import stage as clean
 from shardline.stream import loader
-from shardline.training import guard, lineage, monitor
+from shardline.training import guard, lineage, steplog
 from shardline.training.network import _tokenizer_meta
 from tests.conftest import make_project, stdlib_files
 
@@ -154,10 +154,10 @@ def test_train_jsonl_a_torn_last_append_is_dropped_at_resume_a_damaged_line_name
     log.parent.mkdir(parents=True)
     rows = [json.dumps({"step": i, "loss": 5.0 - i}) for i in (1, 2, 3)]
     log.write_text(rows[0] + "\n" + rows[1] + "\n" + rows[2][:9])  # a kill inside the third append
-    monitor.truncate_records(log, 2)
+    steplog.truncate_records(log, 2)
     assert log.read_text() == rows[0] + "\n" + rows[1] + "\n"
     log.write_text(rows[0] + "\n" + rows[1][:7] + "\n" + rows[2] + "\n")  # damaged inside
-    for read in (monitor.read_records, lambda p: monitor.truncate_records(p, 3)):
+    for read in (steplog.read_records, lambda p: steplog.truncate_records(p, 3)):
         with pytest.raises(BadInput) as e:
             read(log)
         assert str(e.value) == (f"{log}:2: not a step record (a JSON object with its step): truncated or damaged; "
