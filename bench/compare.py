@@ -8,7 +8,9 @@ main run (`dvc repro`), its commit, the experiment (`dvc exp run -S mix.code=0.6
 Then, timed as whole processes: `shardline diff HEAD <experiment>` once cold (its two runs' outputs
 linked from DVC's cache for the first time) and --repeats times warm, and `shardline explain --step
 N` --repeats times at each step. Targets (issue 49): diff under 10 s, explain under 1 s, at the worst
-repeat. It also prints the diff itself: docs/evaluation.md's worked example is this output.
+repeat. It also prints the diff itself, then records two replicates of the main run a seed apart
+(train.seed, loader.seed) and prints the diff of the seeds and the first diff again, now with the
+seeds' noise in its intervals: docs/evaluation.md's worked example is this output.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from bench.verdict import Targets
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 EXPERIMENT = ["-S", "mix.code=0.6", "-S", "mix.prose=0.4"]
+SEEDS = [("seed7", "train.seed=7"), ("lseed7", "loader.seed=7")]
 
 
 def sh(cmd: list[str], cwd: Path) -> tuple[float, str]:
@@ -59,6 +62,14 @@ def main() -> None:
             steps[step] = [sh([sl, "explain", "--step", str(step)], root)[0] for _ in range(args.repeats)]
         print(f"$ shardline explain --step 150 (first rows)\n" + "\n".join(sh([sl, "explain", "--step", "150"], root)[1]
                                                                           .splitlines()[:4]) + "\n", flush=True)
+        for name, setting in SEEDS:  # replicates of the main run: what a seed alone moves
+            sh(["git", "checkout", "HEAD", "--", "params.yaml", "dvc.lock"], root)
+            sh([dvc, "checkout", "-q"], root)
+            dt, _ = sh([dvc, "exp", "run", "-n", name, "-S", setting], root)
+            print(f"replicate (dvc exp run -n {name} -S {setting}): {dt:.0f} s", flush=True)
+        print("$ shardline diff HEAD seed7\n" + sh([sl, "diff", "HEAD", "seed7"], root)[1], flush=True)
+        seeded, text = sh([sl, "diff", "HEAD", "mix"], root)
+        print(f"$ shardline diff HEAD mix (with the replicates recorded: {seeded:.2f} s)\n{text}", flush=True)
     print(f"shardline diff HEAD mix: cold {cold:.2f} s, warm {med_range(warm, '.2f', unit=' s')}")
     for step, xs in steps.items():
         print(f"shardline explain --step {step}: {med_range(xs, '.2f', unit=' s')}")

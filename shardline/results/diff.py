@@ -32,21 +32,8 @@ from shardline.results.runs import Run
 from shardline.training import noise
 from shardline.training.records import Manifest
 
-SECTIONS = ("model", "train", "loader", "shard", "tokenizer")
-
-
-def _flat(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict) and v:
-            out.update(_flat(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
-
-
 def training(a: Run, b: Run) -> dict:
-    pa, pb = (_flat({s: r.lineage.params.get(s, {}) for s in SECTIONS}) for r in (a, b))
+    pa, pb = (seeds.flat({s: r.lineage.params.get(s, {}) for s in seeds.SECTIONS}) for r in (a, b))
     params = [{"key": k, "a": pa.get(k), "b": pb.get(k)} for k in sorted(set(pa) | set(pb)) if pa.get(k) != pb.get(k)]
     ca, cb = a.lineage.code, b.lineage.code
     init = [(r.lineage.init.source if r.lineage.init else None) for r in (a, b)]

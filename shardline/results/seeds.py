@@ -28,11 +28,12 @@ SECTIONS = ("model", "train", "loader", "shard", "tokenizer")
 TOTAL = "total (sources weighted equally)"
 
 
-def _flat(d: Mapping, prefix: str = "") -> dict:
+def flat(d: Mapping, prefix: str = "") -> dict:
+    """Nested params as dotted keys (`train.seed`), the way a diff names them."""
     out = {}
     for k, v in d.items():
         if isinstance(v, Mapping) and v:
-            out.update(_flat(v, f"{prefix}{k}."))
+            out.update(flat(v, f"{prefix}{k}."))
         else:
             out[f"{prefix}{k}"] = v
     return out
@@ -40,14 +41,14 @@ def _flat(d: Mapping, prefix: str = "") -> dict:
 
 def _shape(m: Manifest) -> tuple:
     lin = m.lineage
-    params = {k: v for k, v in _flat({s: lin.params.get(s, {}) for s in SECTIONS}).items() if k not in SEEDS}
+    params = {k: v for k, v in flat({s: lin.params.get(s, {}) for s in SECTIONS}).items() if k not in SEEDS}
     init = lin.init.to_json() if lin.init else None
     return (lin.data_version.shards_sha256, lin.mix, params, init, m.step)
 
 
 def replicates(x: Manifest, y: Manifest) -> bool:
     """Whether two runs differ by a seed and nothing else that shapes the model (and do differ)."""
-    seeds = lambda m: tuple(_flat({s: m.lineage.params.get(s, {}) for s in SECTIONS}).get(k) for k in SEEDS)  # noqa: E731
+    seeds = lambda m: tuple(flat({s: m.lineage.params.get(s, {}) for s in SECTIONS}).get(k) for k in SEEDS)  # noqa: E731
     return _shape(x) == _shape(y) and seeds(x) != seeds(y)
 
 
