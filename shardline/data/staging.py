@@ -100,9 +100,11 @@ class Record:
 
         self.path = Layout.at(staging.root).staged_record  # (size, mtime_ns) per file the store holds
         try:
-            self.held: dict[str, list[int]] = fsio.read_json(self.path)
+            held = fsio.read_json(self.path)
         except (OSError, ValueError):
-            self.held = {}
+            held = {}
+        # a saving only: a note damaged or of another type holds nothing, and every file is put again
+        self.held: dict[str, list[int]] = held if isinstance(held, dict) else {}
 
     def fresh(self, rel: str, local: Path) -> bool:
         st = local.stat()

@@ -126,7 +126,9 @@ def upload_shards(shards_dir: str | Path, uri: str, names: Sequence[str], log=pr
         put = fsio.read_json(receipts) if receipts else {}
     except (OSError, ValueError):
         put = {}  # only a saving: without it every shard is sent again
-    put = put if isinstance(put, dict) else {}
+    # only a saving: a receipt of another shape vouches for nothing, and its shard is sent again
+    put = {u: r for u, r in put.items() if isinstance(r, dict) and isinstance(r.get("store"), dict)} \
+        if isinstance(put, dict) else {}
 
     def request(target: str, fn):
         """`fn()`, a request about `target`, retried; its error naming the URL (or the target path)."""
