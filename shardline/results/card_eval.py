@@ -65,7 +65,9 @@ def _pm(v: dict, key: str = "loss") -> str:
     return f"{v[key]:.4f}" + (f" ±{noise.half_width(ci):.3f}" if ci else "")
 
 
-def evaluation(rows: list[dict], manifest: Manifest | None, params: Params) -> list[str]:
+def evaluation(rows: list[dict], manifest: Manifest | None, params: Params, repeats: str = "") -> list[str]:
+    """`repeats`: the sources training went through more than once, and how often (the card's resume
+    point knows), said when held-out loss ends above training loss."""
     evals = eval_rows(rows)
     lines = ["## Held-out evaluation", ""]
     if not evals:
@@ -89,11 +91,11 @@ def evaluation(rows: list[dict], manifest: Manifest | None, params: Params) -> l
                   f"{train_s:.1f} s of training steps.", ""]
     last = evals[-1]
     said = [noise.thin(n, v, params.eval.resolution) for n, v in last["eval"]["sources"].items()]
-    said.append(noise.easier(own_mix(last["eval"]), noise.recent_train_loss(rows, last["step"])))
+    said.append(noise.against_training(own_mix(last["eval"]), noise.recent_train_loss(rows, last["step"]), repeats))
     said = [s for s in said if s]
     lines += [f"- {s}" for s in said] + ([""] if said else [
-        f"Held-out loss at step {last['step']} is within noise of the training loss or above it, and every source "
-        f"is judged to ±{params.eval.resolution:g} nats or better.", ""])
+        f"Held-out loss at step {last['step']} is within noise of the training loss, and every source is judged to "
+        f"±{params.eval.resolution:g} nats or better.", ""])
     return lines + _before_after(manifest, last["eval"])
 
 
