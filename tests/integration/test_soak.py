@@ -25,7 +25,9 @@ def test_a_long_run_stays_bounded_and_a_kill_near_its_end_resumes_exactly(tmp_pa
         "step-000001000", "step-000002000", "step-000002750", "step-000003000"]
     early = [s["fds"] for s in samples if STEPS // 5 <= s["step"] <= 2 * STEPS // 5]
     late = [s["fds"] for s in samples if s["step"] >= 4 * STEPS // 5]
-    assert early and late and max(late) <= max(early), (early, late)  # no file left open per step or checkpoint
+    # no file left open per step or checkpoint (a leak of one a checkpoint would be +5 here); the trackers'
+    # processes open one or two for a moment now and then
+    assert early and late and max(late) <= max(early) + 2, (early, late)
     steps = [json.loads(ln)["step"] for ln in (a / "data/metrics/train.jsonl").read_text().splitlines()]
     assert steps == list(range(1, STEPS + 1))
 
