@@ -122,6 +122,10 @@ def _before_after(manifest: Manifest | None, latest: dict) -> list[str]:
                                                   f"{', within noise' if d[k]['within_noise'] else ''}" if d else ""))
         lines.append(f"| {n} | {b['loss']:.4f} | {a['loss']:.4f} | {cell('loss')} | {b['bpb']:.4f} | {a['bpb']:.4f} | "
                      f"{cell('bpb')} |")
+    if set(before["sources"]) == set(now["sources"]):  # one weighting for both, whatever the mixes: equal
+        b, a = equal(before), equal(now)
+        lines.append(f"| total (sources weighted equally) | {b['loss']:.4f} | {a['loss']:.4f} | {a['loss'] - b['loss']:+.4f} | "
+                     f"{b['bpb']:.4f} | {a['bpb']:.4f} | {a['bpb'] - b['bpb']:+.4f} |")
     return lines + [""]
 
 
