@@ -20,6 +20,7 @@ from pathlib import Path
 import psutil
 
 from harness.projects import env_for, small_params, stdlib_sources, write_params
+from shardline.training.checkpoint import read_manifest
 
 BIN = Path(sys.executable).parent
 SL = str(BIN / "shardline")
@@ -77,12 +78,12 @@ def watch(root: Path, kill_past: int | None = None) -> tuple[list[dict], int]:
         try:
             tree = [me, *me.children(recursive=True)]
             rss = sum(p.memory_info().rss for p in tree)
-            fds = sum(p.num_fds() for p in tree)
+            fds = {f"{p.pid} {p.name()}": p.num_fds() for p in tree}
         except psutil.NoSuchProcess:
             continue
         ck = root / "data/checkpoints"
         step = last_step(root / "data/metrics/train.jsonl")
-        samples.append({"step": step, "rss": rss, "fds": fds, "checkpoints": du(ck),
+        samples.append({"step": step, "rss": rss, "fds": sum(fds.values()), "fds_by": fds, "checkpoints": du(ck),
                         "ckpt_dirs": len(os.listdir(ck)) if ck.exists() else 0,
                         "data": du(root / "data") - du(ck), "logs": du(root / "logs")})
         if kill_past is not None and step > kill_past:
@@ -94,7 +95,20 @@ def watch(root: Path, kill_past: int | None = None) -> tuple[list[dict], int]:
     return samples, 0
 
 
+def fd_growth(samples: list[dict]) -> dict[str, tuple[int, int]]:
+    """Each process's open files early in its life and at its end: {"pid name": (most in the second fifth
+    of its samples, most in the last fifth)}. Per process and its own life, because the trackers' process
+    starts when it has imported its libraries, seconds after the trainer, later still on a loaded machine:
+    a sum over the tree compares a tree without it with a tree with it."""
+    lives: dict[str, list[int]] = {}
+    for s in samples:
+        for who, n in s["fds_by"].items():
+            lives.setdefault(who, []).append(n)
+    return {who: (max(n[len(n) // 5:max(len(n) // 5 + 1, 2 * len(n) // 5)]), max(n[-max(1, len(n) // 5):]))
+            for who, n in lives.items() if len(n) >= 10}
+
+
 def final_weights(root: Path) -> dict[str, str]:
     last = sorted((root / "data/checkpoints").glob("step-*"))[-1]
-    files = json.loads((last / "manifest.json").read_text())["files"]
-    return {last.name: {k: v["sha256"] for k, v in files.items() if k in ("model.pt", "optimizer.pt")}}
+    files = read_manifest(last).files
+    return {last.name: {k: v.sha256 for k, v in files.items() if k in ("model.pt", "optimizer.pt")}}

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from harness.soak import KEEP_LAST, final_weights, last_step, project, watch
+from harness.soak import KEEP_LAST, fd_growth, final_weights, last_step, project, watch
 
 pytestmark = pytest.mark.slow
 STEPS, KEEP_EVERY = 3_000, 1_000
@@ -23,11 +23,11 @@ def test_a_long_run_stays_bounded_and_a_kill_near_its_end_resumes_exactly(tmp_pa
     assert max(s["ckpt_dirs"] for s in samples) <= bound
     assert sorted(p.name for p in (a / "data/checkpoints").glob("step-*")) == [
         "step-000001000", "step-000002000", "step-000002750", "step-000003000"]
-    early = [s["fds"] for s in samples if STEPS // 5 <= s["step"] <= 2 * STEPS // 5]
-    late = [s["fds"] for s in samples if s["step"] >= 4 * STEPS // 5]
-    # no file left open per step or checkpoint (a leak of one a checkpoint would be +5 here); the trackers'
-    # processes open one or two for a moment now and then
-    assert early and late and max(late) <= max(early) + 2, (early, late)
+    growth = fd_growth(samples)
+    # no file left open per step or checkpoint, in any process (a leak of one a checkpoint would be +5 here);
+    # the trackers' processes open one or two for a moment now and then (mlflow's journal)
+    assert any("shardline" in who for who in growth), growth
+    assert all(late <= early + 2 for early, late in growth.values()), growth
     steps = [json.loads(ln)["step"] for ln in (a / "data/metrics/train.jsonl").read_text().splitlines()]
     assert steps == list(range(1, STEPS + 1))
 
