@@ -13,7 +13,9 @@ peak memory and save time per rank) and bench.data (the data stages as processes
 1 GB and 4 GB JSONL corpus; two interleaved runs per size, ~17 minutes here), bench.curation (the clean
 stage with FineWeb's rule sets, and near-dedup, on the 1 GB corpus; ~10 minutes here; its 4 GB run is
 `python -m bench.curation`), bench.compare (`shardline diff` of the README's main run and its experiment,
-and `explain --step`, on a fresh clone), bench.cleanprofile (where a clean part's seconds go, this tree and the
+and `explain --step`, on a fresh clone), bench.soak (50,000 steps with eval, checkpoints, retention and every
+tracker: memory, open files, step time and disk watched, a kill near the end resumed exactly; ~25 minutes
+here), bench.cleanprofile (where a clean part's seconds go, this tree and the
 engine before the rules were compiled) and bench.gpu (the CUDA
 paths: at most 8 minutes on one GPU; says it has not run where there is none) and bench.chaos (40 SIGKILLs
 on each of two seeds: every kill point fired, nothing differing) one after another, each in its own
@@ -37,7 +39,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 BENCHES = [("tokenize", []), ("loader", []), ("train", []), ("loss", []), ("trackers", []), ("pipeline", []), ("scale", []),
-           ("sharded", []), ("mixsearch", []), ("compare", []),
+           ("sharded", []), ("mixsearch", []), ("compare", []), ("soak", []),
            ("data", ["--no-sources"]), ("sources", []), ("curation", ["--no-scale"]),
            ("cleanprofile", []), ("gpu", []),
            # the chaos suite on two seeds: each a different plan of 40 kills (name@seed: one section each)

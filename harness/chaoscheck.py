@@ -32,7 +32,7 @@ VARYING = {"step_s", "data_wait_s", "compute_s", "tokens_per_s", "mfu", "gpu_uti
            "prefect_flow_run_id", "resumes", "median_tokens_per_s", "p95_step_s", "data_wait_pct", "mean_mfu",
            "slow_steps", "this_process", "resumed_from", "checkpoints_saved"}
 CARD_VARYING = re.compile(r"tokens/s over|p95 step time|data wait|eval\(s\), .* s in all|training resumed \d+ time"
-                          r"|slow steps: |^  - the slowest, step ")  # the slowest: which step, under its count
+                          r"|slow steps: |^  - the slowest, step |^- the slowest step")  # the slowest: which step
 LEFTOVER = (".tmp-", ".part", ".next")  # names a finished line never leaves behind
 
 

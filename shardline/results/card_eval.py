@@ -68,7 +68,9 @@ def _pm(v: dict, key: str = "loss") -> str:
     return f"{v[key]:.4f}" + (f" ±{noise.half_width(ci):.3f}" if ci else "")
 
 
-def evaluation(rows: list[dict], manifest: Manifest | None, params: Params) -> list[str]:
+def evaluation(rows: list[dict], manifest: Manifest | None, params: Params, repeats: str = "") -> list[str]:
+    """`repeats`: the sources training went through more than once, and how often (the card's resume
+    point knows), said when held-out loss ends above training loss."""
     evals = eval_rows(rows)
     lines = ["## Held-out evaluation", ""]
     if not evals:
@@ -93,11 +95,11 @@ def evaluation(rows: list[dict], manifest: Manifest | None, params: Params) -> l
                   f"{train_s:.1f} s of training steps.", ""]
     last = evals[-1]
     said = [noise.thin(text(n), v, params.eval.resolution) for n, v in last["eval"]["sources"].items()]
-    said.append(noise.easier(own_mix(last["eval"]), noise.recent_train_loss(rows, last["step"])))
+    said.append(noise.against_training(own_mix(last["eval"]), noise.recent_train_loss(rows, last["step"]), repeats))
     said = [s for s in said if s]
     lines += [f"- {s}" for s in said] + ([""] if said else [
-        f"Held-out loss at step {last['step']} is within noise of the training loss or above it, and every source "
-        f"is judged to ±{params.eval.resolution:g} nats or better.", ""])
+        f"Held-out loss at step {last['step']} is within noise of the training loss, and every source is judged to "
+        f"±{params.eval.resolution:g} nats or better.", ""])
     return lines + _before_after(manifest, last["eval"])
 
 
@@ -126,6 +128,10 @@ def _before_after(manifest: Manifest | None, latest: dict) -> list[str]:
         lines.append(f"| {text(n)} | {b['loss']:.4f} | {a['loss']:.4f} | {cell('loss')} | {b['bpb']:.4f} | "
                      f"{a['bpb']:.4f} | "
                      f"{cell('bpb')} |")
+    if set(before["sources"]) == set(now["sources"]):  # one weighting for both, whatever the mixes: equal
+        b, a = equal(before), equal(now)
+        lines.append(f"| total (sources weighted equally) | {b['loss']:.4f} | {a['loss']:.4f} | {a['loss'] - b['loss']:+.4f} | "
+                     f"{b['bpb']:.4f} | {a['bpb']:.4f} | {a['bpb'] - b['bpb']:+.4f} |")
     return lines + [""]
 
 

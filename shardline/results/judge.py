@@ -120,7 +120,7 @@ def flags(ev: dict, resolution: float, train: tuple[float, float, int] | None = 
     """What makes an eval's figures less than they look: a source judged on too few documents or
     with too wide an interval, a held-out set easier than the training data."""
     out = [noise.thin(n, v, resolution) for n, v in ev["sources"].items()]
-    return [w for w in [*out, noise.easier(own_mix(ev), train)] if w]
+    return [w for w in [*out, noise.against_training(own_mix(ev), train)] if w]
 
 
 def heldout_warning(r: dict) -> str | None:

@@ -24,7 +24,7 @@ import torch
 
 from shardline.core.layout import Layout
 from shardline.results import export
-from shardline.training import checkpoint, downstream, task_results
+from shardline.training import checkpoint, downstream, evaluate, task_results
 from shardline.training.records import Manifest
 from shardline.training.steplog import read_records, write_derived
 
@@ -54,6 +54,6 @@ def _this_runs(path: Path, manifest: Manifest, layout: Layout) -> tuple[dict | N
     row = next((r for r in read_records(layout.train_log) if r["step"] == step), None)
     if row is None:
         return None, f"{layout.rel(layout.train_log)} holds no record of step {step}"
-    if manifest.eval and row.get("eval") and manifest.eval != row["eval"]:
+    if manifest.eval and row.get("eval") and evaluate.as_row(manifest.eval) != row["eval"]:
         return None, f"its held-out eval differs from step {step}'s in {layout.rel(layout.train_log)}: another run's"
     return row, None

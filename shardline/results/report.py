@@ -164,7 +164,7 @@ def build(params: Params, layout: Layout, parent: "Run | None" = None, log: Log 
 
     lines += ["## Shards", "", "| source | shards | blocks | blocks/shard min-max | tokens | tail dropped |",
               "|---|---|---|---|---|---|"]
-    sizes = {}
+    sizes, repeats = {}, ""
     for s in params.sources:
         ix = read_index(layout.shards_of(s.name), SHARDS_FIRST, layout.rel)
         counts = [x["blocks"] for x in ix["shards"]]
@@ -175,11 +175,12 @@ def build(params: Params, layout: Layout, parent: "Run | None" = None, log: Log 
         pos = state["loader"]["blocks_consumed"]
         per = Schedule(params.mix, list(sizes)).counts_before(pos)
         epochs = ", ".join(f"{text(n)}: {c / sizes[n]:.2f} epochs" for n, c in zip(sizes, per.tolist()))
+        repeats = ", ".join(f"{text(n)} {c / sizes[n]:.1f} times" for n, c in zip(sizes, per.tolist()) if c > sizes[n])
         lines += ["", f"Resume point: {pos:,} blocks consumed ({state['loader']['global_batches_consumed']:,} "
                       f"global batches) at step {state['step']}; {epochs}."]
 
     rows = read_records(layout.train_log)
-    lines += [""] + card_eval.evaluation(rows, manifest, params)
+    lines += [""] + card_eval.evaluation(rows, manifest, params, repeats)
     if parent is not None and latest is not None:
         lines += card_eval.what_changed(parent, Run.open("this run", layout, latest.path), params.eval.doc_bytes, layout)
     lines += card_eval.steps(layout, params, rows, log)

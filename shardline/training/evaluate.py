@@ -288,3 +288,9 @@ def compact(ev: dict) -> dict:
             "sources": {n: {k: v[k] for k in KEPT if k in v} for n, v in ev["sources"].items()},
             "docs": ev["docs"], "heldout_blocks": ev["heldout_blocks"], "eval_s": ev["seconds"],
             "tokens_per_s": ev["tokens_per_s"]}
+
+
+def as_row(ev: dict) -> dict:
+    """A manifest's evaluation as its step's train.jsonl row keeps it (each document's sums stay in the
+    manifest: `shardline diff` pairs runs by them)."""
+    return {k: v for k, v in ev.items() if k != "docs"}

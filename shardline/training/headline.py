@@ -1,7 +1,8 @@
 """data/metrics/headline.json: the few figures `dvc metrics show` and `dvc exp show` print by default.
 
 Contract: `headline(evaluation, tokens_per_s)` is a pure function of the latest held-out
-evaluation as eval.json holds it (`sources.<name>.bpb` and `total.bpb`, the comparable total; any
+evaluation as eval.json holds it (`sources.<name>.bpb` and `total.bpb`, the comparable total: the
+sources weighted equally, whatever each run's mix, so `dvc exp show` compares like with like; any
 other key, an interval, a loss, is left to eval.json) and the median tokens/s over every step on
 record (train.json's median_tokens_per_s, computed by the same function):
 `{"step": <the eval's step>, "bpb": {<source>: ...}, "bpb_total": ..., "tokens_per_s": ...}`, bits

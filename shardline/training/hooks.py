@@ -26,7 +26,7 @@ from typing import Protocol
 
 from shardline.core import chaos
 from shardline.training.downstream import Downstream
-from shardline.training.evaluate import compact, due
+from shardline.training.evaluate import as_row, compact, due
 from shardline.training.step import StepResult
 
 
@@ -78,8 +78,8 @@ class Records(Base):
                  **({"guard": r.verdict} if r.verdict != "ok" else {}),
                  **({"skipped_batches": r.skipped} if r.skipped else {}),
                  **({"rollbacks": self.pending} if self.pending else {}), **out}
-        if "eval" in out:  # each document's sums stay in the manifest (shardline diff pairs runs by them)
-            extra["eval"] = {k: v for k, v in out["eval"].items() if k != "docs"}
+        if "eval" in out:
+            extra["eval"] = as_row(out["eval"])
         self.pending = []
         self.s.trackers.step(self.s.monitor.step(r.step, loss=r.loss, lr=r.lr, data_wait_s=r.data_wait_s,
                                                  compute_s=r.step_s - r.data_wait_s, step_s=r.step_s, extra=extra))

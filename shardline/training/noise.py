@@ -184,17 +184,24 @@ def recent_train_loss(rows: Sequence[Mapping], step: int) -> tuple[float, float,
     return float(losses.mean()), float(1.96 * losses.std(ddof=1) / math.sqrt(len(losses))), len(losses)
 
 
-def easier(own_mix: Mapping, train: tuple[float, float, int] | None) -> str | None:
-    """One line when the held-out loss, weighted by the run's own mix as its training batches are,
-    is below the recent training loss by more than the noise of both: the held-out documents are
-    easier than the training ones (or the model memorised nothing: it is the wrong way round)."""
+def against_training(own_mix: Mapping, train: tuple[float, float, int] | None, repeats: str = "") -> str | None:
+    """One line when the held-out loss, weighted by the run's own mix as its training batches are, is
+    off the recent training loss by more than the noise of both. Below it: the held-out documents are
+    easier than the training ones, and held-out figures flatter the model. Above it: the model does
+    better on what it trains on than on unseen text, as when training repeats its data (`repeats`:
+    which sources it went through more than once, where the caller knows)."""
     if train is None or own_mix.get("loss_ci") is None:
         return None
     mean, half, n = train
     noise = math.hypot(half_width(own_mix["loss_ci"]), half)
     gap = mean - own_mix["loss"]
-    if gap <= noise:
+    if abs(gap) <= noise:
         return None
-    return (f"held-out loss {own_mix['loss']:.3f} (by this run's mix) is {gap:.3f} nats below the training loss of the "
-            f"last {n} steps ({mean:.3f}), more than their noise (±{noise:.3f}): the held-out documents are easier than "
-            "the training ones, so held-out figures flatter the model; see the per-source documents and eval.doc_bytes")
+    where = f"{abs(gap):.3f} nats {'below' if gap > 0 else 'above'} the training loss of the last {n} steps ({mean:.3f})"
+    head = f"held-out loss {own_mix['loss']:.3f} (by this run's mix) is {where}, more than their noise (±{noise:.3f}): "
+    if gap > 0:
+        return head + ("the held-out documents are easier than the training ones, so held-out figures flatter the model; "
+                       "see the per-source documents and eval.doc_bytes")
+    return head + ("the model does better on text it trains on than on unseen text"
+                   + (f" (training repeats {repeats})" if repeats else " (repeated training data, or an undertrained "
+                      "model whose training loss still falls fast)"))

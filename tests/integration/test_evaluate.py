@@ -175,6 +175,10 @@ def test_continued_run_attributes_the_change_per_source(built, tmp_path):
     after = json.loads((root / "data/metrics/eval.json").read_text())
     b, a = origin["eval_now"]["sources"]["more"]["loss"], after["sources"]["more"]["loss"]
     assert "### Before and after: continued from `step-000000008` (step 8)" in card
+    # the total of a before and an after of two mixes: under one weighting for both, named
+    eb = sum(v["loss"] for v in origin["eval_now"]["sources"].values()) / 2
+    ea = sum(v["loss"] for v in after["sources"].values()) / 2
+    assert f"| total (sources weighted equally) | {eb:.4f} | {ea:.4f} | {ea - eb:+.4f} |" in card
     assert f"| more | {b:.4f} | {a:.4f} | {a - b:+.4f} [" in card  # with its interval: both scored the same blocks
     assert "## Held-out split" in card and "## Held-out evaluation" in card
 

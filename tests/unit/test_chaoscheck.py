@@ -18,7 +18,9 @@ def card(fast: bool) -> str:
                "4 eval(s), 0.2 s in all = 30.7% of the 0.5 s of training steps.",
                "- slow steps: 2 (0 input-bound, 2 compute-bound)",
                "  - the slowest, step 14 (0.068 s, compute-bound): profile it where training next reaches it with "
-               "`dvc exp run -S 'train.profile={start_step:14,steps:3}'` (train.profile)"])
+               "`dvc exp run -S 'train.profile={start_step:14,steps:3}'` (train.profile)",
+               "- the slowest step, 14: code: a.py:1 and 31 more (`shardline explain --step 14` lists every row and "
+               "token range)"])
     return "\n".join(["# Evidence card", "- held-out loss 5.61 (code)", *timing, "- rollbacks (loss spikes): 0"])
 
 

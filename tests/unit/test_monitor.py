@@ -152,3 +152,34 @@ def test_cpu_peak_is_shared_by_the_ranks_on_one_machine(monkeypatch):
     whole = guess_peak_flops(cpu)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
     assert guess_peak_flops(cpu) == whole / 2
+
+
+def _long_run(mon, keep: list | None) -> None:
+    for s in range(1, 3001):
+        extra = {"batches": [f"{s:016x}"] * 8, "grad_norm": 1.0, **({"guard": "skip"} if s % 997 == 0 else {}),
+                 **({"rollbacks": [{"n": 1, "step": s}]} if s == 1500 else {})}
+        rec = mon.step(s, loss=float("nan") if s == 3000 else 3.0 - s / 3000, lr=1e-3, data_wait_s=0.01,
+                       compute_s=0.09 if s != 2000 else 1.0, step_s=0.1 if s != 2000 else 1.01, extra=extra)
+        if keep is not None:
+            keep.append(rec)
+
+
+def test_the_summary_keeps_no_record_and_says_what_summarize_says_of_them():
+    """A week-long run kept every record (about 1 KB each): bench.soak saw the trainer's memory grow 5%
+    over 50,000 steps. The monitor keeps what its summary needs, and says the same as summarize."""
+    import tracemalloc
+
+    from shardline.training.monitor import summarize
+
+    mon, recs = make(total_steps=3000), []
+    _long_run(mon, recs)
+    held = mon.summary()
+    assert held == {**summarize(recs, 1000), "slow_steps": held["slow_steps"]}
+    assert [s["step"] for s in held["slow_steps"]] == [2000] and held["skipped_steps"] == [997, 1994, 2991]
+    tracemalloc.start()
+    mon = make(total_steps=3000)
+    before = tracemalloc.get_traced_memory()[0]
+    _long_run(mon, None)
+    grew = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    assert grew < 3000 * 100, grew  # ~24 bytes a step (three floats and an MFU), not a record's ~1 KB

@@ -90,11 +90,15 @@ def test_a_thin_source_is_one_line_with_the_documents_it_needs():
     assert noise.thin("code", {"docs": 500, "tokens": 1, "loss_ci": [4.0, 4.08]}, 0.05) is None
 
 
-def test_a_held_out_set_easier_than_training_is_said():
+def test_a_held_out_set_easier_or_harder_than_training_is_said():
     rows = [{"step": s, "loss": 4.88 + (0.01 if s % 2 else -0.01)} for s in range(1, 151)]
     train = noise.recent_train_loss(rows, 150)
     assert train[0] == pytest.approx(4.88) and train[2] == noise.RECENT_STEPS
-    said = noise.easier({"loss": 3.66, "loss_ci": [3.4, 3.9]}, train)
+    said = noise.against_training({"loss": 3.66, "loss_ci": [3.4, 3.9]}, train)
     assert said.startswith("held-out loss 3.660 (by this run's mix) is 1.220 nats below the training loss of the "
                            "last 20 steps (4.880)")
-    assert noise.easier({"loss": 4.80, "loss_ci": [4.5, 5.1]}, train) is None  # below, but within their noise
+    assert noise.against_training({"loss": 4.80, "loss_ci": [4.5, 5.1]}, train) is None  # below, but within their noise
+    above = noise.against_training({"loss": 5.5, "loss_ci": [5.4, 5.6]}, train, "prose 2.2 times")
+    assert above == ("held-out loss 5.500 (by this run's mix) is 0.620 nats above the training loss of the last 20 steps "
+                     "(4.880), more than their noise (±0.100): the model does better on text it trains on than on unseen "
+                     "text (training repeats prose 2.2 times)")
