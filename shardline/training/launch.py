@@ -39,7 +39,7 @@ from shardline.core.layout import Layout
 Log = Callable[[str], None]
 RANK0 = "[default0]:"  # how torchrun's --tee marks rank 0's lines on its console
 PEERS_LOST = "lost the other ranks"
-OWN = re.compile(r"^train: rank \d+ of \d+ on \S+: ")  # how a rank names itself in its line (Dist.lost_peers)  # the words of a rank whose collective failed (shardline.training.dist)
+OWN = re.compile(r"^train: rank \d+ of \d+ on \S+: ")  # how a rank names itself in its line (Dist.lost_peers)
 # one failure in torchrun's report: "[i]:", then its time, host, rank (local_rank) and exit code
 FAILURE = re.compile(r"host\s*:\s*(?P<host>\S+)\s*\n\s*rank\s*:\s*(?P<rank>\d+) \(local_rank: (?P<local>\d+)\)\s*\n"
                      r"\s*exitcode\s*:\s*(?P<code>-?\d+)")
