@@ -91,7 +91,7 @@ def test_the_evidence_card_has_the_drop_table(tmp_path):
     prose = stats["sources"]["prose"]
     rule, c = next((r, c) for r, c in prose["rules"].items() if c["docs"])
     assert f"| prose | {rule} | {c['docs']:,} | {c['docs'] / prose['docs_in']:.2%} | {c['bytes'] / 1e6:.2f} | " \
-           f"data/clean/prose/dropped/{rule}.jsonl |" in lines
+           f"`data/clean/prose/dropped/{rule}.jsonl` |" in lines  # a path, as code: never markup
     assert f"| prose | dedup | {prose['dedup']['docs']} |" in "\n".join(lines)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import socket
@@ -279,8 +280,11 @@ def test_dead_rank_fails_both_nodes_in_seconds(built, tmp_path):
     node0 = (root / "node0.log").read_text()
     said = [ln for ln in node0.splitlines() if ln.startswith("error: train: rank 0 of 2 on ")]
     assert len(said) == 1 and "lost the other ranks in a collective (" in said[0], node0[-3000:]
-    assert node0.count("Traceback (most recent call last)") == 1, node0  # torchrun's own, not the rank's
-    assert f"traceback : {said[0].removeprefix('error: ')}" in node0
+    # no traceback through our code: torchrun's agent prints its own (one or two, and c10d's frames, as its
+    # store's connection to the dead node goes), never the rank's
+    assert not re.search(r'File "[^"]*/shardline/', node0), node0
+    if "ChildFailedError" in node0:  # torchrun's report quotes it (unless its agent lost the store first, on node 1)
+        assert f"traceback : {said[0].removeprefix('error: ')}" in node0
     # train.dist_timeout_s is 60: the survivor's collective fails on the closed connection, sooner
     assert done - killed < 30, f"the job took {done - killed:.1f}s to fail after rank 1 died"
     print(f"both nodes failed {done - killed:.1f}s after rank 1 died")

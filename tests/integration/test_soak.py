@@ -24,10 +24,10 @@ def test_a_long_run_stays_bounded_and_a_kill_near_its_end_resumes_exactly(tmp_pa
     assert sorted(p.name for p in (a / "data/checkpoints").glob("step-*")) == [
         "step-000001000", "step-000002000", "step-000002750", "step-000003000"]
     growth = fd_growth(samples)
-    # no file left open per step or checkpoint, in any process (a leak of one a checkpoint would be +5 here);
-    # the trackers' processes open one or two for a moment now and then (mlflow's journal)
+    # no file left open per step or checkpoint, in any process (a leak of one a checkpoint would be +2 or +3
+    # in the last fifth); the trackers' process opens one more for a moment now and then (mlflow's journal)
     assert any("shardline" in who for who in growth), growth
-    assert all(late <= early + 2 for early, late in growth.values()), growth
+    assert all(late <= early + 1 for early, late in growth.values()), growth
     steps = [json.loads(ln)["step"] for ln in (a / "data/metrics/train.jsonl").read_text().splitlines()]
     assert steps == list(range(1, STEPS + 1))
 
