@@ -40,6 +40,7 @@ import dataclasses
 import json
 import random
 import shutil
+import signal
 import subprocess
 import time
 import zlib
@@ -202,8 +203,9 @@ def storm(path: str, work: Path, env: dict, seed: int, built: Path, shards_uri: 
         rc, at, err = killed(cmd, Path(f"{hit}-cwd"), e, proxy, through_k(proxy, row.k), timeout=600)
         row.at, row.at_n = (" ".join(proxy.log[at][:2]), at + 1) if at >= 0 else ("", 0)
         if at < 0:
-            row.problem = f"the kill at request {row.k} never fired: the run made {len(proxy.log)} (exit {rc})"
-        elif rc != -9:
+            row.problem = (f"the kill never fired: the run ended (exit {rc}) before {row.k - 1} of its "
+                           f"{len(proxy.log)} requests got through")
+        elif rc != -signal.SIGKILL:
             row.problem = f"killed at request {row.k}, it exited {rc}: {err.strip()[-500:]}"
         while not row.problem:
             r = subprocess.run(cmd, cwd=f"{hit}-cwd", env=e, capture_output=True, text=True, timeout=600)
