@@ -15,10 +15,11 @@ whose data half was built here once, in this process, and for each:
 2. the storm: the same command through a FaultProxy on the path's seed at RATE (0.3) of every
    fault of the default schedule (FAULTS: 500, 503, reset, stall, short), its process group
    SIGKILLed as the proxy receives a request once k - 1 have got through (no fault), k drawn from
-   the seed uniformly in [1, n] (that request is answered 500 to no one: faultproxy.killed).
+   the seed uniformly in [1, 0.9 n] (that request is answered 500 to no one: faultproxy.killed).
    Counted in requests that got through, both runs do the same work: k lands anywhere in the
-   run's progress, its last request included, not only in the first n requests of a storm that
-   makes half as many again;
+   first nine tenths of the run's progress, not only in the first n requests of a storm that
+   makes half as many again. Not the last tenth: where the streamed cache's prefetch races its
+   reads, a run's requests vary by a few, and a k past the storm's last request never kills;
 3. run again under the same proxy, its schedule going on, until it exits 0: a transient failure
    (exit 75: the store section's retries ran out) is run again, as an orchestrator would; any
    other exit, AGAIN runs, or a kill that never fired fails the storm;
@@ -61,6 +62,9 @@ STORE = {"attempts": 12, "backoff_s": 0.02, "max_backoff_s": 0.2, "timeout_s": 0
 # checkpoints every 2 steps, 2 kept: a run of 8 saves 4 and retention deletes 2
 TRAIN = {"steps": 8, "checkpoint_every": 2, "keep_last": 2, "keep_every": 0, "warmup_steps": 2, "threads": 1}
 MODEL = ("model.pt", "optimizer.pt")
+# shards of ~10 KB, several per source, and a streamed cache of two: training fetches shards (and
+# fetches again what it evicted) from its first step to its last, so a kill can land in any step
+SHARD_MB, CACHE_MB = 0.01, 0.02
 SCRATCH = ".shardline-parts"  # shardline.data.staging's workers' scratch, in their working folder
 LEFTOVER = (*chaoscheck.LEFTOVER, ".fetch")
 
@@ -111,7 +115,7 @@ def build(dest: Path, files: int = 8) -> Path:
     root = dest / "built"
     root.mkdir(parents=True)
     write_params(root, small_params([{"name": "code", "uri": str(src), "format": "txt"}], train=TRAIN,
-                                    eval={"blocks": 4}, store=STORE))
+                                    eval={"blocks": 4}, store=STORE, shard={"target_mb": SHARD_MB}))
     params, layout = config.load(root / "params.yaml"), Layout.at(root)
     download.run(params, layout, log=lambda _: None)
     for name in ("clean", "tokenize", "shard"):
@@ -127,7 +131,7 @@ def setup(path: str, built: Path, dest: Path, uri: str, shards_uri: str) -> list
     if path == "push-shards":
         cmd = ["push-shards", uri]
     elif path == "train-stream":
-        p["loader"] = {**p["loader"], "shards_uri": shards_uri, "cache_mb": 0.02}
+        p["loader"] = {**p["loader"], "shards_uri": shards_uri, "cache_mb": CACHE_MB}
         shutil.rmtree(dest / "data/shards")  # streamed: nothing read from here
     elif path == "train-ckpt":
         p["train"] = {**p["train"], "checkpoint_uri": uri}
@@ -179,9 +183,19 @@ def through(proxy: FaultProxy, env: dict) -> dict:
     return env_for(**{k: v for k, v in proxy.env(env).items() if k.startswith("AWS_")}, AWS_MAX_ATTEMPTS="1")
 
 
-def through_k(proxy: FaultProxy, k: int):
-    """A `killed` trigger: the first request to arrive once k - 1 requests have got through."""
-    return lambda _: sum(f is None for *_, f in proxy.log) >= k - 1
+class ThroughK:
+    """A `killed` trigger: the first request to arrive once k - 1 requests have got through; `at`
+    holds it ("METHOD path") and its place among the proxy's requests (the log may not hold it yet
+    when the killed command's wait returns)."""
+
+    def __init__(self, proxy: FaultProxy, k: int):
+        self.proxy, self.k, self.at = proxy, k, ("", 0)
+
+    def __call__(self, request: str) -> bool:
+        fire = sum(f is None for *_, f in self.proxy.log) >= self.k - 1
+        if fire:
+            self.at = (request, len(self.proxy.log) + 1)
+        return fire
 
 
 def storm(path: str, work: Path, env: dict, seed: int, built: Path, shards_uri: str) -> Row:
@@ -195,13 +209,14 @@ def storm(path: str, work: Path, env: dict, seed: int, built: Path, shards_uri: 
         n = len(quiet.log)
     if r.returncode != 0:
         raise RuntimeError(f"{path}: the fault-free reference failed ({r.returncode}): {r.stderr[-2000:]}")
-    row = Row(path, pseed, n, random.Random(pseed).randint(1, n))
+    row = Row(path, pseed, n, random.Random(pseed).randint(1, max(1, n * 9 // 10)))
     want = made(path, ref, env, f"{prefix}/ref")
     cmd = setup(path, built, hit, f"s3://{BUCKET}/{prefix}/storm", shards_uri)
     with FaultProxy(env["AWS_ENDPOINT_URL"], seed=pseed, rate=RATE, faults=FAULTS, stall_s=1.5) as proxy:
         e = through(proxy, env)
-        rc, at, err = killed(cmd, Path(f"{hit}-cwd"), e, proxy, through_k(proxy, row.k), timeout=600)
-        row.at, row.at_n = (" ".join(proxy.log[at][:2]), at + 1) if at >= 0 else ("", 0)
+        when = ThroughK(proxy, row.k)
+        rc, at, err = killed(cmd, Path(f"{hit}-cwd"), e, proxy, when, timeout=600)
+        row.at, row.at_n = when.at
         if at < 0:
             row.problem = (f"the kill never fired: the run ended (exit {rc}) before {row.k - 1} of its "
                            f"{len(proxy.log)} requests got through")
@@ -240,7 +255,7 @@ def run_storms(work: Path, seed: int, env: dict, paths=PATHS, log=print) -> list
 
 
 def table(rows: list[Row]) -> str:
-    """Per path: the kill point drawn (after k - 1 of the fault-free run's n requests got through;
+    """Per path: the kill point drawn (once k - 1 requests got through, k <= 0.9 n, n the fault-free run's;
     the storm's request it fell on), the storm's requests over every run, its faults by kind, the
     re-runs after the kill, and whether it ended identical to the fault-free run."""
     lines = [f"{'path':13} {'kill: k of n':>12} {'at request':>10} {'requests':>8}  {'faults injected':42} "
