@@ -60,7 +60,7 @@ def main() -> None:
         steps = {}
         for step in (1, 75, 150):
             steps[step] = [sh([sl, "explain", "--step", str(step)], root)[0] for _ in range(args.repeats)]
-        print(f"$ shardline explain --step 150 (first rows)\n" + "\n".join(sh([sl, "explain", "--step", "150"], root)[1]
+        print("$ shardline explain --step 150 (first rows)\n" + "\n".join(sh([sl, "explain", "--step", "150"], root)[1]
                                                                           .splitlines()[:4]) + "\n", flush=True)
         for name, setting in SEEDS:  # replicates of the main run: what a seed alone moves
             sh(["git", "checkout", "HEAD", "--", "params.yaml", "dvc.lock"], root)

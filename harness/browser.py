@@ -5,8 +5,9 @@ browser download (which reaches no CDN here or in CI) is needed.
 Contract: `images(url, selector)` opens `url` in a fresh offscreen page, waits until the page
 holds at least one element matching `selector` and every one of them has finished loading
 (`complete`: loaded or failed), and returns each as {src (its first 60 characters), complete,
-naturalWidth, naturalHeight}, with the page's text, and a PNG of the page when `screenshot` is
-given. A broken image is complete with naturalWidth 0; the test decides. `missing()` says why
+naturalWidth, naturalHeight}, with the page's text, how many elements match each selector of
+`count` (what markup a page made: `script`, `img[src^="http"]`), and a PNG of the page when
+`screenshot` is given. A broken image is complete with naturalWidth 0; the test decides. `missing()` says why
 there is no browser (for a skip), or None.
 
 The page runs in a child process (`python -m harness.browser`): Qt wants its application object
@@ -41,9 +42,12 @@ def missing() -> str | None:
     return None if found else f"no headless browser: {ENGINE} is not installed (pip install -e '.[dev]' brings it)"
 
 
-def images(url: str, selector: str = "img", timeout: float = 40, screenshot: Path | None = None) -> dict:
-    """{"ready": bool (False: timed out waiting), "images": [...], "text": the page's text}."""
-    cmd = [sys.executable, "-m", "harness.browser", url, selector, str(timeout), str(screenshot or "")]
+def images(url: str, selector: str = "img", timeout: float = 40, screenshot: Path | None = None,
+           count: tuple[str, ...] = ()) -> dict:
+    """{"ready": bool (False: timed out waiting), "images": [...], "text": the page's text,
+    "counts": {selector of `count`: how many elements match it}}."""
+    cmd = [sys.executable, "-m", "harness.browser", url, selector, str(timeout), str(screenshot or ""),
+           json.dumps(list(count))]
     r = subprocess.run(cmd, env={**os.environ, **ENV}, capture_output=True, text=True, timeout=timeout + 30,
                        cwd=Path(__file__).resolve().parents[1])
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
@@ -58,11 +62,12 @@ PROBE = """(() => {
   const info = els.map(i => ({src: (i.getAttribute('src') || '').slice(0, 60), complete: i.complete,
                                naturalWidth: i.naturalWidth, naturalHeight: i.naturalHeight}));
   const done = els.length > 0 && els.every(i => i.complete);
-  return JSON.stringify({ready: done, images: info, text: document.body ? document.body.innerText : ''});
+  const counts = Object.fromEntries(%s.map(s => [s, document.querySelectorAll(s).length]));
+  return JSON.stringify({ready: done, images: info, text: document.body ? document.body.innerText : '', counts});
 })()"""
 
 
-def _main(url: str, selector: str, timeout: float, screenshot: str) -> None:
+def _main(url: str, selector: str, timeout: float, screenshot: str, count: str = "[]") -> None:
     from PyQt6.QtCore import QTimer, QUrl
     from PyQt6.QtWebEngineWidgets import QWebEngineView
     from PyQt6.QtWidgets import QApplication
@@ -71,7 +76,7 @@ def _main(url: str, selector: str, timeout: float, screenshot: str) -> None:
     view = QWebEngineView()
     view.resize(1400, 1000)
     view.show()  # offscreen: laid out and painted like a window, so a screenshot shows what a person sees
-    probe, last = PROBE % json.dumps(selector), {"ready": False, "images": [], "text": ""}
+    probe, last = PROBE % (json.dumps(selector), count), {"ready": False, "images": [], "text": "", "counts": {}}
     ticks = int(timeout / 0.25)
 
     def finish(result: dict) -> None:
@@ -96,4 +101,4 @@ def _main(url: str, selector: str, timeout: float, screenshot: str) -> None:
 
 
 if __name__ == "__main__":
-    _main(sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4])
+    _main(sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4], *sys.argv[5:])

@@ -70,8 +70,12 @@ def last_step(log: Path) -> int:
 
 def watch(root: Path, kill_past: int | None = None) -> tuple[list[dict], int]:
     """Run the train stage, sampling it every second; SIGKILL it once past step `kill_past`."""
+    # its lines to a file: a pipe nobody reads while it runs fills at 64 KiB (some 200 lines: a soak prints
+    # more) and blocks the trainer in its next write, a hang that looked like a stuck run
+    err = open(root / "train.stderr", "ab")
     proc = subprocess.Popen([SL, "stage", "train"], cwd=root, env=env_for(), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, start_new_session=True)
+                            stderr=err, start_new_session=True)
+    err.close()
     me, samples = psutil.Process(proc.pid), []
     while proc.poll() is None:
         time.sleep(0.5)
@@ -91,7 +95,7 @@ def watch(root: Path, kill_past: int | None = None) -> tuple[list[dict], int]:
             proc.wait()
             return samples, -9
     if proc.returncode:
-        raise SystemExit(f"train failed ({proc.returncode}):\n{proc.stderr.read().decode()[-3000:]}")
+        raise SystemExit(f"train failed ({proc.returncode}):\n{(root / 'train.stderr').read_text()[-3000:]}")
     return samples, 0
 
 

@@ -32,10 +32,12 @@ def _store(layout: Layout, args: argparse.Namespace) -> str | None:
     params = config.load(path) if path.exists() else None
     if params is None or not params.train.checkpoint_uri:
         return None
-    from shardline.core import retry
+    from shardline.core import retry, stores
     from shardline.training import bucketio
 
-    return bucketio.URL(params.train.checkpoint_uri, retry.of(params.store, "store"))
+    url = bucketio.URL(params.train.checkpoint_uri, retry.of(params.store, "store"))
+    stores.check_bucket(url, "train.checkpoint_uri", url.policy)  # else "no checkpoints" of a bucket not there
+    return url
 
 
 def _from_store(layout: Layout, name: str, uri: str) -> Path:

@@ -165,6 +165,10 @@ def main(argv: list[str] | None = None) -> int:
         return args.fn(args)
     except ShardlineError as e:
         log(f"error: {e}")
+        if os.environ.get("TORCHELASTIC_ERROR_FILE"):  # a rank of torchrun's: its report quotes this line
+            from shardline.training.launch import write_error
+
+            write_error(str(e), is_transient(e))
         return 75 if is_transient(e) else 2
     except BrokenPipeError:  # `shardline lineage latest | head`: the reader has what it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush

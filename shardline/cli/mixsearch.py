@@ -153,6 +153,9 @@ def run_proxies(root: Path, params, proxies: list[Proxy], total: int | None = No
 def cmd_mix_search(args: argparse.Namespace) -> int:
     layout = Layout.at(args.root)
     params = config.load(Path(layout.root, args.params))
+    if len(params.sources) < 2:  # every proxy would train the one mix there is
+        raise BadInput(f"mix_search: the line has one source ({params.sources[0].name}), and a mix search weighs "
+                       "sources against each other; add a source to `sources`, or train the line as it is (dvc repro)")
     rounds = params.mix_search.rounds
 
     def measure(r: int, centre: dict[str, float], proxies: list[Proxy]) -> dict[str, dict[str, float]]:

@@ -25,7 +25,7 @@ from shardline.core.layout import HF_TOKENIZER, PARAMS
 from shardline.core.sections_data import Download, Eval, Shard, Source, Tokenizer, _Section  # noqa: F401
 from shardline.core.sections_run import Loader, Model, Parts, Pipeline, Retrain, Store, Train  # noqa: F401
 from shardline.core.sections_watch import Log, Profile  # noqa: F401
-from shardline.core import sections_search, yamlfile
+from shardline.core import inert, sections_search, yamlfile
 from shardline.core.sections_search import MixSearch
 
 
@@ -110,6 +110,7 @@ class Params(_Section):
                             "line's; remove tokenizer.path (or train.init_from)")
         problems += self.tokenizer.problems(self.tokenizer_given)
         problems += sections_search.problems(self)
+        problems += inert.problems(self)  # settings that would have no effect
         if problems:
             raise ValueError("\n".join(problems))
         return self

@@ -28,6 +28,8 @@ PARTIAL_NOTE = ".part.json"  # which version of the file they are of (an object'
 STREAM_NOTE = "stream.json"  # a dataset source's files so far and its stream's state, beside the manifest
 # what `datasets`' save_to_disk leaves in a folder (a Dataset's state, a DatasetDict's split list)
 HF_SAVED = ("state.json", "dataset_dict.json")
+HF_SAVED_INFO = "dataset_info.json"  # beside a Dataset's state: its features
+HF_ARROW = ".arrow"  # what save_to_disk writes a Dataset's rows as (Arrow IPC streams)
 
 # a clean part (data/clean/<source>/part-NNNNN.parquet) and the files beside it
 CLEAN_PARTS = "part-*.parquet"
@@ -224,6 +226,24 @@ class Layout:
         """`shardline push-shards`' record of the shards this machine put in a store, by URL: their
         sha256 and how the store described each right after (what lets a push skip a shard)."""
         return self.root / ".shardline" / "pushed.json"
+
+    @property
+    def torchrun_log(self) -> Path:
+        """train.nproc_per_node's torchrun, as it ran: every rank's lines and its agent's (the last launch)."""
+        return self.root / ".shardline" / "logs" / "torchrun.log"
+
+    @property
+    def torchrun_dir(self) -> Path:
+        """torchrun's --log-dir: each rank's stdout, stderr and error file (the last launch)."""
+        return self.root / ".shardline" / "logs" / "torchrun"
+
+    def torchrun_errors(self, local_rank: int) -> list[Path]:
+        """The error files a rank left under torchrun_dir (torchrun's layout: <run>/attempt_<n>/<local rank>/)."""
+        return sorted(self.torchrun_dir.glob(f"*/attempt_*/{local_rank}/error.json"))
+
+    def rank_log(self, rank: int) -> Path:
+        """A rank's traceback of a failed collective, which its one line names."""
+        return self.root / ".shardline" / "logs" / f"rank-{rank}.log"
 
     @property
     def scratch(self) -> Path:

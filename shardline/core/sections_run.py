@@ -10,6 +10,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from shardline.core import plugins, stores
+from shardline.core.addresses import scheduler_address
 from shardline.core.section_base import _Section
 from shardline.core.sections_data import Retries
 from shardline.core.sections_watch import Profile
@@ -34,8 +35,10 @@ class Parts(_Section):
     data/ folder must be reachable at the same path on every worker). Outputs are byte-identical
     whichever runs them."""
     address: str | None = None
-    """Scheduler of an existing cluster: `tcp://host:8786` (dask) or `ray://host:10001` / `auto`
-    (ray). Unset: a temporary local cluster of `workers` processes for the stage."""
+    """Scheduler of an existing cluster: `tcp://host:8786` (dask; `host:8786` is read so too) or
+    `ray://host:10001` / `auto` (ray). Not the dashboard's page (`http://host:8787/status`): its
+    Info tab, or `dask scheduler`'s "Scheduler at:" line, gives the scheduler's. Unset: a temporary
+    local cluster of `workers` processes for the stage."""
     workers: int = Field(0, ge=0)
     """Workers of the temporary local cluster / pool size (0: one per CPU core)."""
     connect_timeout_s: float = Field(60.0, gt=0)
@@ -47,6 +50,12 @@ class Parts(_Section):
     directory), its outputs put there, its done-marker last; the driver puts the inputs there and
     takes the outputs back into its data/. Unset: workers read and write data/ at the driver's
     path (a shared filesystem). Credentials and endpoint from each process's environment (AWS_*)."""
+
+    @field_validator("address")
+    @classmethod
+    def _scheduler(cls, v: str | None, info) -> str | None:
+        """The address in the form its runner's client takes, or a ValueError naming the form wanted."""
+        return v if v is None else scheduler_address(v, info.data.get("runner", "threads"))
 
     @model_validator(mode="after")
     def _check(self) -> "Parts":

@@ -113,6 +113,9 @@ def problems(params) -> list[str]:
             out.append(f"mix_search.bounds: the minimums sum to {sum(lo):g} > 1, so no mix satisfies them; lower them")
         elif sum(hi) < 1 - 1e-9:
             out.append(f"mix_search.bounds: the maximums sum to {sum(hi):g} < 1, so no mix satisfies them; raise them")
+        elif len(names) > 1 and sum(a < b - 1e-12 for a, b in zip(lo, hi)) < 2:
+            out.append("mix_search.bounds: they fix every weight but at most one (min = max), so every proxy would "
+                       "train the same mix; free at least two sources' weights")
     for key, cls in (("model", Model), ("train", Train)):
         try:
             cls.model_validate({**getattr(params, key).model_dump(), **getattr(s, key)})

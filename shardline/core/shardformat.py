@@ -28,7 +28,6 @@ Design: docs/architecture.md (Data contracts: Tokens, Shards).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Callable, NamedTuple, Sequence
 

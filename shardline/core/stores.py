@@ -7,7 +7,9 @@ fsspec and its store packages are imported only when a store is opened, or a URL
 `uri_problem` says why a URL cannot be opened here (a scheme fsspec does not know, or its package
 not installed: what to install), for params validation and for `filesystem`, which refuses such a
 URL with that line (BadInput) instead of fsspec's ValueError or ImportError. Opened with a retry
-policy (shardline.core.retry), an S3 client gets its timeouts.
+policy (shardline.core.retry), an S3 client gets its timeouts. `check_bucket` refuses a store
+whose bucket does not exist, in one line naming the field that chose it: the line never makes a
+bucket (s3fs and gcsfs make one when asked for a folder in it).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from collections.abc import MutableMapping
 from pathlib import Path
 
 from shardline.core import extras, retry
-from shardline.core.errors import BadInput
+from shardline.core.errors import BadInput, DownloadError
 
 # What to install for a store's scheme: the extra this project declares, else the package itself.
 INSTALL = {"s3": extras.install("s3fs"), "s3a": extras.install("s3fs"), "gs": "pip install gcsfs",
@@ -96,3 +98,39 @@ def _guard_listings(client) -> None:
     for operation in ("ListObjectsV2", "ListObjectVersions", "ListObjects"):
         client.meta.events.register(f"after-call.s3.{operation}", check)
     client._shardline_guarded = True
+
+
+BUCKETED = {"s3": "aws s3 mb", "s3a": "aws s3 mb", "gs": "gcloud storage buckets create",
+            "gcs": "gcloud storage buckets create"}  # stores whose first name is a bucket: what makes one
+
+
+def check_bucket(uri: str, what: str, policy: retry.Policy | None = None) -> None:
+    """BadInput naming `what` (the field or argument that chose `uri`) when the store says the
+    bucket `uri` names does not exist. Why here and not at the first write: s3fs and gcsfs create a
+    missing bucket when asked to make a folder in it, and a typo in a bucket's name would then leave
+    the data where nobody looks, billed; a read would find nothing and say so in other words
+    ("matched no objects"). A store that will not say (403: credentials that may write but not list)
+    is left to the requests themselves; a transient fault is retried under `policy`."""
+    scheme = uri.split("://", 1)[0] if "://" in uri else ""
+    if scheme not in BUCKETED:
+        return  # a local path or file://, whose folders are made; or a store without buckets
+    fs, root = filesystem(uri, policy)
+    bucket = root.split("/", 1)[0]
+    if not bucket:
+        raise BadInput(f"{what} {uri}: names no bucket; give {scheme}://bucket/prefix")
+
+    def ask() -> None:
+        if scheme.startswith("s3"):
+            fs.call_s3("head_bucket", Bucket=bucket)  # s3fs's exists() would call any failure "absent"
+        else:
+            fs.info(bucket)
+
+    try:
+        retry.call(f"{uri}: its bucket", ask, policy or retry.STORE)
+    except FileNotFoundError:
+        raise BadInput(f"{what} {uri}: the bucket {bucket!r} does not exist (the line makes no bucket); create it "
+                       f"({BUCKETED[scheme]} {scheme}://{bucket}), or name a bucket that exists") from None
+    except DownloadError:
+        raise  # the store stayed unreachable past the retry policy: one line, transient
+    except Exception:  # noqa: BLE001 - a 403, the client's own types: the requests that follow say what they meet
+        return

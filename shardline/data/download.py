@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Callable
 from urllib.parse import unquote, urlparse
 
-from shardline.core import chaos, fsio, retry
+from shardline.core import chaos, fsio, retry, stores
 from shardline.data import compressed, hfdatasets, http, objects
 from shardline.core.config import Params, Source
 from shardline.core.errors import BadInput, ChecksumMismatch
@@ -143,6 +143,7 @@ def _resolve_one(source: Source, uri: str, root: Path, policy: retry.Policy) -> 
             raise BadInput(f"sources[{source.name}].uri: {uri} matched no files at commit {commit}; fix the glob")
         return [Item(f, "local", str(folder / f), {"revision": commit}) for f in files]
     if "://" in uri and not uri.startswith("file://"):
+        stores.check_bucket(uri, f"sources[{source.name}].uri", policy)  # else "matched no objects"
         found = objects.list_objects(uri, policy)
         if not found:
             raise BadInput(f"sources[{source.name}].uri: {uri!r} matched no objects; fix the URL or glob in params.yaml")

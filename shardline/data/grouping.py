@@ -20,10 +20,21 @@ from shardline.data import compressed, readers
 
 
 def load_spans(layout: Layout) -> dict:
+    """The spans found so far, by file key: an entry that is not a list of spans (start >= 0, end
+    past it or -1, first line >= 0) is dropped and found again, like a file that is unreadable or
+    holds another type: they are a saving, a pure function of the file's bytes."""
     try:
-        return dict(fsio.read_json(layout.spans))
-    except (OSError, ValueError, TypeError):  # none yet, or unreadable: found again
+        known = fsio.read_json(layout.spans)
+    except (OSError, ValueError):  # none yet, or unreadable
         return {}
+    return {k: v for k, v in known.items() if _spans(v)} if isinstance(known, dict) else {}
+
+
+def _spans(value) -> bool:
+    ints = lambda s: all(isinstance(x, int) and not isinstance(x, bool) for x in s)  # noqa: E731
+    return isinstance(value, list) and bool(value) and all(
+        isinstance(s, list) and len(s) == 3 and ints(s) and s[0] >= 0 and (s[1] > s[0] or s[1] == -1) and s[2] >= 0
+        for s in value)
 
 
 def save_spans(layout: Layout, spans: dict) -> Path:

@@ -23,15 +23,20 @@ Contract:
 - Resume: after each file, `stream.json` beside the manifest holds the files so far and the
   stream's position (`IterableDataset.state_dict`); a killed run continues there and ends with
   the files an unbroken run writes. Another key starts over, and its first act is to remove the
-  old manifest: no manifest vouches for files of another version.
+  old manifest: no manifest vouches for files of another version. A note or manifest that is
+  damaged or edited is said in one line and made again (shardline.data.hflocal: the note vouches
+  for itself with a digest), never read as another position.
 - A name that resolves to nothing, a config or split the dataset lacks, a text field that is not
   a string column, `datasets` not installed: BadInput, one line naming sources[<name>] and the field.
+  A local dataset (a folder, the Hub cache's snapshot) that cannot be read: one line naming its
+  damaged file (`hflocal.damaged`) and what to do; the files written before it are kept.
+  `datasets`' own log lines stay quiet while it reads: the line's error is the one said.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
-import os
 from pathlib import Path
 from typing import Callable, Iterator, NamedTuple
 
@@ -39,7 +44,7 @@ from shardline.core import chaos, extras, fsio
 from shardline.core.config import Source
 from shardline.core.errors import BadInput, DownloadError, is_transient
 from shardline.core.layout import HF_CARD, HF_SAVED, Layout, dataset_file
-from shardline.data import objects
+from shardline.data import hflocal, objects
 
 Log = Callable[[str], None]
 FILE_BYTES = 128 << 20  # text per raw file: bounds how many files a corpus makes; clean parts them by row group
@@ -113,7 +118,10 @@ def _names(datasets, path: str, config: str | None, rev: dict) -> tuple[list[str
 
 def _saved_split(datasets, source: Source, o: Origin):
     d = source.dataset
-    ds = datasets.load_from_disk(o.path)
+    try:
+        ds = datasets.load_from_disk(o.path)
+    except Exception as e:  # noqa: BLE001 - datasets raises JSONDecodeError, TypeError, FileNotFoundError, ArrowInvalid
+        raise unreadable(source, o, e) from None
     if d.config is not None:
         raise BadInput(f"{_field(source, 'dataset.config')}: {d.config!r}, but {d.name} is a save_to_disk folder, "
                        "which has no configs; remove the config")
@@ -122,6 +130,20 @@ def _saved_split(datasets, source: Source, o: Origin):
         raise BadInput(f"{_field(source, 'dataset.split')}: {d.split!r} is not a split of {d.name} (splits: "
                        f"{', '.join(splits)})")
     return (ds[d.split] if isinstance(ds, datasets.DatasetDict) else ds).to_iterable_dataset()
+
+
+def unreadable(source: Source, o: Origin, e: BaseException) -> BadInput:
+    """One line for a dataset that failed to read: its damaged file, when it is a folder here
+    (hflocal.damaged), else what `datasets` said."""
+    folder = Path(o.path) if o.kind != "hub" or Path(o.path).is_dir() else None
+    found = hflocal.damaged(folder) if folder is not None else None
+    if found is not None:
+        path, why = found
+        return BadInput(f"{_field(source, 'dataset')}: {path}: {why}; restore that file of "
+                        f"{source.dataset.name} (or fetch the dataset again), then re-run: the files written so far "
+                        "are kept")
+    return BadInput(f"{_field(source, 'dataset')}: {source.dataset.name} cannot be read ({type(e).__name__}: "
+                    f"{_first(e)}); check the dataset's files, then re-run: the files written so far are kept")
 
 
 def open_stream(source: Source, o: Origin):
@@ -141,8 +163,7 @@ def open_stream(source: Source, o: Origin):
             if splits and d.split not in splits:
                 raise BadInput(f"{_field(source, 'dataset.split')}: {d.split!r} is not a split of {d.name}"
                                f"{f' ({d.config})' if d.config else ''} (splits: {', '.join(splits)})") from None
-            raise BadInput(f"{_field(source, 'dataset')}: {d.name} cannot be read ({type(e).__name__}: "
-                           f"{_first(e)})") from None
+            raise unreadable(source, o, e) from None
     features = stream.features
     if features is not None:
         _check_column(source, features.get(source.text_field), list(features))
@@ -172,21 +193,19 @@ def _key(head: dict) -> dict:
             "dataset": {k: v for k, v in (head.get("dataset") or {}).items() if k != "revision"}}
 
 
-def _earlier(path: Path) -> dict | None:
-    """What an earlier run wrote at `path` (a manifest, the stream's note): None when there is none or
-    it is damaged, so the files are made again rather than trusted."""
+def _earlier(path: Path, shown: str, log: Log) -> dict | None:
+    """The manifest an earlier run wrote at `path`: None when there is none, or when it is damaged
+    (said in one line): then its files are made again rather than trusted."""
     try:
         value = fsio.read_json(path)
-    except (OSError, ValueError):
+    except FileNotFoundError:
         return None
-    return value if isinstance(value, dict) and isinstance(value.get("files"), list) else None
-
-
-def _intact(files_dir: Path, entries: list[dict]) -> bool:
-    if not all(isinstance(e, dict) and {"path", "bytes", "sha256"} <= e.keys() for e in entries):
-        return False  # a damaged entry vouches for nothing
-    return all((p := files_dir / e["path"]).exists() and p.stat().st_size == e["bytes"]
-               and fsio.sha256_file(p) == e["sha256"] for e in entries)
+    except (OSError, ValueError):
+        value = None
+    if isinstance(value, dict) and isinstance(value.get("files"), list):
+        return value
+    log(f"download: {shown}: damaged (not a manifest); the source's files are made again")
+    return None
 
 
 def _write_file(dest: Path, batches: Iterator, source: Source) -> dict:
@@ -197,8 +216,8 @@ def _write_file(dest: Path, batches: Iterator, source: Source) -> dict:
 
     schema = pa.schema([pa.field(source.text_field, pa.string())])
     rows = size = 0
-    with fsio.atomic_writer(dest) as f:
-        writer = pq.ParquetWriter(f, schema, compression="zstd")
+    with fsio.atomic_writer(dest) as f, contextlib.closing(pq.ParquetWriter(f, schema, compression="zstd")) as writer:
+        # closed inside the temp file's block, on a failure too: pyarrow would close it at exit, on a closed file
         for batch in batches:
             column = batch.column(source.text_field) if source.text_field in batch.column_names else None
             if column is None or not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
@@ -207,7 +226,6 @@ def _write_file(dest: Path, batches: Iterator, source: Source) -> dict:
             rows, size = rows + batch.num_rows, size + column.nbytes
             if size >= FILE_BYTES:
                 break
-        writer.close()
     return {"path": dest.name, "bytes": dest.stat().st_size, "sha256": fsio.sha256_file(dest), "rows": rows}
 
 
@@ -215,7 +233,7 @@ def _stream_files(source: Source, o: Origin, layout: Layout, note: dict, log: Lo
     stream, files_dir = open_stream(source, o), layout.raw_files(source.name)
     entries = list(note["files"])
     if note.get("state") is not None:
-        stream.load_state_dict(note["state"])
+        stream.load_state_dict(note["state"])  # the note vouched for it (hflocal.read_note)
         log(f"download: {source.name}: resuming after {len(entries)} file(s) written")
     batches = iter(stream.iter(batch_size=ROWS))
     try:
@@ -223,7 +241,7 @@ def _stream_files(source: Source, o: Origin, layout: Layout, note: dict, log: Lo
             entry = _write_file(files_dir / dataset_file(source.dataset.split, len(entries)),
                                 itertools.chain([first], batches), source)
             entries.append({**entry, **({"revision": o.revision} if o.revision else {})})
-            fsio.write_json(layout.stream_note(source.name), {**note, "files": entries, "state": stream.state_dict()})
+            hflocal.write_note(layout.stream_note(source.name), note["key"], entries, stream.state_dict())
             log(f"download: {source.name}: {entry['path']}, {entry['rows']:,} records, {entry['bytes'] / 1e6:.1f} MB")
             chaos.done("download", f"{source.name}/{entry['path']}")
             chaos.point("download.file")
@@ -234,7 +252,7 @@ def _stream_files(source: Source, o: Origin, layout: Layout, note: dict, log: Lo
         if is_transient(e) or any(w in type(e).__name__ for w in ("Connection", "Timeout", "ServerError")):
             raise DownloadError(f"{_field(source, 'dataset')}: {source.dataset.name}: {type(e).__name__}: {e}; a "
                                 "rerun continues after the last file written", transient=True) from None
-        raise
+        raise unreadable(source, o, e) from None  # a damaged file of the dataset, named when it is here
     return entries
 
 
@@ -244,16 +262,15 @@ def download(source: Source, layout: Layout, log: Log = print) -> dict:
     head = _head(source, o)
     files_dir, manifest_path, note_path = (layout.raw_files(source.name), layout.manifest(source.name),
                                            layout.stream_note(source.name))
-    old = _earlier(manifest_path)
-    if old and _key(old) == _key(head) and _intact(files_dir, old["files"]):
+    old = _earlier(manifest_path, layout.rel(manifest_path), log)
+    if old and _key(old) == _key(head) and hflocal.intact(files_dir, old["files"]):
         log(f"download: {source.name}: {source.dataset.name} unchanged "
             f"({o.revision or 'content ' + o.content[:12]}); {len(old['files'])} file(s) kept")
         return old
     manifest_path.unlink(missing_ok=True)  # the files change now: no manifest may vouch for them
-    note = _earlier(note_path)
-    if not note or note.get("key") != _key(head) or not _intact(files_dir, note.get("files", [])):
-        note = {"key": _key(head), "files": [], "state": None}
-    entries = _stream_files(source, o, layout, note, log)
+    note = hflocal.read_note(note_path, _key(head), files_dir, layout.rel(note_path), log)
+    with hflocal.quiet():
+        entries = _stream_files(source, o, layout, note, log)
     if not entries:
         raise BadInput(f"{_field(source, 'dataset.split')}: {source.dataset.split!r} of {source.dataset.name} holds no "
                        "records; name a split that does")

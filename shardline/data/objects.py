@@ -101,6 +101,14 @@ def list_objects(uri: str, policy: retry.Policy = retry.Policy()) -> list[Object
     return [Object(p[len(base):].lstrip("/"), f"{scheme}://{p}", _identity(i)) for p, i in files]
 
 
+def _noted(note: Path) -> dict | None:
+    """The object identity the note beside a partial file holds; None without one, or when it is damaged."""
+    try:
+        return fsio.read_json(note)
+    except (OSError, ValueError):
+        return None
+
+
 def _held(part: Path) -> int:
     try:
         return part.stat().st_size
@@ -127,8 +135,8 @@ def fetch_object(url: str, dest: Path, meta: dict, policy: retry.Policy = retry.
     """Fetch `url` (whose identity in the store is `meta`) to `dest`; its sha256."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     part, note = partial_of(dest), partial_note_of(dest)
-    if part.exists() and (not note.exists() or fsio.read_json(note) != meta):
-        part.unlink()  # bytes of another version of the object: never continued
+    if part.exists() and _noted(note) != meta:
+        part.unlink()  # bytes of another version of the object (or of one a damaged note cannot name): never continued
     fsio.write_json(note, meta)
     fs, path = _fs(url, policy)
     have = _held(part)

@@ -41,9 +41,14 @@ _HEAD = 16  # bytes kept at a span's file start: a compression magic is there
 
 
 def of(params, layout) -> "Staging | None":
-    """The staging params.yaml's `parts.store` asks for, or None (workers share data/)."""
+    """The staging params.yaml's `parts.store` asks for, or None (workers share data/); a store whose
+    bucket does not exist is refused here, before any part is planned."""
     store = params.parts.store
-    return Staging(store, str(layout.root), retry.of(params.store, "store")) if store else None
+    if not store:
+        return None
+    policy = retry.of(params.store, "store")
+    stores.check_bucket(store, "parts.store", policy)
+    return Staging(store, str(layout.root), policy)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,9 +100,11 @@ class Record:
 
         self.path = Layout.at(staging.root).staged_record  # (size, mtime_ns) per file the store holds
         try:
-            self.held: dict[str, list[int]] = fsio.read_json(self.path)
+            held = fsio.read_json(self.path)
         except (OSError, ValueError):
-            self.held = {}
+            held = {}
+        # a saving only: a note damaged or of another type holds nothing, and every file is put again
+        self.held: dict[str, list[int]] = held if isinstance(held, dict) else {}
 
     def fresh(self, rel: str, local: Path) -> bool:
         st = local.stat()
@@ -130,7 +137,8 @@ def put_inputs(staging: Staging, files: Iterable[str | Path], record: Record, fs
 def put(fs, local: str | Path, remote: str, policy: retry.Policy = retry.STORE) -> None:
     """`local` at `remote`: a PUT is whole or absent, so a failed one is simply sent again."""
     def send() -> None:
-        fs.makedirs(fs._parent(remote), exist_ok=True)  # a filesystem store needs its folders; S3 has none
+        if getattr(fs, "local_file", False):  # a filesystem store needs its folders; a bucket has none, and
+            fs.makedirs(fs._parent(remote), exist_ok=True)  # s3fs's makedirs would make a missing bucket
         fs.put_file(str(local), remote)
 
     retry.call(remote, send, policy)

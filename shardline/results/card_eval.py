@@ -24,6 +24,7 @@ import statistics
 from typing import Callable
 
 from shardline.core import fsio, shardformat
+from shardline.core.markup import block, code, text
 from shardline.core.config import Params
 from shardline.core.errors import ShardlineError
 from shardline.core.layout import Layout
@@ -45,18 +46,20 @@ def split(params: Params, layout: Layout, stats: dict) -> list[str]:
         st = stats["sources"][s.name]
         h = st["heldout"]
         ix = shardformat.read_index(layout.shards_of(s.name, "val"), SHARDS_FIRST, layout.rel)
-        lines.append(f"| {s.name} | {h['docs']:,} | {h['bytes']:,} | {ix['total_tokens']:,} | {ix['total_blocks']:,} | "
+        lines.append(f"| {text(s.name)} | {h['docs']:,} | {h['bytes']:,} | {ix['total_tokens']:,} | "
+                     f"{ix['total_blocks']:,} | "
                      f"{split_rule.DECIDED_BY[h.get('clamp')]} | {st['docs_out']:,} |")
     cut = stats.get("split", {})
     held = fsio.read_json(layout.clean_split).get("heldout") if layout.clean_split.exists() else None
-    lines += ["", "Held-out sets (fingerprints): " + ", ".join(f"{n} {h['sha256'][:12]}" for n, h in held.items())
+    lines += ["", "Held-out sets (fingerprints): " + ", ".join(f"{text(n)} {h['sha256'][:12]}" for n, h in held.items())
               if held else "Held-out sets: no fingerprint on record (a clean stage from before they were kept).",
               "", f"Split: keyed hash of each document's source and content, fraction {cut.get('fraction')}, "
                   f"min {cut.get('min_docs')} / max {cut.get('max_docs')} documents per source; "
                   + (f"each held-out document is scored on its first {cap:,} bytes (eval.doc_bytes), so no long "
                      "document outweighs the rest" if cap else "whole documents are scored (eval.doc_bytes: null)")
                   + "; training copies of held-out documents dropped: "
-                  + ", ".join(f"{n} {s['heldout_copies']['docs']}" for n, s in stats["sources"].items()) + ".", ""]
+                  + ", ".join(f"{text(n)} {s['heldout_copies']['docs']}" for n, s in stats["sources"].items())
+                  + ".", ""]
     return lines
 
 
@@ -78,7 +81,8 @@ def evaluation(rows: list[dict], manifest: Manifest | None, params: Params, repe
               "training loss averages over; the equal-weight total is what runs are compared by "
               "(`shardline diff`).", "",
               "| step | training loss | held-out (own mix) | total (equal weights) | " + " | ".join(
-                  f"{n} loss | {n} bpb | {n} docs" for n in names) + " |", "|---" * (4 + 3 * len(names)) + "|"]
+                  f"{text(n)} loss | {text(n)} bpb | {text(n)} docs" for n in names) + " |",
+              "|---" * (4 + 3 * len(names)) + "|"]
     for r in evals:
         e, train = r["eval"], noise.recent_train_loss(rows, r["step"])
         tr = f"{train[0]:.4f} ±{train[1]:.3f}" if train else "-"
@@ -90,7 +94,7 @@ def evaluation(rows: list[dict], manifest: Manifest | None, params: Params, repe
     lines += ["", f"{len(evals)} eval(s), {cost:.1f} s in all = {100 * cost / max(train_s, 1e-9):.1f}% of the "
                   f"{train_s:.1f} s of training steps.", ""]
     last = evals[-1]
-    said = [noise.thin(n, v, params.eval.resolution) for n, v in last["eval"]["sources"].items()]
+    said = [noise.thin(text(n), v, params.eval.resolution) for n, v in last["eval"]["sources"].items()]
     said.append(noise.against_training(own_mix(last["eval"]), noise.recent_train_loss(rows, last["step"]), repeats))
     said = [s for s in said if s]
     lines += [f"- {s}" for s in said] + ([""] if said else [
@@ -104,8 +108,9 @@ def _before_after(manifest: Manifest | None, latest: dict) -> list[str]:
     if not origin:
         return []
     before, now = origin.get("eval_now"), manifest.eval or latest
-    lines = [f"### Before and after: continued from `{origin['checkpoint']}` (step {origin['step']})", "",
-             f"What changed: {'; '.join(origin['changes'])}. Both are judged on this run's held-out set.", ""]
+    lines = [f"### Before and after: continued from {code(origin['checkpoint'])} (step {origin['step']})", "",
+             f"What changed: {'; '.join(map(text, origin['changes']))}. Both are judged on this run's held-out "
+             "set.", ""]
     if origin.get("heldout") != manifest.lineage.heldout:  # a re-split (an upgrade's, or eval's settings)
         lines += [f"The held-out set changed at step {origin['step']}: the val losses above that step were "
                   "measured on other documents; compare across it only in the table below.", ""]
@@ -120,7 +125,8 @@ def _before_after(manifest: Manifest | None, latest: dict) -> list[str]:
         d = _paired(before, now, n)
         cell = lambda k: (f"{a[k] - b[k]:+.4f}" + (f" [{d[k]['interval'][0]:+.3f}, {d[k]['interval'][1]:+.3f}]"  # noqa: E731
                                                   f"{', within noise' if d[k]['within_noise'] else ''}" if d else ""))
-        lines.append(f"| {n} | {b['loss']:.4f} | {a['loss']:.4f} | {cell('loss')} | {b['bpb']:.4f} | {a['bpb']:.4f} | "
+        lines.append(f"| {text(n)} | {b['loss']:.4f} | {a['loss']:.4f} | {cell('loss')} | {b['bpb']:.4f} | "
+                     f"{a['bpb']:.4f} | "
                      f"{cell('bpb')} |")
     if set(before["sources"]) == set(now["sources"]):  # one weighting for both, whatever the mixes: equal
         b, a = equal(before), equal(now)
@@ -142,7 +148,7 @@ def what_changed(parent, run, doc_bytes: int | None, here: Layout) -> list[str]:
     from shardline.results import diff
 
     c = diff.compare(parent, run, doc_bytes, here)
-    return [f"## What changed since {parent.name}", "", "```", diff.render(c), "```", ""]
+    return [f"## What changed since {text(parent.name)}", "", *block(diff.render(c)), ""]
 
 
 def steps(layout: Layout, params: Params, rows: list[dict], log: Callable[[str], None]) -> list[str]:
@@ -161,10 +167,11 @@ def steps(layout: Layout, params: Params, rows: list[dict], log: Callable[[str],
         found = named(layout, params, which)
     except ShardlineError as e:  # the card still says what it can
         log(f"report: the steps' documents are not named: {e}")
-        return ["## Steps worth a look", "", f"Not named: {e}", ""]
+        return ["## Steps worth a look", "", f"Not named: {text(e)}", ""]
     lines = ["## Steps worth a look", ""]
     for label, f in found.items():
-        docs = "; ".join(f"{n}: {', '.join(ids)}" + (f" and {total - len(ids)} more" if total > len(ids) else "")
+        docs = "; ".join(f"{text(n)}: {', '.join(map(code, ids))}"
+                         + (f" and {total - len(ids)} more" if total > len(ids) else "")
                          for n, (ids, total) in f["docs"].items())
         what = " (its loss over the median of the 20 steps before it)" if label == "highest-loss" else ""
         lines.append(f"- the {label} step{what}, {f['step']}: {docs} (`shardline explain --step {f['step']}` lists "
@@ -179,7 +186,7 @@ def drift(rows: list[dict], tolerance: float) -> list[str]:
         for n, v in cur["eval"]["sources"].items():
             p = prev["eval"]["sources"].get(n)
             if p and v["loss"] > p["loss"] * (1 + tolerance):
-                out.append(f"- metric drift: {n} val loss rose {p['loss']:.4f} -> {v['loss']:.4f} "
+                out.append(f"- metric drift: {text(n)} val loss rose {p['loss']:.4f} -> {v['loss']:.4f} "
                            f"({100 * (v['loss'] / p['loss'] - 1):+.1f}%) from step {prev['step']} to {cur['step']} "
                            f"(> eval.drift_tolerance {tolerance:.0%})")
     return out

@@ -21,6 +21,7 @@ import json
 import numpy as np
 
 from shardline.core import fsio
+from shardline.core.markup import code, text
 from shardline.core.layout import Layout
 from shardline.results import mixfit, mixrecommend
 from shardline.results.mixsearch import Proxy, current_mix, metric, source_names, target_of, target_weights
@@ -28,6 +29,11 @@ from shardline.results.mixsearch import Proxy, current_mix, metric, source_names
 
 def _mix(m: dict[str, float]) -> str:
     return ", ".join(f"{n} {w:.4f}" for n, w in m.items())
+
+
+def _md_mix(m: dict[str, float]) -> str:
+    """`_mix` on a page: the source names as text, not markup (shardline.core.markup)."""
+    return text(_mix(m))
 
 
 def _iv(v: list[float]) -> str:
@@ -86,11 +92,11 @@ def terminal(r: dict) -> list[str]:
 
 def _per_source(r: dict) -> list[str]:
     names, o, b, c = list(r["current_mix"]), r["optimum"], r["best_proxy"], r["current"]
-    lines = [f"| {r['metric']} | law's best mix: predicted | best proxy `{b['name']}`: measured | best proxy: "
-             "predicted | current mix: predicted |", "|---|---|---|---|---|",
+    lines = [f"| {text(r['metric'])} | law's best mix: predicted | best proxy {code(b['name'], cell=True)}: measured | "
+             "best proxy: predicted | current mix: predicted |", "|---|---|---|---|---|",
              f"| target | {_iv(o['predicted_target'])} | {b['measured_target']:.4f} | {_iv(b['predicted_target'])} | "
              f"{_iv(c['predicted_target'])} |"]
-    return lines + [f"| {n} | {_iv(o['predicted'][n])} | {b['measured'][n]:.4f} | {_iv(b['predicted'][n])} | "
+    return lines + [f"| {text(n)} | {_iv(o['predicted'][n])} | {b['measured'][n]:.4f} | {_iv(b['predicted'][n])} | "
                     f"{_iv(c['predicted'][n])} |" for n in names]
 
 
@@ -98,11 +104,12 @@ def _validation(r: dict) -> list[str]:
     v, b = r["validation"], r["best_proxy"]
     if not v:
         return ["- not run (mix_search.validate_best, or `shardline mix-search --validate`)"]
-    lines = [f"`{v['name']}` ran the law's best mix ({_mix(v['mix'])}).", "",
-             f"| {r['metric']} | validation run: measured | its prediction | best proxy `{b['name']}`: measured |",
+    lines = [f"{code(v['name'])} ran the law's best mix ({_md_mix(v['mix'])}).", "",
+             f"| {text(r['metric'])} | validation run: measured | its prediction | best proxy "
+             f"{code(b['name'], cell=True)}: measured |",
              "|---|---|---|---|",
              f"| target | {v['measured_target']:.4f} | {_iv(v['predicted_target'])} | {b['measured_target']:.4f} |"]
-    return lines + [f"| {n} | {v['measured'][n]:.4f} | {_iv(v['predicted'][n])} | {b['measured'][n]:.4f} |"
+    return lines + [f"| {text(n)} | {v['measured'][n]:.4f} | {_iv(v['predicted'][n])} | {b['measured'][n]:.4f} |"
                     for n in r["current_mix"]]
 
 
@@ -110,15 +117,15 @@ def _fit(r: dict, plot_name: str) -> list[str]:
     fit, names = r["fit"], list(r["current_mix"])
     lines = ["| law | form | leave-one-out RMSE, target | per source |", "|---|---|---|---|"]
     for n, v in fit["laws"].items():
-        per = ", ".join(f"{s} {e:.4f}" for s, e in zip(names, v.get("loo_rmse", [])))
-        err = (f"not fitted: {v['skipped']} | |" if "skipped" in v else
+        per = ", ".join(f"{text(s)} {e:.4f}" for s, e in zip(names, v.get("loo_rmse", [])))
+        err = (f"not fitted: {text(v['skipped'])} | |" if "skipped" in v else
                f"{v['loo_target_rmse']:.4f} ({v['loo_target_mape']:.2%}) | {per} |")
         lines.append(f"| {n}{' (chosen)' if n == fit['law'] else ''} | {v['form']} | {err}")
     keys = list(next(iter(fit["params"].values())))
     lines += ["", f"Chosen by the lower leave-one-out RMSE of the target: **{fit['law']}**. Its parameters (the last "
               "source's mix column is the reference):", "", "| source | " + " | ".join(keys) + " |",
               "|---|" + "---|" * len(keys)]
-    lines += [f"| {n} | " + " | ".join(f"{p[k]:.4f}" for k in keys) + " |" for n, p in fit["params"].items()]
+    lines += [f"| {text(n)} | " + " | ".join(f"{p[k]:.4f}" for k in keys) + " |" for n, p in fit["params"].items()]
     return lines + ["", f"Intervals: {fit['interval']}.", "",
                     f"![predicted (leave-one-out) against measured target]({plot_name})"]
 
@@ -126,29 +133,33 @@ def _fit(r: dict, plot_name: str) -> list[str]:
 def markdown(r: dict, plot_name: str) -> str:
     names, b, rec = list(r["current_mix"]), r["best_proxy"], r["recommended"]
     what = {"loss": "held-out loss weighted by the current mix", "bpb": "held-out bits per byte weighted by the "
-            "current mix", "sources": "held-out loss weighted " + ", ".join(f"{n} {w:.2f}" for n, w in
+            "current mix", "sources": "held-out loss weighted " + ", ".join(f"{text(n)} {w:.2f}" for n, w in
                                                                           r["target_weights"].items() if w)}
-    lines = [f"# Mix search: {r['headline']}", "", f"Target: {what[r['target']]} (lower is better). "
+    lines = [f"# Mix search: {text(r['headline'])}", "", f"Target: {what[r['target']]} (lower is better). "
              f"{len(r['proxies'])} proxy runs in {len(r['rounds'] or [0])} round(s), each a DVC experiment "
              "(`dvc exp show` lists them by name).", "", "## Recommendation", "",
-             f"- recommended: {_mix(rec['mix'])}, "
-             + ("the law's best mix" if rec["source"] == "law" else f"the best measured proxy `{rec['name']}`"),
-             f"- searched: {r['region']}",
-             f"- the law's best mix: {_mix(r['optimum']['mix'])}, predicted gain over the best measured proxy "
+             f"- recommended: {_md_mix(rec['mix'])}, "
+             + ("the law's best mix" if rec["source"] == "law" else f"the best measured proxy {code(rec['name'])}"),
+             f"- searched: {text(r['region'])}",
+             f"- the law's best mix: {_md_mix(r['optimum']['mix'])}, predicted gain over the best measured proxy "
              f"{r['gain']:+.4f}, the fit's error there {r['error']:.4f} (the upper half of its target interval): "
              + ("beyond it" if r["beyond_error"] else "within it"),
-             f"- the best measured proxy: `{b['name']}` ({_mix(b['mix'])})", f"- current: {_mix(r['current_mix'])}",
-             "", "Apply it with `dvc exp run " + " ".join(f"-S mix.{n}={w}" for n, w in rec["mix"].items()) + "`.",
+             f"- the best measured proxy: {code(b['name'])} ({_md_mix(b['mix'])})",
+             f"- current: {_md_mix(r['current_mix'])}",
+             "", "Apply it with " + code("dvc exp run " + " ".join(f"-S mix.{n}={w}" for n, w in rec["mix"].items()))
+             + ".",
              "", "Per source, predicted with its interval [low, high]:", "", *_per_source(r),
              "", "## Validation", "", *_validation(r), "", "## Fit", "", *_fit(r, plot_name)]
     if r["rounds"]:
         lines += ["", "## Rounds", "", "| round | drawn around | concentration | best measured target |",
                   "|---|---|---|---|"]
-        lines += [f"| {x['round']} | {_mix(x['centre'])} | {x['concentration']:g} | {x['best_measured_target']:.4f} |"
+        lines += [f"| {x['round']} | {_md_mix(x['centre'])} | {x['concentration']:g} | "
+                  f"{x['best_measured_target']:.4f} |"
                   for x in r["rounds"]]
-    lines += ["", "## Proxy runs", "", "| run | round | mix | " + " | ".join(f"{n} {r['metric']}" for n in names)
+    lines += ["", "## Proxy runs", "", "| run | round | mix | "
+              + " | ".join(f"{text(n)} {text(r['metric'])}" for n in names)
               + " | target | LOO predicted |", "|---|---|---|" + "---|" * len(names) + "---|---|"]
-    lines += [f"| {p['name']} | {p['round']} | {_mix(p['mix'])} | "
+    lines += [f"| {text(p['name'])} | {p['round']} | {_md_mix(p['mix'])} | "
               + " | ".join(f"{p['measured'][n]:.4f}" for n in names)
               + f" | {p['target']:.4f} | {p['loo_predicted_target']:.4f} |" for p in r["proxies"]]
     return "\n".join(lines) + "\n"

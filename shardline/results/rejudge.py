@@ -55,8 +55,10 @@ def judge(run: Run, texts: dict[str, list[tuple[bytes, str]]], doc_bytes: int | 
                             "docs": {s: hashlib.sha256(b"".join(h for h, _ in v)).hexdigest() for s, v in texts.items()},
                             "doc_bytes": doc_bytes, "v": 1})
     kept = here.judged_result(key)
-    if kept.exists():
+    try:  # a result damaged or of another shape is judged again: it is a saving, made by the lines below
         return {s: noise.Docs.of(d) for s, d in fsio.read_json(kept).items()}
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        pass
     import torch
 
     from shardline.data import tokenizer

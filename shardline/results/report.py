@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Callable
 
 from shardline.core import fsio
+from shardline.core.markup import code, text
 from shardline.results import card_eval
 from shardline.results.runs import Run
 from shardline.data.clean.summary import read as clean_stats
@@ -106,11 +107,12 @@ def _drops(stats: dict, layout: Layout) -> list[str]:
         tallies += [(r, st[r]) for r in ("dedup", "near_dedup", "heldout_copies", "heldout_near_copies") if r in st]
         for rule, c in tallies:
             if not c["docs"] and not c["bytes"]:
-                quiet.append(f"{name}: {rule}")
+                quiet.append(f"{text(name)}: {text(rule)}")
                 continue
             share = c["docs"] / st["docs_in"] if st["docs_in"] else 0
-            sample = str(layout.dropped_rule(name, rule).relative_to(layout.root)) if c["docs"] else ""
-            lines.append(f"| {name} | {rule} | {c['docs']:,} | {share:.2%} | {c['bytes'] / 1e6:.2f} | {sample} |")
+            sample = code(layout.dropped_rule(name, rule).relative_to(layout.root), cell=True) if c["docs"] else ""
+            lines.append(f"| {text(name)} | {text(rule)} | {c['docs']:,} | {share:.2%} | {c['bytes'] / 1e6:.2f} | "
+                         f"{sample} |")
     near = stats.get("near_dedup")
     if near:
         lines += ["", f"Near-duplicates: {near['docs_in_clusters']:,} documents in {near['clusters']:,} clusters "
@@ -127,9 +129,9 @@ def _model_line(lin: Lineage) -> str:
     line = f"- model: {m.get('arch', 'gpt2')} ({shape}), {train.get('attention', 'causal')} attention"
     init = lin.init
     if init:
-        line += (f"; started from `{init.source}` ({init.architecture}, held-out loss before training "
+        line += (f"; started from {code(init.source)} ({text(init.architecture)}, held-out loss before training "
                  f"{init.eval['total']['loss']:.4f})" if init.eval else
-                 f"; started from `{init.source}` ({init.architecture})")
+                 f"; started from {code(init.source)} ({text(init.architecture)})")
     return line
 
 
@@ -148,11 +150,12 @@ def build(params: Params, layout: Layout, parent: "Run | None" = None, log: Log 
         dv = lin.data_version
         lines += [f"- shards content hash `{dv.shards_sha256[:16]}`, DVC md5 `{dv.dvc_md5}`, "
                   f"tokenizer `{(dv.tokenizer_sha256 or '')[:16]}`",
-                  f"- mix {json.dumps(lin.mix)}; code `{lin.code.commit}`"
-                  f"{' (dirty)' if lin.code.dirty else ''}; parent {lin.parent or '(fresh start)'}",
-                  "- sources: " + ", ".join(f"{s.name} ({s.uri}, {len(s.files or [])} files)"
+                  f"- mix {code(json.dumps(lin.mix))}; code {code(lin.code.commit)}"
+                  f"{' (dirty)' if lin.code.dirty else ''}; "
+                  f"parent {code(lin.parent) if lin.parent else '(fresh start)'}",
+                  "- sources: " + ", ".join(f"{text(s.name)} ({code(s.uri)}, {len(s.files or [])} files)"
                                             for s in lin.sources),
-                  f"- cleaning rules: `{json.dumps(lin.clean_rules, sort_keys=True)}`", _model_line(lin), ""]
+                  f"- cleaning rules: {code(json.dumps(lin.clean_rules, sort_keys=True))}", _model_line(lin), ""]
     else:
         lines += ["No valid checkpoint yet.", ""]
     stats = clean_stats(layout)
@@ -166,13 +169,13 @@ def build(params: Params, layout: Layout, parent: "Run | None" = None, log: Log 
         ix = read_index(layout.shards_of(s.name), SHARDS_FIRST, layout.rel)
         counts = [x["blocks"] for x in ix["shards"]]
         sizes[s.name] = ix["total_blocks"]
-        lines.append(f"| {s.name} | {len(counts)} | {ix['total_blocks']:,} | {min(counts)}-{max(counts)} | "
+        lines.append(f"| {text(s.name)} | {len(counts)} | {ix['total_blocks']:,} | {min(counts)}-{max(counts)} | "
                      f"{ix['total_tokens']:,} | {ix['tail_tokens_dropped']} |")
     if state and params.mix:
         pos = state["loader"]["blocks_consumed"]
         per = Schedule(params.mix, list(sizes)).counts_before(pos)
-        epochs = ", ".join(f"{n}: {c / sizes[n]:.2f} epochs" for n, c in zip(sizes, per.tolist()))
-        repeats = ", ".join(f"{n} {c / sizes[n]:.1f} times" for n, c in zip(sizes, per.tolist()) if c > sizes[n])
+        epochs = ", ".join(f"{text(n)}: {c / sizes[n]:.2f} epochs" for n, c in zip(sizes, per.tolist()))
+        repeats = ", ".join(f"{text(n)} {c / sizes[n]:.1f} times" for n, c in zip(sizes, per.tolist()) if c > sizes[n])
         lines += ["", f"Resume point: {pos:,} blocks consumed ({state['loader']['global_batches_consumed']:,} "
                       f"global batches) at step {state['step']}; {epochs}."]
 
@@ -204,24 +207,25 @@ def build(params: Params, layout: Layout, parent: "Run | None" = None, log: Log 
 
     lines += ["", "## Checkpoints", ""]
     for e in entries:
-        lines.append(f"- `{e.path.name}`: {'valid' if e.valid else 'INVALID: ' + e.why}")
+        lines.append(f"- {code(e.path.name)}: {'valid' if e.valid else 'INVALID: ' + text(e.why)}")
     if state:
-        lines.append(f"- latest valid: `{latest.path.name}` (step {state['step']}, {state['tokens_seen']:,} tokens); "
+        lines.append(f"- latest valid: {code(latest.path.name)} (step {state['step']}, "
+                     f"{state['tokens_seen']:,} tokens); "
                      f"this data version started at step {state.get('version_start_step', 0)}")
 
     lines += ["", "## Failure modes seen", ""]
     if state:
         lines.append(f"- training resumed {state.get('resumes', 0)} time(s) from a checkpoint")
     for name, s in stats["sources"].items():
-        lines.append(f"- {name}: {s['bad']} unreadable record(s) quarantined, {s['invalid_utf8']} with invalid "
-                     f"UTF-8 repaired" + (f" (e.g. {s['samples'][0]})" if s["samples"] else ""))
+        lines.append(f"- {text(name)}: {s['bad']} unreadable record(s) quarantined, {s['invalid_utf8']} with invalid "
+                     f"UTF-8 repaired" + (f" (e.g. {code(s['samples'][0])})" if s["samples"] else ""))
         lines += damaged_files(s)
     skipped = [r["step"] for r in rows if r.get("guard") == "skip"]
     lines.append(f"- skipped steps (non-finite loss or gradient: no update): {len(skipped)}"
                  + (f" (step {', '.join(map(str, skipped))})" if skipped else ""))
     rollbacks = [e for r in rows for e in r.get("rollbacks", [])]
     lines.append(f"- rollbacks (loss spikes, runs of skipped steps): {len(rollbacks)}")
-    lines += [f"  - {guard.describe(e)}" for e in rollbacks]
+    lines += [f"  - {text(guard.describe(e))}" for e in rollbacks]
     count, *slowest = slow_steps(rows)  # the train stage's last line says the same (monitor.slow_steps)
     lines += [f"- {count}"] + [f"  - {s}" for s in slowest]
     traces = sorted(p for p in layout.profiles.iterdir() if not p.name.startswith(".")) if layout.profiles.exists() else []
@@ -235,7 +239,7 @@ def build(params: Params, layout: Layout, parent: "Run | None" = None, log: Log 
     lines += ["", "## Ops notes", ""]
     enc = {s.name: read_index(layout.tokens_of(s.name), "; run the tokenize stage first (dvc repro tokenize)",
                               layout.rel).get("encoder") for s in params.sources}
-    lines.append(f"- encoder backend: {', '.join(f'{k}: {v}' for k, v in enc.items())}")
+    lines.append(f"- encoder backend: {', '.join(f'{text(k)}: {text(v)}' for k, v in enc.items())}")
     if rows and wait < 0.01:
         lines.append("- input is not the bottleneck (data wait < 1%)")
     elif rows:
@@ -249,7 +253,8 @@ def damaged_files(source_stats: dict) -> list[str]:
     damaged = source_stats.get("damaged", [])  # stats.json of a clean stage before it was recorded: none
     if not damaged:
         return []
-    return [f"  - {len(damaged)} damaged file(s) read past, what preceded the damage kept:", *(f"    - {d}" for d in damaged)]
+    return [f"  - {len(damaged)} damaged file(s) read past, what preceded the damage kept:",
+            *(f"    - {text(d)}" for d in damaged)]
 
 
 def _nan(v: float | None) -> float:

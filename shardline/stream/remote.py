@@ -26,7 +26,7 @@ from pathlib import Path
 from shardline.core import fsio, retry, shardformat, transfer
 from shardline.core.errors import BadInput, DownloadError, PathError, ShardlineError, os_error_line
 from shardline.core.layout import INDEX, index_of
-from shardline.core.stores import filesystem
+from shardline.core.stores import check_bucket, filesystem
 
 
 class FetchError(DownloadError):
@@ -81,6 +81,7 @@ def read_indexes(shards_dir: str | Path, names: Sequence[str], remote: Remote | 
     store's is FetchError naming its URL."""
     if remote is None:
         return [shardformat.read_index(Path(shards_dir) / name, missing) for name in names]
+    check_bucket(remote.uri, "loader.shards_uri", remote.policy)
     out = []
     for name in names:
         url = f"{remote.uri.rstrip('/')}/{name}/{INDEX}"
@@ -118,13 +119,16 @@ def upload_shards(shards_dir: str | Path, uri: str, names: Sequence[str], log=pr
     size (fixed-size shards of rebuilt data), and the store would hold old shards under a new
     index. Without receipts every shard is sent. Each request is retried on transient faults
     under `policy` (a PUT is whole or absent). Returns how many files were sent."""
+    check_bucket(uri, "push-shards", policy)
     fs, root = filesystem(uri, policy)
     sent = 0
     try:
         put = fsio.read_json(receipts) if receipts else {}
     except (OSError, ValueError):
         put = {}  # only a saving: without it every shard is sent again
-    put = put if isinstance(put, dict) else {}
+    # only a saving: a receipt of another shape vouches for nothing, and its shard is sent again
+    put = {u: r for u, r in put.items() if isinstance(r, dict) and isinstance(r.get("store"), dict)} \
+        if isinstance(put, dict) else {}
 
     def request(target: str, fn):
         """`fn()`, a request about `target`, retried; its error naming the URL (or the target path)."""

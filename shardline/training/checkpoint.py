@@ -274,12 +274,12 @@ def tidy_kept(kept: Path, root: Path, recoverable: Callable[[Path], bool] | None
     """Drop kept copies that something now records (`recoverable`); name the ones that are the
     only copy left (their data/checkpoints twin is gone: a checkout replaced it). Returns those."""
     alone = []
-    for path in sorted(Path(kept).glob(f"*/{STEP_DIRS}")):
+    for path in sorted(p for p in Path(kept).glob(f"*/{STEP_DIRS}") if step_of(p) is not None):  # not a temp's
         if recoverable is not None and recoverable(path):
             remove(path)
             continue
         mine = (path / MANIFEST).read_bytes() if (path / MANIFEST).exists() else None
-        twins = [step_dir(root, int(path.name[len(STEP_DIRS) - 1:]))] + sorted(Path(root).glob(f"{ARCHIVE}/*/{path.name}*"))
+        twins = [step_dir(root, step_of(path))] + sorted(Path(root).glob(f"{ARCHIVE}/*/{path.name}*"))
         if not any((t / MANIFEST).exists() and (t / MANIFEST).read_bytes() == mine for t in twins):
             alone.append(path)
             log(f"checkpoint: {path} is the only copy (data/checkpoints lost it, a checkout?, and nothing records "

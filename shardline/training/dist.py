@@ -29,9 +29,9 @@ import contextlib
 import datetime
 import gc
 import os
-import subprocess
-import sys
-from pathlib import Path
+import re
+import socket
+import traceback
 from typing import Callable, Iterable
 
 import torch
@@ -39,6 +39,7 @@ import torch
 from shardline.core.config import Params, Train
 from shardline.core.errors import ShardlineError
 from shardline.core.layout import Layout
+from shardline.training import launch
 
 Log = Callable[[str], None]
 
@@ -122,6 +123,26 @@ class Dist:
             torch.distributed.all_reduce(value)
         return value
 
+    def lost_peers(self, e: BaseException, layout: Layout) -> ShardlineError | None:
+        """`e` as one line when it is a collective that failed (a peer gone, a timeout), naming this rank,
+        its node and gloo's or NCCL's reason, its traceback kept in layout.rank_log; None for any other
+        error. Transient: another rank stopped first, and says why in its own line."""
+        text = str(e)
+        if self.world == 1 or not (isinstance(e, torch.distributed.DistError) or (isinstance(e, RuntimeError) and any(
+                w in text for w in ("gloo", "NCCL", "Connection closed by peer", "Connection reset by peer",
+                                    "Timed out waiting")))):
+            return None
+        first = re.sub(r"^\[[^\]]*\]\s*", "", (text.strip().splitlines() or [""])[0])  # gloo's source location
+        reason = first.split(". ")[0].rstrip(".")
+        path = layout.rank_log(self.rank)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(traceback.format_exception(e)))
+        err = ShardlineError(f"train: rank {self.rank} of {self.world} on {socket.getfqdn()}: {launch.PEERS_LOST} "
+                             f"in a collective ({reason}): another rank stopped first (its line says why) or the "
+                             f"network failed; re-run to resume from the last checkpoint (traceback: {layout.rel(path)})")
+        err.transient = True
+        return err
+
     def close(self) -> None:
         """Destroy the process group; call it only once the wrapped model is gone. DDP's reducer
         and FSDP's mesh hold the group: were one of them its last holder, its destructor would
@@ -135,18 +156,12 @@ class Dist:
 
 def relaunch_under_torchrun(params: Params, layout: Layout, ctx) -> dict:
     """Run the train stage as train.nproc_per_node processes on this machine and wait for them;
-    they get what the orchestrator handed this process (its run id, its md5 of the shards)."""
+    they get what the orchestrator handed this process (its run id, its md5 of the shards). A
+    failure is one line per cause (shardline.training.launch)."""
     n = params.train.nproc_per_node
-    # --max-restarts 0: a failed rank fails the job at once (the agent polls every 0.1 s); re-running
-    # the stage resumes from the last checkpoint, which is all a restart would do.
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}",
-           "--max-restarts=0", "--no-python", str(Path(sys.executable).with_name("shardline")),
-           "--root", str(layout.root), "stage", "train"]
-    cmd += [*(["--run-id", ctx.run_id] if ctx.run_id else []),
-            *(["--shards-md5", ctx.shards_md5] if ctx.shards_md5 else [])]
-    ctx.log(f"train: launching {n} processes: {' '.join(cmd)}")
-    if subprocess.run(cmd).returncode:
-        raise ShardlineError(f"train: torchrun with {n} processes failed (see the rank logs above)")
+    args = ["--root", str(layout.root), "stage", "train",
+            *(["--run-id", ctx.run_id] if ctx.run_id else []), *(["--shards-md5", ctx.shards_md5] if ctx.shards_md5 else [])]
+    launch.torchrun(n, args, layout, ctx.log)
     return {"nproc": n}
 
 

@@ -21,7 +21,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Callable
 
-from shardline.core import fsio, retry
+from shardline.core import fsio, retry, stores
 from shardline.core.config import Params
 from shardline.core.errors import BadInput
 from shardline.core.layout import MANIFEST, Layout, step_dir, step_dirs
@@ -156,6 +156,7 @@ class Bucket:
     def check(self) -> None:
         """The store takes a write (its bucket exists, the credentials may write): at the start, not
         at the first save, steps later."""
+        stores.check_bucket(self.root, "train.checkpoint_uri", self.root.policy)
         bucket.check(self.root)
 
     def keep(self, path: str, kept: Path) -> None:

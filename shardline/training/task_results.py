@@ -24,6 +24,7 @@ import math
 from pathlib import Path
 
 from shardline.core import fsio
+from shardline.core.markup import text
 from shardline.core.remedies import remedy_for
 
 _FINGERPRINT = ("step", "loss", "tokens", "batches")  # what a step record says about the timeline it is of
@@ -87,6 +88,6 @@ def table(tasks: dict) -> list[str]:
             if metric in ("samples", "step") or "_stderr" in metric:
                 continue
             err = m.get(metric.replace(",", "_stderr,", 1) if "," in metric else f"{metric}_stderr")
-            lines.append(f"| {name} | {metric} | {v:.4f} | {'' if err is None else f'{err:.4f}'} | "
+            lines.append(f"| {text(name)} | {text(metric)} | {v:.4f} | {'' if err is None else f'{err:.4f}'} | "
                          f"{m.get('samples', '')} | {m['step']} |")
     return lines

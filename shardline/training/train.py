@@ -110,6 +110,10 @@ def run(params: Params, layout: Layout, ctx: RunContext = RunContext()) -> dict:
             break
         except RolledBack:  # the ledger holds it: start again exactly as a resume after a kill would
             rolled_back, ctx = True, dataclasses.replace(ctx, new_run=False)
+        except Exception as e:  # a collective that failed: one line, not gloo's fifty (its traceback kept)
+            if (lost := dist.lost_peers(e, layout)) is None:
+                raise
+            raise lost from None
     dist.close()  # not on an exception: see Dist.close
     return summary
 

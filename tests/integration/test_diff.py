@@ -136,3 +136,15 @@ def test_a_diff_of_two_checkpoints_of_one_run_needs_no_model(project, tmp_path):
     assert d["data"]["changed"] is False and d["training"]["params"] == []
     assert d["results"]["how"].startswith("the held-out blocks both runs' last evals scored")
     assert not (tmp_path / "p" / ".shardline" / "judged").exists()  # paired from the manifests: nothing judged
+
+
+def test_a_damaged_judged_result_is_judged_again_to_the_same_answer(project):
+    """.shardline/judged/ keeps a run judged on another's held-out documents: bookkeeping, made
+    again when cut short or of another shape (issue 52), never a traceback."""
+    first = _diff(project, "HEAD", "rule")
+    kept = sorted((project / ".shardline" / "judged").glob("*.json"))
+    assert kept
+    for i, path in enumerate(kept):
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2] if i % 2 == 0 else b'{"code": [1, 2]}')
+    assert _diff(project, "HEAD", "rule") == first
+    assert all(json.loads(p.read_text()) for p in kept)  # written again, whole

@@ -135,7 +135,13 @@ def test_two_nodes_on_loopback_see_one_process_batches(built, tmp_path):
 def test_world2_checkpoint_resumes_exact_at_world2_and_close_at_world1(built, ddp2, tmp_path):
     crash = elastic(built, tmp_path / "crash", nproc_per_node=2)
     r = run([SL, "stage", "train"], crash, check=False, env=env_for(SHARDLINE_CHAOS="train.step@7:rank1"))
-    assert r.returncode == 2 and "torchrun with 2 processes failed" in r.stderr
+    # one line per cause (rank 0 only lost its peer: no cause of its own), then where the whole log is
+    assert r.returncode == 2 and r.stderr.splitlines()[-2:] == [
+        f"train: rank 1 of 2 on {torchrun_host()}: killed by signal 9 (SIGKILL)",
+        "error: train: torchrun with 2 processes failed (the cause above); every rank's lines and torchrun's own are "
+        "in .shardline/logs/torchrun.log"], r.stderr
+    assert "Traceback" not in r.stderr and "ChildFailedError" in (crash / ".shardline/logs/torchrun.log").read_text()
+    assert "Connection" in (crash / ".shardline/logs/rank-0.log").read_text()  # gloo's traceback, kept
     assert checkpoint.latest_valid(crash / "data/checkpoints", lambda _: None).name == "step-000000004"
     one = project(crash, tmp_path / "one", train={"nproc_per_node": 1})
 
@@ -159,6 +165,24 @@ def test_world2_checkpoint_resumes_exact_at_world2_and_close_at_world1(built, dd
     for i in a["opt"]:
         assert a["opt"][i]["step"] == b["opt"][i]["step"] == 8
         torch.testing.assert_close(a["opt"][i]["exp_avg"], b["opt"][i]["exp_avg"], rtol=1e-3, atol=1e-6)
+
+
+def torchrun_host() -> str:
+    """The host name torchrun's report gives a failed rank, and a rank gives itself: socket.getfqdn()."""
+    return socket.getfqdn()
+
+
+@pytest.mark.timeout(120)
+def test_a_setting_every_rank_refuses_is_one_line_naming_the_ranks_not_torchruns_traceback(built, tmp_path):
+    root = project(built, tmp_path / "p", train={"nproc_per_node": 2}, loader={"global_batch": 3})
+    r = run([SL, "stage", "train"], root, check=False)
+    assert r.returncode == 2 and r.stderr.splitlines()[1:] == [
+        f"train: ranks 0, 1 of 2 on {torchrun_host()}: loader.global_batch (3) must be divisible by the world size (2)",
+        "error: train: torchrun with 2 processes failed (the cause above); every rank's lines and torchrun's own are "
+        "in .shardline/logs/torchrun.log"], r.stderr
+    assert r.stderr.splitlines()[0].startswith("train: launching 2 processes: ")
+    full = (root / ".shardline/logs/torchrun.log").read_text()  # the whole log: each rank's line and torchrun's report
+    assert full.count("must be divisible by the world size") >= 2 and "ChildFailedError" in full
 
 
 @pytest.mark.timeout(300)
@@ -251,6 +275,12 @@ def test_dead_rank_fails_both_nodes_in_seconds(built, tmp_path):
         kill_all(procs, [])
     assert fired.exists() and fired.read_text() == "train.step#3\n", (root / "node0.log").read_text()[-3000:]
     assert all(p.returncode not in (0, None) for p in procs), [p.returncode for p in procs]
+    # the surviving node: one line of its own, not gloo's traceback, and torchrun's report quotes it
+    node0 = (root / "node0.log").read_text()
+    said = [ln for ln in node0.splitlines() if ln.startswith("error: train: rank 0 of 2 on ")]
+    assert len(said) == 1 and "lost the other ranks in a collective (" in said[0], node0[-3000:]
+    assert node0.count("Traceback (most recent call last)") == 1, node0  # torchrun's own, not the rank's
+    assert f"traceback : {said[0].removeprefix('error: ')}" in node0
     # train.dist_timeout_s is 60: the survivor's collective fails on the closed connection, sooner
     assert done - killed < 30, f"the job took {done - killed:.1f}s to fail after rank 1 died"
     print(f"both nodes failed {done - killed:.1f}s after rank 1 died")

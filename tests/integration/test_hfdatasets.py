@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 
@@ -221,3 +222,129 @@ def test_without_datasets_installed_a_dataset_source_is_one_line_naming_the_extr
     monkeypatch.setitem(sys.modules, "datasets", None)  # what `import datasets` meets where it is not installed
     with pytest.raises(extras.MissingExtra, match=re.escape("sources[web].dataset needs datasets: pip install 'shardline[hf]'")):
         download.run(params, layout, **QUIET)
+
+
+def cut(path):
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def saved_to_disk(folder, split=None):
+    import datasets
+
+    ds = datasets.Dataset.from_dict({"text": TEXTS[:120]})
+    (datasets.DatasetDict({split: ds}) if split else ds).save_to_disk(str(folder))
+    return folder
+
+
+# a local dataset damaged: (how the folder is made, what is done to it, the file named, what is said of it)
+DAMAGED = {
+    "parquet cut": (hub_repo, lambda f: cut(f / "data" / "train-00001-of-00002.parquet"),
+                    "data/train-00001-of-00002.parquet", "damaged (ArrowInvalid: Parquet magic bytes not found in footer"),
+    "parquet emptied": (hub_repo, lambda f: (f / "data" / "train-00000-of-00002.parquet").write_bytes(b""),
+                        "data/train-00000-of-00002.parquet", "damaged (ArrowInvalid: Parquet file size is 0 bytes)"),
+    "arrow cut": (saved_to_disk, lambda f: cut(f / "data-00000-of-00001.arrow"), "data-00000-of-00001.arrow",
+                  "damaged (OSError: Expected to be able to read"),
+    "arrow missing": (saved_to_disk, lambda f: (f / "data-00000-of-00001.arrow").unlink(), "data-00000-of-00001.arrow",
+                      "missing (state.json names it)"),
+    "state.json cut": (saved_to_disk, lambda f: cut(f / "state.json"), "state.json", "damaged (JSONDecodeError: "),
+    "state.json an array": (saved_to_disk, lambda f: (f / "state.json").write_text("[]"), "state.json",
+                            "damaged (holds a JSON array, not an object)"),
+    "dataset_dict.json of the wrong type": (lambda f: saved_to_disk(f, "train"),
+                                            lambda f: (f / "dataset_dict.json").write_text('{"splits": 3}'),
+                                            "dataset_dict.json",
+                                            "damaged (field 'splits' is a JSON number, not a list of names)"),
+}
+
+
+@pytest.mark.parametrize("case", list(DAMAGED))
+def test_a_damaged_local_dataset_is_one_line_naming_its_file_and_what_was_written_stays(tmp_path, small_files, case,
+                                                                                        capfd):
+    make, damage, name, said = DAMAGED[case]
+    folder = make(tmp_path / "dataset")
+    params, layout = make_project(tmp_path / "p", [{"name": "web", "dataset": {"name": str(folder)}}])
+    whole = download.run(params, layout, **QUIET)["web"]  # the intact dataset, downloaded once
+    shutil.rmtree(layout.raw)
+    damage(folder)
+    capfd.readouterr()
+    with pytest.raises(BadInput) as e:
+        download.run(params, layout, **QUIET)
+    assert str(e.value).startswith(f"sources[web].dataset: {folder / name}: {said}") and "\n" not in str(e.value)
+    assert str(e.value).endswith(f"; restore that file of {folder} (or fetch the dataset again), then re-run: the files "
+                                 "written so far are kept"), str(e.value)
+    out, err = capfd.readouterr()
+    assert out + err == ""  # datasets' own log lines ("Failed to read file ...") and pyarrow's "Exception ignored" too
+    assert not layout.manifest("web").exists()
+    if case == "parquet cut":  # the first parquet's records came through: kept, with the note that names them
+        note = json.loads(layout.stream_note("web").read_text())
+        assert note["files"] and all((layout.raw_files("web") / f["path"]).is_file() for f in note["files"])
+        shutil.rmtree(folder)
+        make(folder)  # the file restored: the unbroken run's files
+        assert download.run(params, layout, **QUIET)["web"] == whole
+
+
+def test_a_damaged_file_in_the_local_hub_cache_is_named_too(tmp_path, monkeypatch):
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    snapshot = hub_repo(tmp_path / "hub" / "datasets--org--web" / "snapshots" / commit)
+    (tmp_path / "hub" / "datasets--org--web" / "refs").mkdir()
+    (tmp_path / "hub" / "datasets--org--web" / "refs" / "main").write_text(commit)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    cut(snapshot / "data" / "test-00000-of-00001.parquet")
+    params, layout = make_project(tmp_path / "p", [{"name": "web", "dataset": {"name": "org/web", "split": "test"}}])
+    with pytest.raises(BadInput) as e:
+        download.run(params, layout, **QUIET)
+    assert str(e.value).startswith(f"sources[web].dataset: {snapshot / 'data' / 'test-00000-of-00001.parquet'}: "
+                                   "damaged (ArrowInvalid: "), str(e.value)
+
+
+def stopped_after(monkeypatch, files: int):
+    """hfdatasets writing `files` files, then stopping as a kill would (the note holds them)."""
+    write, made = hfdatasets._write_file, []
+
+    def once(*a, **k):
+        if len(made) == files:
+            raise KeyboardInterrupt
+        made.append(write(*a, **k))
+        return made[-1]
+
+    monkeypatch.setattr(hfdatasets, "_write_file", once)
+
+
+def moved(note: dict) -> dict:
+    """The note with its stream's position set back to the start: a state `datasets` reads without a
+    word, and the records of the files written would come again."""
+    note = json.loads(json.dumps(note))
+    note["state"]["examples_iterable"]["batch_idx"] = 0
+    return note
+
+
+NOTE_DAMAGE = {"emptied": (lambda n: "", "empty"),
+               "cut short": (lambda n: json.dumps(n)[:40], "not valid JSON (truncated or damaged)"),
+               "an array": (lambda n: "[]", "holds a JSON array, not the note's object"),
+               "its state emptied": (lambda n: json.dumps({**n, "state": {}}), "does not match its digest (edited or damaged)"),
+               "its position moved": (lambda n: json.dumps(moved(n)), "does not match its digest (edited or damaged)"),
+               "a file entry of the wrong type": (lambda n: json.dumps({**n, "files": [{"path": 3}]}),
+                                                  "does not match its digest (edited or damaged)")}
+
+
+@pytest.mark.parametrize("case", list(NOTE_DAMAGE))
+def test_a_damaged_stream_note_is_said_and_the_stream_starts_over_to_an_unbroken_runs_files(tmp_path, small_files,
+                                                                                          monkeypatch, case):
+    repo = hub_repo(tmp_path / "repo")
+    params, layout = make_project(tmp_path / "whole", [{"name": "web", "dataset": {"name": str(repo)}}])
+    whole = download.run(params, layout, **QUIET)["web"]
+    params, layout = make_project(tmp_path / "p", [{"name": "web", "dataset": {"name": str(repo)}}])
+    with monkeypatch.context() as m:
+        stopped_after(m, 3)
+        with pytest.raises(KeyboardInterrupt):
+            download.run(params, layout, **QUIET)
+    note = layout.stream_note("web")
+    damage, said = NOTE_DAMAGE[case]
+    good = json.loads(note.read_text())
+    assert len(good["files"]) == 3 and good["state"]["examples_iterable"]["batch_idx"] > 0
+    note.write_text(damage(good))
+    lines = []
+    got = download.run(params, layout, log=lines.append)["web"]
+    assert got == whole and texts_of(layout, got) == TEXTS[:200]  # no record twice, none skipped
+    assert [ln for ln in lines if "stream.json" in ln] == [
+        f"download: data/raw/web/stream.json: {said}; the stream starts over (the files it wrote are written again)"]
+    assert not any("resuming" in ln for ln in lines)

@@ -358,3 +358,37 @@ def test_a_checkpoint_in_a_bucket_is_valid_iff_its_manifest_verifies(s3_env, aws
     tensors, state, manifest = checkpoint.load(got)
     assert torch.equal(tensors["model.pt"]["w"], torch.full((3,), 4.0)) and state == {"step": 4}
     assert manifest.lineage == lin and manifest.format == "full"
+
+
+MISSING = "s3://no-such-bucket/run"
+# every place a store is named: (what names it, the params it sets, the command that meets it first)
+STORES = [("push-shards", {}, ["push-shards", f"{MISSING}/shards"]),
+          ("loader.shards_uri", {"loader": {"shards_uri": f"{MISSING}/shards"}}, ["eval", "latest"]),
+          ("train.checkpoint_uri", {"train": {"checkpoint_uri": f"{MISSING}/ck", "steps": 6}}, ["stage", "train"]),
+          ("train.checkpoint_uri", {"train": {"checkpoint_uri": f"{MISSING}/ck"}}, ["checkpoints"]),
+          ("sources[code].uri", {"sources": [{"name": "code", "uri": f"{MISSING}/code/", "format": "txt"}],
+                                 "mix": {"code": 1.0}}, ["stage", "download"]),
+          ("parts.store", {"parts": {"store": f"{MISSING}/data"}, "clean": {"min_chars": 17}}, ["stage", "clean"])]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("what, sections, cmd", STORES, ids=[f"{w}-{c[0]}" for w, _, c in STORES])
+def test_a_missing_bucket_is_one_line_naming_the_field_wherever_a_store_is_named_and_none_is_made(
+        project, s3_env, tmp_path, what, sections, cmd):
+    root = tmp_path / "p"
+    shutil.copytree(project, root, ignore=shutil.ignore_patterns(".dvc", ".git"))
+    raw = yaml.safe_load((root / "params.yaml").read_text())
+    for k, v in sections.items():
+        raw[k] = {**raw[k], **v} if isinstance(v, dict) and k != "mix" else v
+    write_params(root, raw)
+    before = tree(root, ("data",))
+    r = run([str(BIN / "shardline"), *cmd], root, check=False, env={**env_for(), **s3_env})
+    uri = next(c for c in cmd if c.startswith("s3://")) if cmd[0] == "push-shards" else \
+        next(u for u in (f"{MISSING}/shards", f"{MISSING}/ck", f"{MISSING}/code/", f"{MISSING}/data")
+             if u in json.dumps(sections))
+    assert r.returncode == 2 and r.stderr.splitlines()[-1] == (
+        f"error: {what} {uri}: the bucket 'no-such-bucket' does not exist (the line makes no bucket); create it "
+        "(aws s3 mb s3://no-such-bucket), or name a bucket that exists"), r.stderr
+    assert "Traceback" not in r.stderr
+    assert [b["Name"] for b in client(s3_env).list_buckets()["Buckets"]] == [BUCKET]  # none made
+    assert tree(root, ("data",)) == before  # nothing written lost

@@ -6,7 +6,6 @@ import itertools
 import random
 
 import numpy as np
-import pytest
 import spacy
 from hypothesis import given, settings
 from hypothesis import strategies as st

@@ -36,6 +36,7 @@ from shardline import registry
 from shardline.core import chaos, config, plugins
 from shardline.core.errors import DownloadError, ShardlineError
 from shardline.core.layout import Layout
+from shardline.core.markup import text
 from shardline.core.stores import aws_env
 from shardline.orchestration.tasks.invoke import run_log
 from shardline.orchestration.tasks.options import options
@@ -96,7 +97,9 @@ def publish_card(card: Path, notes: str = "") -> UUID:
                                     description="Shardline evidence card")
 
 
-IMAGE_LINK = re.compile(r"(!\[[^\]]*\]\()([^)\s]+)(\))")  # ![alt](target)
+# ![alt](target) on a line of its own, as the card writes its plot: never one quoted inside a line (a
+# file name in a code span), which would have a plot's bytes inlined there
+IMAGE_LINK = re.compile(r"^(!\[[^\]]*\]\()([^)\s]+)(\))$", re.M)
 
 
 def embed_images(markdown: str, folder: Path) -> str:
@@ -116,8 +119,8 @@ def embed_images(markdown: str, folder: Path) -> str:
 
 def _run_notes(report: dict) -> str:
     ran = [k for k, v in report.items() if v != "skipped"]
-    return (f"\n## This Prefect run\n\n- flow run `{flow_run.id}`; stages run: {', '.join(ran) or 'none'}; "
-            f"skipped (up to date): {', '.join(k for k in report if k not in ran) or 'none'}\n"
+    return (f"\n## This Prefect run\n\n- flow run `{flow_run.id}`; stages run: {text(', '.join(ran) or 'none')}; "
+            f"skipped (up to date): {text(', '.join(k for k in report if k not in ran) or 'none')}\n"
             "- task retries: see the stage-* task runs of this flow run\n")
 
 

@@ -77,8 +77,26 @@ class Worker:
     def record(self) -> None:
         fsio.write_json(self.path, {"run_name": self.run_name, "backends": self.known})
 
+    def recorded(self, root: Path) -> dict:
+        """What each backend recorded when it last flushed; {} for a state file emptied, cut short or of
+        another shape, said in one line: each tracker then writes its run again from train.jsonl, which
+        holds every step (TensorBoard purges from step 1, W&B and MLflow start a run that supersedes it)."""
+        if not self.path.exists():
+            return {}
+        try:
+            value = fsio.read_json(self.path)
+        except (OSError, ValueError):
+            value = None
+        backends = value.get("backends") if isinstance(value, dict) else None
+        if isinstance(backends, dict) and all(v is None or isinstance(v, dict) for v in backends.values()):
+            return backends
+        shown = self.path.relative_to(root) if self.path.is_relative_to(root) else self.path
+        self.say(f"log: {shown} is damaged (not the trackers' state); each tracker writes its run again from "
+                 "train.jsonl")
+        return {}
+
     def open(self, root: Path, lin, rows: list, step: int) -> None:  # lin: a records.Lineage (light to unpickle)
-        self.known = fsio.read_json(self.path).get("backends", {}) if self.path.exists() else {}
+        self.known = self.recorded(Path(root))
         config, tags = run_config(lin), run_tags(lin)
         for name in self.cfg.backends:
             try:
