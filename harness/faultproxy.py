@@ -15,13 +15,18 @@ Real HTTP, as a store misbehaves on the wire; clients (s3fs, boto3, DVC) cannot 
   cannot tell it from the end of the body; only a length or a checksum known beforehand can.
 "Part of the body" is none of it (right after the headers) for a quarter of the draws, else 1 to
 len-1 bytes. Body faults fall on responses with a body of 2 bytes or more (GETs); an answer
-without one (HEAD, PUT) gets reset or stall before its first byte, and no short or cut.
+without one (HEAD, PUT) gets reset or stall before its first byte, and no short or cut. A request
+whose own body ends short of its length (its client killed mid-PUT) is dropped, as a store drops it.
 
 The schedule is seeded and does not depend on thread timing: whether the n-th request for a
 (method, path, Range) fails, how, and where its body is cut, is a hash of (seed, method, path,
 Range, n), with probability `rate`. `persist(fault, match, times)` makes the next `times` requests
 whose "METHOD path" holds `match` (all of them, when None) fail so: a store that stays broken;
 `persist(None)` ends it. `log` holds (method, path, Range, fault or None) per request, in arrival order.
+
+`intercept(proxy, decide)` lets a caller pick a request's fault before the schedule does, and
+`killed(cmd, ..., when)` SIGKILLs a command's process group when the proxy receives the request
+`when` names (`nth(match, k)`: the k-th whose "METHOD path" holds `match`; "" holds in every one).
 
 Tests draw their seeds from one per test run (`session_seed`: SHARDLINE_FAULT_SEED when set, else
 the clock's), printed in pytest's header, so CI tries other schedules each run and a failure is
@@ -30,17 +35,22 @@ replayed with the seed it printed; `seed_for(test)` is a test's own.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import http.client
 import http.server
 import os
+import signal
 import socket
 import struct
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 import zlib
 from collections import Counter
+from pathlib import Path
 from urllib.parse import urlsplit
 
 FAULTS = ("500", "503", "reset", "stall", "short")  # the default schedule's
@@ -149,16 +159,24 @@ class FaultProxy:
             def log_message(self, *args):
                 pass
 
-            def _body(self) -> bytes:
+            def _body(self) -> bytes | None:
+                """The request's body; None when the client went before sending all of it (killed
+                mid-PUT): a store never takes a body short of its length, so nor is it forwarded."""
                 if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
                     out = bytearray()
-                    while size := int(self.rfile.readline().split(b";")[0].strip() or b"0", 16):
-                        out += self.rfile.read(size)
+                    while (line := self.rfile.readline()) and (size := int(line.split(b";")[0].strip() or b"0", 16)):
+                        out += (got := self.rfile.read(size))
+                        if len(got) < size:
+                            return None
                         self.rfile.readline()
+                    if not line:
+                        return None
                     while self.rfile.readline() not in (b"\r\n", b"\n", b""):
                         pass  # trailers: moto reads an aws-chunked checksum from the body, not these
                     return bytes(out)
-                return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                want = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(want)
+                return body if len(body) == want else None
 
             def _forward(self, body: bytes) -> tuple[int, str, list[tuple[str, str]], bytes]:
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP}
@@ -197,7 +215,9 @@ class FaultProxy:
                 self.close_connection = True
 
             def _any(self):
-                body = self._body()
+                if (body := self._body()) is None:
+                    self.close_connection = True
+                    return
                 rng, path = self.headers.get("Range"), self.path.split("?")[0]
                 fault, where = proxy._draw(self.command, path, rng)
                 if fault in _ERRORS:
@@ -244,3 +264,57 @@ class FaultProxy:
                         self.upstream.close()
 
         return Handler
+
+
+@contextlib.contextmanager
+def intercept(proxy: FaultProxy, decide):
+    """`decide(method, path, range)` picks a request's fault before the seed's schedule does (None:
+    the schedule's)."""
+    draw = proxy._draw
+
+    def drawing(method: str, path: str, rng: str | None):
+        fault = decide(method, path, rng)
+        return (fault, 0.5) if fault else draw(method, path, rng)
+
+    proxy._draw = drawing
+    try:
+        yield
+    finally:
+        del proxy._draw
+
+
+def nth(match: str, k: int):
+    """A `killed` trigger: the k-th request whose "METHOD path" holds `match`."""
+    seen = [0]
+
+    def when(request: str) -> bool:
+        seen[0] += match in request
+        return match in request and seen[0] == k
+
+    return when
+
+
+def killed(cmd: list[str], cwd: Path, env: dict, proxy: FaultProxy, when, timeout: float = 120) -> tuple[int, int, str]:
+    """Run `cmd` under the proxy's schedule; SIGKILL its process group when a request arrives for
+    which `when("METHOD path")` is true (that request answered 500, never forwarded; `when` is asked
+    once per request, in arrival order). Returns (exit status, where in proxy.log the kill fell,
+    -1 if it never did; stderr's end)."""
+    box: dict = {}
+    lock = threading.Lock()
+
+    def decide(method, path, _):
+        with lock:
+            if "at" in box or not when(f"{method} {path}"):
+                return None
+            box["at"] = len(proxy.log)
+        os.killpg(box["proc"].pid, signal.SIGKILL)
+        while box["proc"].poll() is None:  # gone before the proxy answers: it never hears back
+            time.sleep(0.002)
+        return "500"
+
+    with intercept(proxy, decide), tempfile.TemporaryFile("w+") as err:
+        box["proc"] = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=err,
+                                       start_new_session=True)  # its own group: what it started dies with it
+        rc = box["proc"].wait(timeout)
+        err.seek(0)
+        return rc, box.get("at", -1), err.read()[-2000:]

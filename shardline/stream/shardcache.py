@@ -21,12 +21,17 @@ Contract:
 - Past `cache_mb` (per process: cache_mb / num_workers), the least recently read shards are
   deleted, never one the current step or the prefetch window pins, nor one unread since it
   arrived; a deleted shard is fetched again when needed. The excess is at most the pinned shards.
+- When the process ends (the main one, or a DataLoader worker), a fetch in flight is given
+  EXIT_WAIT_S to finish, then its temp file is removed: the fetch thread is a daemon, stopped
+  wherever it is at exit, and a run that ended with its prefetch mid-shard left that temp behind
+  (found by harness/storms.py). A killed process's temps go at the next start (`_scan`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import multiprocessing.util
 import os
 import threading
 import time
@@ -44,6 +49,7 @@ from shardline.core.layout import cached_shard
 from shardline.stream.remote import FetchError, Remote, fetch_failed, filesystem
 
 AHEAD_STEPS = 64      # how many coming steps the prefetch window may look through
+EXIT_WAIT_S = 2.0     # at the process's end, how long a fetch in flight may take to finish
 
 
 @dataclass
@@ -86,6 +92,8 @@ class Fetcher:
             self._scan()
         # the thread holds only a weak reference: a dropped loader's fetcher is collected and its thread ends
         threading.Thread(target=_work, args=(weakref.ref(self),), daemon=True, name="shard-fetch").start()
+        # multiprocessing's exit hook, not atexit's: a DataLoader worker ends through it, never atexit
+        multiprocessing.util.Finalize(self, _at_exit, args=(weakref.ref(self),), exitpriority=0)
 
     def _scan(self) -> None:
         """Count what earlier runs left (oldest first: evicted first); drop temps of dead writers."""
@@ -297,6 +305,22 @@ def _work(ref: weakref.ref[Fetcher]) -> None:
         if sha is not None:
             fetcher._fetch(sha)
         del fetcher
+
+
+def _at_exit(ref: weakref.ref[Fetcher]) -> None:
+    """Stop fetching; a fetch still in flight after EXIT_WAIT_S loses its temp file (its rename then
+    fails, at exit). A fetcher collected before the end had nothing in flight: its thread holds it
+    while it fetches."""
+    fetcher = ref()
+    if fetcher is None:
+        return
+    fetcher.close(EXIT_WAIT_S)
+    with fetcher.cond:
+        sha = fetcher.inflight
+    if sha is not None:
+        final = fetcher._path(sha)
+        for tmp in final.parent.glob(f".{final.name}{fsio.TMP_MARK}{os.getpid()}*"):
+            tmp.unlink(missing_ok=True)
 
 
 def _alive(pid: str) -> bool:

@@ -3,14 +3,22 @@ of clean, tokenize and shard, in a checkpoint write, in dvc before it records, i
 flow between DVC's cache and dvc.lock), resumed through `dvc repro` and the Prefect pipeline
 flow alternately, ends with every output identical to an unkilled run's, and no resume redid
 finished work. `python -m bench.chaos` is the full version (40 kills, every kill point, HTTP
-bodies cut and killed, the served deployment as a third entry point)."""
+bodies cut and killed, the served deployment as a third entry point).
+
+And the kills in fault storms (harness/storms.py): every path to an object store (push-shards,
+training on streamed shards, training to a checkpoint bucket, the staged clean) SIGKILLed at a
+request drawn from the seed while 30% of its requests fail, run again until it exits 0, ends with
+the bytes of its fault-free run. Its seed is the test run's fault seed (pytest's header prints
+it; SHARDLINE_FAULT_SEED replays it); bench.chaos runs the same on its --seed."""
 
 from __future__ import annotations
 
 import pytest
 
 from harness.chaos_driver import CI_POINTS, run_chaos, small_params
+from harness.faultproxy import SEED_VAR, seed_for, session_seed
 from harness.projects import stdlib_dir
+from harness.s3 import s3_env  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.slow
 
@@ -47,6 +55,20 @@ def test_line_survives_kills_in_every_stage_identically(tmp_path, prefect_server
     assert res["same checkpoints retained"] and res["every output git-ignored"], detail
     assert res["no finished work redone (files, parts, shards, checkpoints; steps only since the newest checkpoint)"], \
         detail
+
+
+@pytest.mark.timeout(300)
+def test_every_store_path_killed_in_a_fault_storm_ends_as_its_fault_free_run(tmp_path, s3_env):  # noqa: F811
+    from harness.storms import run_storms, table
+
+    seed = seed_for("storms")
+    print(f"storms on seed {seed} (replay: {SEED_VAR}={session_seed()}, or python -m bench.chaos --storms-only "
+          f"--seed {seed})")
+    rows = run_storms(tmp_path, seed, s3_env)
+    report = "\n".join([table(rows), *(r.summary() for r in rows),
+                        f"replay: {SEED_VAR}={session_seed()}, or python -m bench.chaos --storms-only --seed {seed}"])
+    assert all(r.ok for r in rows), report
+    assert all(sum(r.faults.values()) for r in rows), report  # every storm met faults
 
 
 @pytest.mark.parametrize("shell", ["/bin/sh", "/bin/bash", None])

@@ -17,6 +17,8 @@ import http.client
 import itertools
 import random
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -273,6 +275,38 @@ def test_a_shard_the_store_keeps_failing_is_one_line_naming_it(shards, store, tm
     msg = str(e.value)
     assert msg.startswith(f"{uri}/a/shard-00001.bin: giving up after 3 attempts") and "\n" not in msg, msg
     assert "last error " in msg and "store.attempts (3) and store.budget_s (60)" in msg and e.value.transient, msg
+
+
+ENDS_MID_FETCH = """
+import sys, threading, time
+from pathlib import Path
+from shardline.core import retry
+from shardline.stream.loader import Loader
+local, uri, cache = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
+ld = Loader(local, sources=["a", "b"], mix={"a": 2, "b": 1}, seed=3, global_batch=4, shards_uri=uri, cache_dir=cache,
+            cache_mb=0.01, prefetch=1, store=retry.Policy(attempts=1000, backoff_s=0.02, max_backoff_s=0.2,
+                                                           timeout_s=0.5, budget_s=600, section="store"))
+threading.Thread(target=lambda: next(iter(ld)), daemon=True).start()  # waits on its shards forever
+deadline = time.time() + 20
+while not (cache.exists() and any(".tmp-" in p.name for p in cache.iterdir())) and time.time() < deadline:
+    time.sleep(0.05)
+print("in flight" if time.time() < deadline else "no fetch began")
+"""
+
+
+@pytest.mark.timeout(60)
+def test_a_process_that_ends_with_a_shard_on_the_way_leaves_no_temp_in_the_cache(shards, store, tmp_path):
+    """Found by harness/storms.py (seeds 1 and 2 of the train-stream storm): a run that ended while
+    its prefetch was fetching left the shard's temp in the cache; the fetch thread, a daemon, stopped
+    mid-write at exit. Here every shard's read stalls, so the process ends with one in flight."""
+    local, uri = shards
+    store.rate = 0
+    store.persist("stall", "GET /" + uri.removeprefix("s3://") + "/a/shard-", times=10**6)
+    cache = tmp_path / "cache"
+    r = subprocess.run([sys.executable, "-c", ENDS_MID_FETCH, str(local), uri, str(cache)], capture_output=True,
+                       text=True, timeout=45)
+    assert r.returncode == 0 and r.stdout.strip() == "in flight", (r.stdout, r.stderr[-2000:])
+    assert not [p.name for p in cache.iterdir() if ".tmp-" in p.name], faulted(store)
 
 
 @pytest.mark.timeout(120)

@@ -4,29 +4,25 @@ docs/testing.md's table: `shardline push-shards`, the staged data half (`parts.s
 that persists. The proxy, the store fixture and the seeds are tests/integration/test_store_faults.py's
 (each test prints its seed; SHARDLINE_FAULT_SEED replays a run).
 
-Two hooks on the proxy's schedule, the tests' own: `place` gives the first request that matches
-each of a few patterns its fault (the rest follow the seed's schedule), and `killed` SIGKILLs a
-command's process group when the proxy receives the request the test names (its 5th PUT, the
-driver's first read of a finished part): exact on the store's side (that request never reaches the
+Two hooks on the proxy's schedule: `place` gives the first request that matches each of a few
+patterns its fault (the rest follow the seed's schedule), and `killed` (harness/faultproxy.py's)
+SIGKILLs a command's process group when the proxy receives the request the test names (its 5th
+PUT, the driver's first read of a finished part): exact on the store's side (that request never reaches the
 store; the proxy answers it 500 to no one), and replayed by the seed like the rest of the schedule.
 A publication is checked as it happened, from the proxy's log (`manifest_last`): an index.json (a
 DVC .dir) never reached the store before every file it names had."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import random
 import signal
-import subprocess
-import tempfile
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
-from harness.faultproxy import FAULTS, FaultProxy
+from harness.faultproxy import FAULTS, FaultProxy, intercept, killed, nth
 from harness.s3 import BUCKET, client, s3_env  # noqa: F401 (fixture)
 from shardline.data import download
 from tests.conftest import BIN, env_for, make_project, run, small_params, write_params
@@ -34,23 +30,6 @@ from tests.integration.test_store_faults import FAST, QUIET, faulted, store, tex
 from tests.unit.test_loader import make_shards
 
 LANDS = ("500", "503")  # faults answered by the proxy itself: the request never reached the store
-
-
-@contextlib.contextmanager
-def intercept(proxy: FaultProxy, decide):
-    """`decide(method, path, range)` picks a request's fault before the seed's schedule does (None:
-    the schedule's)."""
-    draw = proxy._draw
-
-    def drawing(method: str, path: str, rng: str | None):
-        fault = decide(method, path, rng)
-        return (fault, 0.5) if fault else draw(method, path, rng)
-
-    proxy._draw = drawing
-    try:
-        yield
-    finally:
-        del proxy._draw
 
 
 def place(proxy: FaultProxy, faults: dict[str, str]):
@@ -66,43 +45,6 @@ def place(proxy: FaultProxy, faults: dict[str, str]):
         return None
 
     return intercept(proxy, decide)
-
-
-def nth(match: str, k: int):
-    """A `killed` trigger: the k-th request whose "METHOD path" holds `match`."""
-    seen = [0]
-
-    def when(request: str) -> bool:
-        seen[0] += match in request
-        return match in request and seen[0] == k
-
-    return when
-
-
-def killed(cmd: list[str], cwd: Path, env: dict, proxy: FaultProxy, when) -> tuple[int, int, str]:
-    """Run `cmd` under the proxy's schedule; SIGKILL its process group when a request arrives for
-    which `when("METHOD path")` is true (that request answered 500, never forwarded; `when` is asked
-    once per request, in arrival order). Returns (exit status, where in proxy.log the kill fell,
-    stderr's end)."""
-    box: dict = {}
-    lock = threading.Lock()
-
-    def decide(method, path, _):
-        with lock:
-            if "at" in box or not when(f"{method} {path}"):
-                return None
-            box["at"] = len(proxy.log)
-        os.killpg(box["proc"].pid, signal.SIGKILL)
-        while box["proc"].poll() is None:  # gone before the proxy answers: it never hears back
-            time.sleep(0.002)
-        return "500"
-
-    with intercept(proxy, decide), tempfile.TemporaryFile("w+") as err:
-        box["proc"] = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=err,
-                                       start_new_session=True)  # its own group: what it started dies with it
-        rc = box["proc"].wait(120)
-        err.seek(0)
-        return rc, box.get("at", -1), err.read()[-2000:]
 
 
 def landed(proxy: FaultProxy, since: int = 0, until: int | None = None) -> list[str]:
