@@ -48,7 +48,7 @@ def pytest_unconfigure(config):
 # long ones start early and the many short ones fill in at the end instead of one long file finishing alone.
 LONGEST_FIRST = ("test_readme.py",  # the README's flow: the default line twice
                  "test_mixsearch.py", "test_orchestration.py", "test_experiments.py", "test_distributed.py",
-                 "test_chaos.py", "test_sharded.py", "test_train.py", "test_runners.py", "test_guard.py",
+                 "test_chaos.py", "test_soak.py", "test_sharded.py", "test_train.py", "test_runners.py", "test_guard.py",
                  "test_tasks.py", "test_evaluate.py", "test_diff.py", "test_line.py", "test_workpool.py", "test_trackers.py",
                  "test_recompute.py", "test_profile.py", "test_init_from.py", "test_cli_errors.py", "test_curation.py",
                  "test_prefect_ui.py", "test_brought_tokenizers.py", "test_export.py", "test_store_faults.py",
