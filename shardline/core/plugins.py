@@ -10,8 +10,13 @@ each entry's name is the name params.yaml or dvc.yaml uses, its object what docs
 - "shardline.stages": `run(params, layout, ctx)`, ctx a shardline.context.RunContext.
 `names(group)` lists a group's plug-ins without importing any of them (the installed metadata,
 read once per process and only when asked: a name that is built in asks nothing). `load(group,
-name)` imports one; one that fails to import, or is not what its group takes, is a `PluginError`
-naming its distribution. `unknown(name, group, builtin)` is the one line for a name nothing knows:
+name)` imports one; one that fails to import, or whose object is of the wrong kind (a string, a
+number or an `nn.Module` instance where a callable belongs), is a `PluginError` naming its
+distribution, the object it found and what the group takes; a rule's entry is checked by the
+rules' registry (it knows RuleEntry). `versions(group, used)` is the distribution and release of
+each plug-in `used` names: what the lineage records. `used_by(params)` is, per stage, the plug-ins
+it runs with their releases: what the `plugins` stage writes for DVC (data/plugins/<stage>.json,
+deps of those stages), so that upgrading a plug-in re-runs the stages it affects under `dvc repro`. `unknown(name, group, builtin)` is the one line for a name nothing knows:
 a did-you-mean, and every name the setting may take, built-in and plug-in (`known`).
 """
 
@@ -53,17 +58,46 @@ def origin(group: str, name: str) -> str:
     return f"{dist.name} {dist.version}" if dist is not None else "an unnamed distribution"
 
 
+# what each group's entry point must name, as the one line says it (docs/extending.md)
+TAKES = {"architectures": "a callable ModelConfig -> CausalLM (a CausalLM subclass, or a function making one)",
+         "trackers": "a callable (directory, run_name, log) -> tracker (a class, or a function making one)",
+         "stages": "a function run(params, layout, ctx)"}
+
+
+def where(group: str, name: str) -> str:
+    """'plug-in NAME (GROUP, module:attr, from DIST VERSION)': how every line names a plug-in."""
+    return f"plug-in {name!r} ({group}, {_found()[group][name].value}, from {origin(group, name)})"
+
+
 def load(group: str, name: str) -> Any:
-    """The object plug-in `name` of `group` names (its module imported)."""
+    """The object plug-in `name` of `group` names (its module imported), checked to be of its kind."""
     try:
         ep = _found()[group][name]
     except KeyError:
         raise PluginError(f"no plug-in {name!r} among the {group} ({known(group, ())})") from None
     try:
-        return ep.load()
+        obj = ep.load()
     except Exception as e:  # its code, not ours: whatever it raises is its distribution's to fix
-        raise PluginError(f"plug-in {name!r} ({group}, {ep.value}, from {origin(group, name)}) cannot be loaded: "
-                          f"{type(e).__name__}: {e}") from None
+        raise PluginError(f"{where(group, name)} cannot be loaded: {type(e).__name__}: {e}") from None
+    if group in TAKES and (not callable(obj) or _is_module_instance(obj)):
+        raise PluginError(f"{where(group, name)} names {_kind(obj)}; its entry point must name {TAKES[group]}")
+    return obj
+
+
+def _is_module_instance(obj: Any) -> bool:
+    # an nn.Module instance is callable (its forward), but a model built once cannot be built per run
+    return any(c.__module__ == "torch.nn.modules.module" and c.__name__ == "Module" for c in type(obj).__mro__)
+
+
+def _kind(obj: Any) -> str:
+    return f"a {type(obj).__name__} instance" if _is_module_instance(obj) else f"a {type(obj).__name__} ({obj!r:.40})"
+
+
+def versions(group: str, used: Iterable[str]) -> dict[str, str]:
+    """{name: '<distribution> <version>'} for each name in `used` that is a plug-in of `group` (no
+    metadata is read for none)."""
+    used = set(used)
+    return {} if not used else {n: origin(group, n) for n in sorted(used) if n in _found()[group]}
 
 
 def known(group: str, builtin: Iterable[str]) -> str:
@@ -79,3 +113,19 @@ def unknown(name: str, group: str, builtin: Iterable[str]) -> str:
     close = difflib.get_close_matches(name, [*builtin, *names(group)], n=1)
     return (f"{name!r} is no {group.removesuffix('s')}" + (f" (did you mean {close[0]!r}?)" if close else "")
             + f"; {known(group, builtin)}")
+
+
+# the stages whose outputs a plug-in decides, and the files dvc.yaml names as their deps
+AFFECTED = ("clean", "train")
+
+
+def used_by(params: Any) -> dict[str, dict[str, str]]:
+    """{stage: {plug-in: '<distribution> <version>'}} for the stages of AFFECTED: the rules clean
+    runs (switched on for every source or for one; a broken one too, named by its metadata) and
+    the architecture train builds."""
+    clean = params.section("clean")
+    per_source = [s.clean for s in params.sources if s.clean is not None]
+    rules = {n for n in names("rules")
+             if clean.get(n) is not None or any(getattr(c, n, None) is not None for c in per_source)}
+    arch = {params.model.arch} & set(names("architectures"))
+    return {"clean": versions("rules", rules), "train": versions("architectures", arch)}

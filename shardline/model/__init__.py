@@ -13,12 +13,16 @@ from __future__ import annotations
 from torch import nn
 
 from shardline.core import plugins
+from shardline.model.common import CausalLM
 from shardline.model.shape import ModelConfig, resolve  # noqa: F401
 
 
 def build(cfg: ModelConfig) -> nn.Module:
     """A freshly initialised network; its weights are drawn from torch's global RNG only. A name
-    not built in is a plug-in's: the callable its "shardline.architectures" entry point names."""
+    not built in is a plug-in's: the callable its "shardline.architectures" entry point names,
+    which must make a `common.CausalLM` (else one line naming the plug-in); one whose class does
+    not say `document_attention` is refused under train.attention document (it would train
+    across documents while the record said it did not); one that keeps no `cfg` is given it."""
     if cfg.arch == "llama":
         from shardline.model.llama import Llama
 
@@ -27,4 +31,16 @@ def build(cfg: ModelConfig) -> nn.Module:
         from shardline.model.gpt2 import GPT
 
         return GPT(cfg)
-    return plugins.load("architectures", cfg.arch)(cfg)
+    made = plugins.load("architectures", cfg.arch)(cfg)
+    where = plugins.where("architectures", cfg.arch)
+    if not isinstance(made, CausalLM):
+        raise plugins.PluginError(f"{where} made {plugins._kind(made)}, not a shardline.model.common.CausalLM: "
+                                  "its class must subclass CausalLM (docs/extending.md, 'An architecture')")
+    if cfg.attention == "document" and not made.document_attention:
+        raise plugins.PluginError(
+            f"{where}: train.attention is document, but {type(made).__name__} does not say it restarts attention "
+            "at each document (no `document_attention = True` on its class); set train.attention: causal in "
+            "params.yaml")
+    if getattr(made, "cfg", None) is None:
+        made.cfg = cfg  # what MFU, the card, export and sample read its shape from
+    return made

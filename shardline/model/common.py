@@ -7,9 +7,17 @@ shardline.model.shape's count over them. `output(hidden, head, targets)` is what
 returns: (logits, the mean cross-entropy over every position, computed in fp32), or (logits,
 None) without targets; past shardline.model.loss's budget, (None, that loss computed in chunks),
 so that no full fp32 copy of the logits exists (training reads only the loss).
+
+What an architecture supports is said on its class, where a plug-in says it too (docs/extending.md):
+`document_attention` (it reads cfg.attention "document": positions and attention restart at every
+document), `hf` (the transformers model type shardline.model.hf maps its weights to; None: export
+has no mapping). A class that says neither supports neither; `shardline.model.build` refuses a
+setting that needs what the architecture does not say it supports.
 """
 
 from __future__ import annotations
+
+from typing import ClassVar
 
 import torch
 from torch import nn
@@ -20,6 +28,9 @@ from shardline.model.shape import flops_per_token
 
 
 class CausalLM(nn.Module):
+    document_attention: ClassVar[bool] = False
+    hf: ClassVar[str | None] = None
+
     def lookups(self) -> list[torch.Tensor]:
         raise NotImplementedError
 

@@ -73,6 +73,9 @@ class Block(nn.Module):
 
 
 class GPT(CausalLM):
+    document_attention = True
+    hf = "gpt2"
+
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.cfg = cfg

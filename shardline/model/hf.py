@@ -56,8 +56,9 @@ def names(cfg: ModelConfig) -> list[tuple[str | None, str, bool]]:
 
 def to_hf(model: nn.Module, eos_id: int, bos_id: int | None = None) -> tuple[dict[str, torch.Tensor], dict]:
     c, ours = model.cfg, model.state_dict()
-    if c.arch not in ("gpt2", "llama"):  # a plug-in's: transformers has no class we could map it to
-        raise BadInput(f"model.arch {c.arch!r} (a plug-in's): only gpt2 and llama export to transformers")
+    if getattr(model, "hf", None) not in ("gpt2", "llama"):  # its class says which mapping it has (common.CausalLM)
+        raise BadInput(f"model.arch {c.arch!r} has no mapping to transformers (its class sets no `hf`): only gpt2 and "
+                       "llama export; sample, eval and judge take any architecture")
     used = {"lm_head.weight"} if c.tie_embeddings else set()  # the embedding's tensor: tied back on load
     out = {}
     for mine, theirs, transposed in names(c):

@@ -99,6 +99,9 @@ class Block(nn.Module):
 
 
 class Llama(CausalLM):
+    document_attention = True
+    hf = "llama"
+
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.cfg = cfg

@@ -44,8 +44,11 @@ def load_model(path: Path) -> tuple[torch.nn.Module, dict, Manifest]:
     tensors, state, manifest = checkpoint.load(path, skip=tuple(n for n in files if n != CHECKPOINT_MODEL))
     weights = sharded.full_state(path) if manifest.format == "sharded" else tensors[CHECKPOINT_MODEL]
     params, special = manifest.lineage.params, manifest.lineage.special_ids
-    wpe = weights.get("transformer.wpe.weight")
-    cfg = resolve(params["model"], vocab_size=weights["lm_head.weight"].shape[0],
+    wpe, vocab = weights.get("transformer.wpe.weight"), manifest.lineage.vocab_size
+    if vocab is None and "lm_head.weight" not in weights:  # a plug-in's, trained before the lineage said its vocabulary
+        raise BadInput(f"{path}: a {params['model'].get('arch')} network whose lineage does not record its vocabulary "
+                       "(written before that was recorded): train it again to use it here")
+    cfg = resolve(params["model"], vocab_size=weights["lm_head.weight"].shape[0] if vocab is None else vocab,
                   seq_len=state["loader"]["seq_len"], attention=params["train"].get("attention", "causal"),
                   eos_id=special.eos, bos_id=special.bos, n_positions=0 if wpe is None else wpe.shape[0])
     with torch.random.fork_rng(devices=[]):  # building draws its (discarded) init: keep the caller's RNG as it was

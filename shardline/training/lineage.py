@@ -74,8 +74,9 @@ def sources(params: Params, layout: Layout) -> tuple[RawSource, ...]:
 def collect(params: Params, layout: Layout, shards_version: str, *, parent: str | None = None,
             run_id: str | None = None, shards_md5: str | None = None, data_change: list[str] | None = None,
             continued_from: dict | None = None, rollbacks: list[dict] | None = None, model: dict | None = None,
-            init: dict | Init | None = None, not_code: tuple[str, ...] = ()) -> Lineage:
-    """`init`: as shardline.model's import gives it (a dict), or the record a checkpoint holds."""
+            init: dict | Init | None = None, not_code: tuple[str, ...] = (), vocab_size: int | None = None) -> Lineage:
+    """`init`: as shardline.model's import gives it (a dict), or the record a checkpoint holds;
+    `vocab_size`: the network's, as built."""
     meta = tokenizer.read_meta(layout.tokenizer_meta, layout) if layout.tokenizer_meta.exists() else {}
     sections = {k: params.section(k) for k in ("model", "train", "loader", "shard", "tokenizer")}
     return Lineage(
@@ -98,7 +99,18 @@ def collect(params: Params, layout: Layout, shards_version: str, *, parent: str 
         rollbacks=tuple(rollbacks or ()),
         init=Init.parse(init, "init.") if isinstance(init, dict) else init,
         heldout=heldout_of(layout),
-        clean_rule_code=(clean_stats(layout).get("rule_code") or None) if layout.clean_stats.exists() else None)
+        clean_rule_code=(clean_stats(layout).get("rule_code") or None) if layout.clean_stats.exists() else None,
+        vocab_size=vocab_size, plugins=plugins_used(params))
+
+
+def plugins_used(params: Params) -> dict[str, dict[str, str]] | None:
+    """The plug-in architecture and trackers a run names, with their distributions and releases."""
+    from shardline.core import extras, plugins
+    from shardline.core.sections_run import ARCHITECTURES
+
+    used = {"architectures": plugins.versions("architectures", {params.model.arch} - set(ARCHITECTURES)),
+            "trackers": plugins.versions("trackers", set(params.log.backends) - set(extras.TRACKERS))}
+    return {k: v for k, v in used.items() if v} or None
 
 
 def heldout_of(layout: Layout) -> dict[str, str] | None:

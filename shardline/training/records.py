@@ -36,7 +36,7 @@ MANIFEST_VERSION = 1  # of the manifest and the files it lists; bump on any chan
 # names the version instead of calling the field unknown. Version 3 adds `clean_rule_code`, the
 # code that decided each rule (`shardline diff` names a rule whose code changed). This release
 # reads 1 to 3.
-LINEAGE_VERSION = 3
+LINEAGE_VERSION = 4  # 4: vocab_size and plugins
 
 NULL = type(None)
 _NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false", dict: "an object",
@@ -241,6 +241,12 @@ class Lineage(_Record):
     heldout: Mapping[str, str] | None = None
     # per source, each rule it ran and the code that decided it (stats.json's rule_code); None: before version 3
     clean_rule_code: Mapping[str, Mapping[str, str]] | None = None
+    # the network's vocabulary as built (what a plug-in architecture is rebuilt with; gpt2's and llama's
+    # is read from their head's tensor); None: before it was recorded
+    vocab_size: int | None = None
+    # per kind, each plug-in the run used and the distribution and release it came from ({"architectures":
+    # {"token_mlp": "shardline-token-mlp 0.1.0"}}; a rule's is in clean_rule_code); None: none used
+    plugins: Mapping[str, Mapping[str, str]] | None = None
     format_version: int = LINEAGE_VERSION
     SPEC: ClassVar = (
         ("format_version", int, 1), ("data_version", DataVersion), ("special_ids", SpecialIds, SpecialIds),
@@ -248,7 +254,7 @@ class Lineage(_Record):
         ("mix", ({float}, NULL)), ("sources", [RawSource]), ("params", _sections), ("code", Code), ("run", Run),
         ("parent", (str, NULL)), ("data_change", [str]), ("continued_from", (dict, NULL), None),
         ("rollbacks", [dict], ()), ("init", (Init, NULL), None), ("heldout", ({str}, NULL), None),
-        ("clean_rule_code", ({dict}, NULL), None))
+        ("clean_rule_code", ({dict}, NULL), None), ("vocab_size", (int, NULL), None), ("plugins", ({dict}, NULL), None))
 
     @classmethod
     def from_json(cls, obj: Any, where: str, wrote: str | None = None) -> "Lineage":

@@ -153,7 +153,7 @@ def start(params: Params, layout: Layout, ctx: RunContext, device: torch.device,
     lin = lineage.collect(params, layout, loader.version, parent=origin.parent, run_id=ctx.run_id,
                           shards_md5=ctx.shards_md5, data_change=origin.changed, continued_from=origin.continued_from,
                           rollbacks=ledger, model=network.section, init=init if latest is None else origin.init,
-                          not_code=ctx.not_code)
+                          not_code=ctx.not_code, vocab_size=network.config.vocab_size)
     name = params.log.run_name or ctx.run_name or f"{layout.root.name}-{identity.tag(ident)[:8]}"
     trackers = Trackers(params.log if dist.rank == 0 else params.log.model_copy(update={"backends": ()}), layout.root,
                         layout.tracker_state(identity.tag(ident)), name, lin, log)

@@ -86,3 +86,152 @@ def test_no_metadata_is_read_while_every_name_is_built_in(monkeypatch):
     assert config.parse(raw).model.arch == "llama"
     assert stages.run_of("shard").__module__ == "shardline.data.shard"
     registry.check("report")
+
+
+WRONG = '''
+import torch
+from torch import nn
+
+from shardline.model.common import CausalLM
+
+NAME = "a string"
+NUMBER = 3
+BLOCK = nn.Linear(2, 2)
+
+
+def run(params, layout, ctx):
+    pass
+
+
+def not_causal(cfg):
+    return nn.Linear(2, 2)
+
+
+class Bare(CausalLM):  # says nothing it supports, keeps no cfg
+    def __init__(self, cfg):
+        super().__init__()
+        self.head = nn.Linear(cfg.d_model, cfg.vocab_size)
+
+    def lookups(self):
+        return []
+'''
+
+
+@pytest.fixture
+def wrong_kinds(tmp_path, monkeypatch):
+    """Entry points naming objects of the wrong kind, as an outside developer may write them."""
+    write_dist(tmp_path, "shardline-wrong", {"shardline_wrong.py": WRONG},
+               {"shardline.architectures": {"a_string": "shardline_wrong:NAME", "a_block": "shardline_wrong:BLOCK",
+                                            "a_linear": "shardline_wrong:not_causal", "bare": "shardline_wrong:Bare"},
+                "shardline.stages": {"a_number": "shardline_wrong:NUMBER"},
+                "shardline.trackers": {"a_block": "shardline_wrong:BLOCK"}})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    plugins._found.cache_clear()
+    yield
+    plugins._found.cache_clear()
+
+
+def _cfg(arch: str, attention: str = "causal"):
+    from shardline.model import resolve
+
+    return resolve(config.parse({"sources": [{"name": "a", "uri": "x", "format": "txt"}],
+                                 "model": {"arch": arch, "n_layer": 1, "n_head": 1, "d_model": 8}}).section("model"),
+                   vocab_size=16, seq_len=8, attention=attention, eos_id=0)
+
+
+@pytest.mark.parametrize("group, name, says", [
+    ("architectures", "a_string", "names a str ('a string'); its entry point must name a callable ModelConfig -> "
+                                  "CausalLM (a CausalLM subclass, or a function making one)"),
+    ("architectures", "a_block", "names a Linear instance; its entry point must name a callable ModelConfig -> "
+                                 "CausalLM (a CausalLM subclass, or a function making one)"),
+    ("stages", "a_number", "names a int (3); its entry point must name a function run(params, layout, ctx)"),
+    ("trackers", "a_block", "names a Linear instance; its entry point must name a callable (directory, run_name, "
+                            "log) -> tracker (a class, or a function making one)"),
+])
+def test_an_object_of_the_wrong_kind_is_one_line_at_load(wrong_kinds, group, name, says):
+    with pytest.raises(plugins.PluginError) as e:
+        plugins.load(group, name)
+    value = {"a_string": "NAME", "a_block": "BLOCK", "a_number": "NUMBER"}[name]
+    assert str(e.value) == f"plug-in {name!r} ({group}, shardline_wrong:{value}, from shardline-wrong 0.1.0) {says}"
+
+
+def test_an_architecture_is_held_to_what_it_says_it_supports(wrong_kinds):
+    from shardline.model import build
+
+    with pytest.raises(plugins.PluginError) as e:
+        build(_cfg("a_linear"))
+    assert str(e.value) == ("plug-in 'a_linear' (architectures, shardline_wrong:not_causal, from shardline-wrong "
+                            "0.1.0) made a Linear instance, not a shardline.model.common.CausalLM: its class must "
+                            "subclass CausalLM (docs/extending.md, 'An architecture')")
+    with pytest.raises(plugins.PluginError) as e:  # the record would say document attention; the model would not
+        build(_cfg("bare", "document"))
+    assert str(e.value) == ("plug-in 'bare' (architectures, shardline_wrong:Bare, from shardline-wrong 0.1.0): "
+                            "train.attention is document, but Bare does not say it restarts attention at each "
+                            "document (no `document_attention = True` on its class); set train.attention: causal in "
+                            "params.yaml")
+    net = build(_cfg("bare"))
+    assert net.cfg == _cfg("bare") and net.num_params() == 8 * 16 + 16 and net.flops_per_token() > 0
+    from shardline.core.errors import BadInput
+    from shardline.model import hf
+
+    with pytest.raises(BadInput) as e:
+        hf.to_hf(net, eos_id=0)
+    assert str(e.value) == ("model.arch 'bare' has no mapping to transformers (its class sets no `hf`): only gpt2 "
+                            "and llama export; sample, eval and judge take any architecture")
+
+
+def test_the_plugins_stage_lists_what_each_affected_stage_uses(installed):
+    raw = {"sources": [{"name": "a", "uri": "x", "format": "txt"}]}
+    assert plugins.used_by(config.parse({**raw, "model": {"arch": "demo_net"}})) == {
+        "clean": {}, "train": {"demo_net": "shardline-demo 0.1.0"}}
+    assert plugins.used_by(config.parse(raw)) == {"clean": {}, "train": {}}
+
+
+BROKEN_AND_NAMELESS = {
+    "shardline_rules_demo.py": '''
+from dataclasses import dataclass
+from pydantic import Field
+from shardline.data.clean.verdict import RuleEntry
+
+
+@dataclass(frozen=True)
+class Shout:  # a transform with no `name` attribute: docs/extending.md does not ask for one
+    def __call__(self, doc):
+        return doc.text.upper()
+
+
+SHOUT = RuleEntry("shout", bool, Field(False, description="upper-case every document"),
+                  lambda on, _files: Shout() if on else None)
+''',
+    "shardline_rules_broken.py": "import nowhere_to_be_found\n"}
+CHECK = '''
+import sys
+from shardline.core import config, plugins
+from shardline.data.clean import rules
+raw = {"sources": [{"name": "a", "uri": "x", "format": "txt"}]}
+p = config.parse({**raw, "clean": {"shout": True}})  # the broken one is installed but not switched on
+counts = {}
+print(rules.apply(rules.build(p.clean), "Hi there, friend: a sentence long enough for every default filter.", counts), counts["shout"], "shout" in rules.names(p.clean),
+      plugins.used_by(p))
+try:
+    config.parse({**raw, "clean": {"broken_rule": 1}})
+except config.ConfigError as e:
+    print(str(e).splitlines()[-1].strip())
+'''
+
+
+def test_a_rule_without_a_name_runs_and_a_broken_rule_blocks_only_a_run_that_sets_it(tmp_path):
+    import subprocess
+    import sys
+
+    from harness.projects import env_for
+
+    write_dist(tmp_path, "shardline-rules-demo", BROKEN_AND_NAMELESS,
+               {"shardline.rules": {"shout": "shardline_rules_demo:SHOUT", "broken_rule": "shardline_rules_broken:RULE"}})
+    r = subprocess.run([sys.executable, "-c", CHECK], env=env_for(PYTHONPATH=str(tmp_path)), capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [
+        "HI THERE, FRIEND: A SENTENCE LONG ENOUGH FOR EVERY DEFAULT FILTER. [0, 0] True {'clean': {'shout': 'shardline-rules-demo 0.1.0'}, 'train': {}}",
+        "clean.broken_rule: plug-in 'broken_rule' (rules, shardline_rules_broken:RULE, from shardline-rules-demo "
+        "0.1.0) cannot be loaded: ModuleNotFoundError: No module named 'nowhere_to_be_found'"]

@@ -131,9 +131,10 @@ def test_the_writer_through_the_records_writes_todays_bytes(tmp_path):
                                  "sha256": fsio.sha256_file(path / "model.pt")}
     want["lineage"]["clean_rules"] = params.section("clean")
     want["lineage"]["params"] = {k: params.section(k) for k in ("loader", "model", "shard", "tokenizer", "train")}
-    # lineage version 3 (TODAY's is 1): the version is written, with each source's held-out fingerprint
-    # (2) and the code of each rule (3: none here, no clean stage ran)
-    want["lineage"].update(format_version=3, heldout={"code": "9" * 64, "prose": "8" * 64}, clean_rule_code=None)
+    # lineage version 4 (TODAY's is 1): the version is written, with each source's held-out fingerprint
+    # (2), the code of each rule (3: none here, no clean stage ran), the vocabulary and the plug-ins (4: none)
+    want["lineage"].update(format_version=4, heldout={"code": "9" * 64, "prose": "8" * 64}, clean_rule_code=None,
+                           vocab_size=None, plugins=None)
     assert wrote == json.dumps(want, sort_keys=True).encode()
     assert checkpoint.verify(path) == (True, "ok") and checkpoint.load(path)[2] == Manifest.from_json(got, path)
 
@@ -164,7 +165,7 @@ def test_a_manifest_from_before_the_version_field_and_later_fields_reads_as_vers
 
 def test_a_new_lineage_writes_its_version_and_held_out_sets_and_moves_on_after_a_save(tmp_path):
     _, lin = _inputs(tmp_path)
-    assert (lin.to_json()["format_version"], lin.to_json()["heldout"]) == (3, {"code": "9" * 64, "prose": "8" * 64})
+    assert (lin.to_json()["format_version"], lin.to_json()["heldout"]) == (4, {"code": "9" * 64, "prose": "8" * 64})
     old = Lineage.from_json(today()["lineage"], "/out/lineage.json")  # version 1: no such field, and none written
     assert (old.format_version, old.heldout, old.clean_rule_code) == (1, None, None)
     assert {"format_version", "heldout", "clean_rule_code"}.isdisjoint(old.to_json())
@@ -208,8 +209,8 @@ def test_an_exported_lineage_reads_back_alone():
                     "step-000000004 out of /runs/ck to resume from an older checkpoint"),
     ("manifest", "1", f"/runs/ck/step-000000004/manifest.json: format_version '1', but this shardline "
                       f"({__version__}) reads format 1; it was written by shardline 9.9.0: use that release"),
-    ("lineage", 4, f"/runs/ck/step-000000004/manifest.json: lineage.format_version 4, but this shardline "
-                   f"({__version__}) reads lineage format 1 to 3; it was written by shardline 9.9.0: use that release"),
+    ("lineage", 5, f"/runs/ck/step-000000004/manifest.json: lineage.format_version 5, but this shardline "
+                   f"({__version__}) reads lineage format 1 to 4; it was written by shardline 9.9.0: use that release"),
 ])
 def test_another_version_is_one_line_naming_it_and_the_release(where, version, says):
     m = today()
@@ -223,8 +224,8 @@ def test_another_version_is_one_line_naming_it_and_the_release(where, version, s
 
 def test_a_lineage_json_of_another_version_names_what_reads_it():
     with pytest.raises(BadInput) as e:
-        Lineage.from_json({**today()["lineage"], "format_version": 4}, "/out/lineage.json")
-    assert str(e.value) == (f"/out/lineage.json: format_version 4, but this shardline ({__version__}) reads format 1 to 3; "
+        Lineage.from_json({**today()["lineage"], "format_version": 5}, "/out/lineage.json")
+    assert str(e.value) == (f"/out/lineage.json: format_version 5, but this shardline ({__version__}) reads format 1 to 4; "
                             "it was written by another shardline release (lineage.json does not say which): read it "
                             "with that release")
 

@@ -7,7 +7,9 @@ Contract: `RULES` orders the entries (`verdict.RuleEntry`) each rule module decl
 code and its setting, and those other distributions add through their "shardline.rules" entry
 points (shardline.core.plugins): theirs run after FineWeb's sets and before decontaminate and pii,
 in the order of their names; one that is no RuleEntry of its own name, or takes a name the clean
-section has, stops the loading with one line naming it. `build(cfg, files)` makes the enabled
+section has, stops the loading with one line naming it. A plug-in that cannot be imported blocks
+only a run that switches it on: its key stays in the clean section, and setting it is that one
+line. A plug-in's rule is named by its key where it has no `name` of its own. `build(cfg, files)` makes the enabled
 rules of a clean section `cfg` (`settings.Clean`) in that order (`files`: an `inputs.Inputs`, the
 files they read: the URL blocklist, the decontamination index; without it the rules that need one
 are left out); `names(cfg)` lists every check they can drop or change a document by, in that order
@@ -19,7 +21,10 @@ earlier document, so phase 2 (select.py) owns them.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, NamedTuple
+from dataclasses import dataclass
+from typing import Annotated, Any, NamedTuple
+
+from pydantic import AfterValidator, Field
 
 from shardline.core import plugins
 from shardline.data.clean import basic, c4, decontam, fineweb, gopher, language, pii, urls
@@ -41,20 +46,54 @@ LAST: tuple[RuleEntry, ...] = (
 BUILTIN = tuple(e.key for e in (*FILTERS, *LAST))
 
 
+@dataclass(frozen=True)
+class _Plugged:
+    """A plug-in's rule under its key: the name stats.json counts its transforms by (the guide's
+    rules need not carry one)."""
+
+    rule: Rule
+    name: str
+
+    @property
+    def checks(self) -> tuple[str, ...]:
+        return getattr(self.rule, "checks", (self.name,))
+
+    def __call__(self, doc: Document) -> "str | Drop":
+        return self.rule(doc)
+
+
+def _broken(error: str):
+    def refuse(value):
+        raise ValueError(error)  # the field's line: only a params.yaml that switches the rule on reads it
+    return refuse
+
+
 def _plugged(taken: set[str]) -> tuple[RuleEntry, ...]:
     """The rules other distributions add, each marked with the release it came from."""
     out = []
     for name in plugins.names("rules"):
-        entry = plugins.load("rules", name)
-        where = f"plug-in rule {name!r} (from {plugins.origin('rules', name)})"
+        try:
+            entry = plugins.load("rules", name)
+        except plugins.PluginError as e:  # blocks only a run that sets it: the key is kept, refusing any value
+            out.append(RuleEntry(name, Annotated[Any, AfterValidator(_broken(str(e)))],
+                                 Field(None, description=str(e)), lambda value, files: None,
+                                 origin=plugins.origin("rules", name)))
+            continue
+        where = plugins.where("rules", name)
         if not isinstance(entry, RuleEntry) or entry.key != name:
-            got = f"one keyed {entry.key!r}" if isinstance(entry, RuleEntry) else f"a {type(entry).__name__}"
+            got = f"one keyed {entry.key!r}" if isinstance(entry, RuleEntry) else plugins._kind(entry)
             raise plugins.PluginError(f"{where}: its entry point must name a RuleEntry keyed {name!r}, not {got}")
         if name in taken:
             raise plugins.PluginError(f"{where}: the clean section already has {name!r}; the plug-in must "
                                       "take another name")
-        out.append(dataclasses.replace(entry, origin=plugins.origin("rules", name)))
+        make = entry.make
+        out.append(dataclasses.replace(entry, origin=plugins.origin("rules", name),
+                                       make=lambda value, files, make=make, name=name: _named(make(value, files), name)))
     return tuple(out)
+
+
+def _named(rule: "Rule | None", name: str) -> "Rule | None":
+    return None if rule is None else _Plugged(rule, name)
 
 
 RULES: tuple[RuleEntry, ...] = (*FILTERS, *_plugged(set(BUILTIN)), *LAST)  # settings.py: none is stage-wide
