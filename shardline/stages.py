@@ -46,7 +46,19 @@ def _report() -> Callable:
     return report.run
 
 
-BUILTIN: dict[str, Callable[[], Callable]] = {"download": _download, "clean": _clean, "tokenize": _tokenize,
+def _plugins() -> Callable:
+    def run(params, layout, ctx) -> None:
+        """data/plugins/<stage>.json: the plug-ins each stage uses, with their releases (plugins.used_by);
+        rewritten with the same bytes when nothing changed, so DVC re-runs only the stages whose changed."""
+        from shardline.core import fsio
+
+        for stage, used in plugins.used_by(params).items():
+            fsio.write_json(layout.plugins_used(stage), used)
+            ctx.log(f"plugins: {stage}: " + (", ".join(f"{n} ({v})" for n, v in used.items()) or "none"))
+    return run
+
+
+BUILTIN: dict[str, Callable[[], Callable]] = {"plugins": _plugins, "download": _download, "clean": _clean, "tokenize": _tokenize,
                                               "shard": _shard, "train": _train, "report": _report}
 
 

@@ -108,6 +108,10 @@ class Layout:
     def stream_note(self, source: str) -> Path:
         return self.raw / source / STREAM_NOTE
 
+    def plugins_used(self, stage: str) -> Path:
+        """The plug-ins `stage` uses with their releases (the plugins stage's output, a dep of `stage` in dvc.yaml)."""
+        return self.data / "plugins" / f"{stage}.json"
+
     # clean
     @property
     def clean(self) -> Path:

@@ -77,8 +77,10 @@ def _run_line(root: str, params_file: str, force: tuple[str, ...] = ()) -> dict:
         order = dvcrepo.stage_order(repo)
         dvcrepo.ignore_outputs(repo)  # those a failed `dvc repro` took out of .gitignore
     for name in order:
-        if name not in registry.NAMES and not registry.is_plugin(name):
-            raise StageFailed(f"dvc.yaml stage: {plugins.unknown(name, 'stages', registry.NAMES)}")
+        try:
+            registry.check(name, "dvc.yaml stage")
+        except plugins.PluginError as e:
+            raise StageFailed(str(e)) from None
         try:
             report[name] = _stage_task(name, params_file, root)(name, root, params_file, force=name in force)
         except Exception as e:
