@@ -1,20 +1,28 @@
-"""Plug-ins installed as pip installs them, without pip or an index: a folder holding the
-plug-in's modules and a `<name>-<version>.dist-info/` with METADATA and entry_points.txt. Put the
-folder on sys.path (PYTHONPATH, for a `shardline` command run as a subprocess) and
-importlib.metadata finds its entry points, as it finds an installed distribution's.
+"""Plug-ins installed as a user installs them. `build_install` writes the guide's package (its
+pyproject.toml and modules) to a folder and runs pip on it, as docs/extending.md says to: pip
+builds it with the setuptools its `[build-system]` names (the one installed: no index is asked,
+so no network) into a target folder. `write_dist` is the fast stand-in the unit tests use: a
+folder holding the modules and a `<name>-<version>.dist-info/` with METADATA and
+entry_points.txt, what pip would have written. Either folder on sys.path (PYTHONPATH, for a
+`shardline` command run as a subprocess) and importlib.metadata finds its entry points, as it
+finds an installed distribution's.
 
 `guide()` reads the examples of docs/extending.md, so that the tests install exactly what the
 guide shows: a block after `<!-- plugin NAME file PATH -->` is a file of example NAME's
-distribution, one after `<!-- plugin NAME pyproject -->` its pyproject.toml, whose
-`[project.entry-points."shardline.<group>"]` tables become its entry_points.txt.
+package, one after `<!-- plugin NAME pyproject -->` its pyproject.toml.
 """
 
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
+import sys
+import tempfile
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 REPO = Path(__file__).resolve().parents[1]
 GUIDE = REPO / "docs" / "extending.md"
@@ -29,6 +37,7 @@ class Example:
     version: str = "0.1.0"
     files: dict[str, str] = field(default_factory=dict)  # path in the distribution -> text
     entry_points: dict[str, dict[str, str]] = field(default_factory=dict)  # group -> name -> "module:attr"
+    pyproject: str = ""  # as the guide shows it
 
 
 def guide(path: Path = GUIDE) -> dict[str, Example]:
@@ -41,6 +50,7 @@ def guide(path: Path = GUIDE) -> dict[str, Example]:
         if file:
             ex.files[file] = body
         else:
+            ex.pyproject = body
             project = tomllib.loads(body)["project"]
             ex.entry_points.update(project.get("entry-points", {}))
             ex.name, ex.version = project.get("name", name), project.get("version", ex.version)
@@ -66,3 +76,26 @@ def write_dist(root: Path, name: str, files: dict[str, str], entry_points: dict[
 def install(root: Path, example: Example) -> Path:
     """The guide's `example` written under `root` (several may share one folder, as in site-packages)."""
     return write_dist(root, example.name, example.files, example.entry_points, example.version)
+
+
+def build_install(site: Path, example: Example, version: str | None = None,
+                  edit: Callable[[str], str] = lambda text: text) -> Path:
+    """The guide's `example` built and installed into `site` by pip, as a user's `pip install
+    ./package` does (`version`: another release of it; `edit`: applied to each module, for a
+    changed release). Returns `site`."""
+    src = Path(tempfile.mkdtemp(prefix=f"{example.name}-", dir=site.parent))
+    pyproject = example.pyproject
+    if version is not None:
+        pyproject = re.sub(r'^version = ".*"$', f'version = "{version}"', pyproject, flags=re.M)
+    (src / "pyproject.toml").write_text(pyproject)
+    for rel, text in example.files.items():
+        (src / rel).parent.mkdir(parents=True, exist_ok=True)
+        (src / rel).write_text(edit(text))
+    for old in site.glob(f"{re.sub(r'[-.]+', '_', example.name)}-*.dist-info"):  # pip in a venv uninstalls the
+        shutil.rmtree(old)                                                      # old release; --target does not
+    # --no-build-isolation --no-index: the setuptools beside us builds it, and nothing is downloaded;
+    # --no-deps: its `shardline` dependency is this checkout; --upgrade: a new release replaces the old
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-build-isolation", "--no-index", "--no-deps",
+                    "--upgrade", "--target", str(site), str(src)], check=True, capture_output=True, text=True)
+    shutil.rmtree(src)
+    return site

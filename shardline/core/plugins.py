@@ -16,8 +16,9 @@ distribution, the object it found and what the group takes; a rule's entry is ch
 rules' registry (it knows RuleEntry). `versions(group, used)` is the distribution and release of
 each plug-in `used` names: what the lineage records. `used_by(params)` is, per stage, the plug-ins
 it runs with their releases: what the `plugins` stage writes for DVC (data/plugins/<stage>.json,
-deps of those stages), so that upgrading a plug-in re-runs the stages it affects under `dvc repro`. `unknown(name, group, builtin)` is the one line for a name nothing knows:
-a did-you-mean, and every name the setting may take, built-in and plug-in (`known`).
+deps of those stages; stages.json: the plug-in stages'), so that upgrading a plug-in re-runs the
+stages it affects under `dvc repro`. `unknown(name, group, builtin)` is the one line for a name
+nothing knows: a did-you-mean, and every name the setting may take, built-in and plug-in (`known`).
 """
 
 from __future__ import annotations
@@ -115,17 +116,15 @@ def unknown(name: str, group: str, builtin: Iterable[str]) -> str:
             + f"; {known(group, builtin)}")
 
 
-# the stages whose outputs a plug-in decides, and the files dvc.yaml names as their deps
-AFFECTED = ("clean", "train")
-
-
 def used_by(params: Any) -> dict[str, dict[str, str]]:
-    """{stage: {plug-in: '<distribution> <version>'}} for the stages of AFFECTED: the rules clean
-    runs (switched on for every source or for one; a broken one too, named by its metadata) and
-    the architecture train builds."""
+    """{stage: {plug-in: '<distribution> <version>'}} for the stages whose outputs a plug-in decides:
+    the rules clean runs (switched on for every source or for one; a broken one too, named by its
+    metadata), the architecture train builds, and under "stages" every plug-in stage installed (a
+    plug-in stage's dvc.yaml entry takes data/plugins/stages.json as a dep)."""
     clean = params.section("clean")
     per_source = [s.clean for s in params.sources if s.clean is not None]
     rules = {n for n in names("rules")
              if clean.get(n) is not None or any(getattr(c, n, None) is not None for c in per_source)}
     arch = {params.model.arch} & set(names("architectures"))
-    return {"clean": versions("rules", rules), "train": versions("architectures", arch)}
+    return {"clean": versions("rules", rules), "train": versions("architectures", arch),
+            "stages": versions("stages", names("stages"))}

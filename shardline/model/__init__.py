@@ -36,6 +36,14 @@ def build(cfg: ModelConfig) -> nn.Module:
     if not isinstance(made, CausalLM):
         raise plugins.PluginError(f"{where} made {plugins._kind(made)}, not a shardline.model.common.CausalLM: "
                                   "its class must subclass CausalLM (docs/extending.md, 'An architecture')")
+    lacks = [a for a in ("blocks",) if not isinstance(getattr(made, a, None), nn.ModuleList)]
+    try:
+        made.lookups()
+    except NotImplementedError:
+        lacks.append("lookups()")
+    if lacks:  # what the trainer reads of every network: MFU's count, recompute and compile per block
+        raise plugins.PluginError(f"{where}: {type(made).__name__} does not define {' or '.join(lacks)}, which "
+                                  "every architecture has (docs/extending.md, 'An architecture')")
     if cfg.attention == "document" and not made.document_attention:
         raise plugins.PluginError(
             f"{where}: train.attention is document, but {type(made).__name__} does not say it restarts attention "

@@ -1,8 +1,10 @@
-"""docs/extending.md's four examples, used from outside the package as a user would: each is
-installed as pip installs a distribution (its module and a .dist-info with its entry points, read
-from the guide itself), and the real `shardline` command runs in a subprocess whose PYTHONPATH
-holds them, on a tiny project. The rule drops what it should, with its reason, in stats.json; the
-stage runs; the architecture trains; the tracker receives every step's metrics."""
+"""docs/extending.md's four examples, used from outside the package as a user would: each package
+is written from the guide itself and built and installed by pip, and the real `shardline` command
+and `dvc repro` run in a subprocess whose PYTHONPATH holds them, on a tiny project. The rule drops
+what it should, with its reason, in stats.json; the stage runs; the architecture trains, samples
+and evaluates, refuses document attention it does not say it has, and export says in one line it
+has no mapping; the tracker receives every step's metrics; a new release of the rule re-runs clean
+under `dvc repro`, and an unchanged one nothing."""
 
 from __future__ import annotations
 
@@ -11,7 +13,8 @@ import shutil
 
 import pytest
 
-from harness.plugins import guide, install
+from harness.plugins import build_install, guide
+from harness.projects import init_repo
 from tests.conftest import BIN, env_for, run, small_params, stdlib_files, write_params
 
 SL = str(BIN / "shardline")
@@ -29,7 +32,7 @@ def cleaned(tmp_path_factory):
     root = tmp_path_factory.mktemp("extending")
     site = root / "site-packages"
     for example in examples.values():
-        install(site, example)
+        build_install(site, example)
     docs = [f.read_text() for f in stdlib_files(10)]
     docs[2:2] = CASINO[:2]  # not at the end: what follows a dropped document is still read
     docs.append(CASINO[2])
@@ -37,7 +40,8 @@ def cleaned(tmp_path_factory):
     proj = root / "proj"
     proj.mkdir()
     params = small_params([{"name": "web", "uri": str(root / "web.jsonl"), "format": "jsonl"}],
-                          clean={"banned_words": ["casino", "jackpot"]}, train={"steps": 2, "checkpoint_every": 2},
+                          clean={"banned_words": ["casino", "jackpot"]},
+                          train={"steps": 2, "checkpoint_every": 2, "attention": "causal"},  # TokenMLP has no document
                           log={"backends": ["jsonl"]})
     params["model"] = {"arch": "token_mlp", "n_layer": 2, "n_head": 2, "d_model": 32}  # no llama field: refused
     write_params(proj, params)
@@ -89,6 +93,73 @@ def test_the_architecture_trains(trained):
     assert "train: fresh start, token_mlp with " in said
     manifest = json.loads((proj / "data/checkpoints/step-000000002/manifest.json").read_text())
     assert manifest["lineage"]["params"]["model"]["arch"] == "token_mlp"
+
+
+@pytest.mark.timeout(240)
+def test_the_architecture_samples_and_evaluates_and_export_says_it_has_no_mapping(trained, tmp_path):
+    proj, _ = trained
+    env = env_for(PYTHONPATH=str(proj.parent / "site-packages"))
+    lineage = json.loads((proj / "data/checkpoints/step-000000002/manifest.json").read_text())["lineage"]
+    assert lineage["plugins"] == {"architectures": {"token_mlp": "shardline-token-mlp 0.1.0"},
+                                  "trackers": {"jsonl": "shardline-jsonl-tracker 0.1.0"}}
+    assert lineage["vocab_size"] == json.loads((proj / "data/tokenizer/meta.json").read_text())["vocab_size"]
+    said = run([SL, "sample", "latest", "--prompt", "def ", "--max-new-tokens", "4", "--json"], proj, env=env).stdout
+    said = json.loads(said)
+    assert (said["step"], said["seq_len"]) == (2, 64) and len(said["ids"]) == (4 if said["stopped"] == "max_new_tokens"
+                                                                                 else len(said["ids"]))
+    ev = run([SL, "eval", "latest", "--json"], proj, env=env).stdout
+    assert json.loads(ev)["total"]["loss"] > 0
+    r = run([SL, "export", "latest", str(tmp_path / "out")], proj, env=env, check=False)
+    assert (r.returncode, r.stderr.strip()) == (2, "error: model.arch 'token_mlp' has no mapping to transformers (its "
+                                                   "class sets no `hf`): only gpt2 and llama export; sample, eval "
+                                                   "and judge take any architecture")
+
+
+def test_an_architecture_without_document_attention_is_refused_under_it(cleaned, tmp_path):
+    proj, env = cleaned
+    shutil.copytree(proj, tmp_path / "p", ignore=shutil.ignore_patterns("checkpoints", "metrics"))  # trained may have run
+    params = (tmp_path / "p/params.yaml").read_text()
+    (tmp_path / "p/params.yaml").write_text(params.replace("attention: causal", "attention: document"))
+    for stage in ("tokenize", "shard"):
+        run([SL, "stage", stage], tmp_path / "p", env=env)
+    r = run([SL, "stage", "train"], tmp_path / "p", env=env, check=False)
+    assert r.returncode == 2 and r.stderr.strip().splitlines()[-1] == (
+        "error: plug-in 'token_mlp' (architectures, token_mlp:TokenMLP, from shardline-token-mlp 0.1.0): "
+        "train.attention is document, but TokenMLP does not say it restarts attention at each document (no "
+        "`document_attention = True` on its class); set train.attention: causal in params.yaml")
+    assert not list((tmp_path / "p/data/checkpoints").glob("step-*"))
+
+
+@pytest.mark.timeout(300)
+def test_a_new_release_of_the_rule_re_runs_clean_under_dvc_repro(tmp_path):
+    rule = guide()["rule"]
+    site = build_install(tmp_path / "site", rule)
+    docs = [f.read_text() for f in stdlib_files(6)] + CASINO
+    (tmp_path / "web.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in docs))
+    proj = tmp_path / "proj"
+    init_repo(proj)
+    write_params(proj, small_params([{"name": "web", "uri": str(tmp_path / "web.jsonl"), "format": "jsonl"}],
+                                    clean={"banned_words": ["casino"]}))
+    env = env_for(PYTHONPATH=str(site))
+    dvc = str(BIN / "dvc")
+
+    def banned() -> dict:
+        return json.loads((proj / "data/clean/stats.json").read_text())["sources"]["web"]["rules"]["banned_words"]
+
+    run([dvc, "repro", "clean"], proj, env=env)
+    assert banned()["docs"] == 2
+    assert json.loads((proj / "data/plugins/clean.json").read_text()) == {"banned_words": "shardline-banned-words 0.1.0"}
+    again = run([dvc, "repro", "clean"], proj, env=env).stdout
+    assert "Stage 'clean' didn't change, skipping" in again
+    # 0.2.0 counts a jackpot as a casino: the same settings now drop the third page too
+    build_install(site, rule, version="0.2.0",
+                  edit=lambda text: text.replace("lowered = doc.text.lower()",
+                                                 "lowered = doc.text.lower().replace('jackpot', 'casino')"))
+    upgraded = run([dvc, "repro", "clean"], proj, env=env).stdout
+    assert "Running stage 'clean'" in upgraded, upgraded
+    assert banned()["docs"] == 3
+    assert json.loads((proj / "data/plugins/clean.json").read_text()) == {"banned_words": "shardline-banned-words 0.2.0"}
+    assert "Stage 'clean' didn't change, skipping" in run([dvc, "repro", "clean"], proj, env=env).stdout
 
 
 @pytest.mark.timeout(240)

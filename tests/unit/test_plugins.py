@@ -111,9 +111,16 @@ class Bare(CausalLM):  # says nothing it supports, keeps no cfg
     def __init__(self, cfg):
         super().__init__()
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size)
+        self.blocks = nn.ModuleList()
 
     def lookups(self):
         return []
+
+
+class NoBlocks(CausalLM):
+    def __init__(self, cfg):
+        super().__init__()
+        self.head = nn.Linear(cfg.d_model, cfg.vocab_size)
 '''
 
 
@@ -122,7 +129,8 @@ def wrong_kinds(tmp_path, monkeypatch):
     """Entry points naming objects of the wrong kind, as an outside developer may write them."""
     write_dist(tmp_path, "shardline-wrong", {"shardline_wrong.py": WRONG},
                {"shardline.architectures": {"a_string": "shardline_wrong:NAME", "a_block": "shardline_wrong:BLOCK",
-                                            "a_linear": "shardline_wrong:not_causal", "bare": "shardline_wrong:Bare"},
+                                            "a_linear": "shardline_wrong:not_causal", "bare": "shardline_wrong:Bare",
+                                            "no_blocks": "shardline_wrong:NoBlocks"},
                 "shardline.stages": {"a_number": "shardline_wrong:NUMBER"},
                 "shardline.trackers": {"a_block": "shardline_wrong:BLOCK"}})
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -163,6 +171,11 @@ def test_an_architecture_is_held_to_what_it_says_it_supports(wrong_kinds):
     assert str(e.value) == ("plug-in 'a_linear' (architectures, shardline_wrong:not_causal, from shardline-wrong "
                             "0.1.0) made a Linear instance, not a shardline.model.common.CausalLM: its class must "
                             "subclass CausalLM (docs/extending.md, 'An architecture')")
+    with pytest.raises(plugins.PluginError) as e:
+        build(_cfg("no_blocks"))
+    assert str(e.value) == ("plug-in 'no_blocks' (architectures, shardline_wrong:NoBlocks, from shardline-wrong "
+                            "0.1.0): NoBlocks does not define blocks or lookups(), which every architecture has "
+                            "(docs/extending.md, 'An architecture')")
     with pytest.raises(plugins.PluginError) as e:  # the record would say document attention; the model would not
         build(_cfg("bare", "document"))
     assert str(e.value) == ("plug-in 'bare' (architectures, shardline_wrong:Bare, from shardline-wrong 0.1.0): "
@@ -182,9 +195,10 @@ def test_an_architecture_is_held_to_what_it_says_it_supports(wrong_kinds):
 
 def test_the_plugins_stage_lists_what_each_affected_stage_uses(installed):
     raw = {"sources": [{"name": "a", "uri": "x", "format": "txt"}]}
+    stages = {"broken": "shardline-demo 0.1.0", "hello": "shardline-demo 0.1.0"}
     assert plugins.used_by(config.parse({**raw, "model": {"arch": "demo_net"}})) == {
-        "clean": {}, "train": {"demo_net": "shardline-demo 0.1.0"}}
-    assert plugins.used_by(config.parse(raw)) == {"clean": {}, "train": {}}
+        "clean": {}, "train": {"demo_net": "shardline-demo 0.1.0"}, "stages": stages}
+    assert plugins.used_by(config.parse(raw)) == {"clean": {}, "train": {}, "stages": stages}
 
 
 BROKEN_AND_NAMELESS = {
@@ -232,6 +246,6 @@ def test_a_rule_without_a_name_runs_and_a_broken_rule_blocks_only_a_run_that_set
                        text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == [
-        "HI THERE, FRIEND: A SENTENCE LONG ENOUGH FOR EVERY DEFAULT FILTER. [0, 0] True {'clean': {'shout': 'shardline-rules-demo 0.1.0'}, 'train': {}}",
+        "HI THERE, FRIEND: A SENTENCE LONG ENOUGH FOR EVERY DEFAULT FILTER. [0, 0] True {'clean': {'shout': 'shardline-rules-demo 0.1.0'}, 'train': {}, 'stages': {}}",
         "clean.broken_rule: plug-in 'broken_rule' (rules, shardline_rules_broken:RULE, from shardline-rules-demo "
         "0.1.0) cannot be loaded: ModuleNotFoundError: No module named 'nowhere_to_be_found'"]
