@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from harness.projects import (BIN, REPO, STDLIB, commit_trained, env_for, init_repo, run,  # noqa: F401 (for the tests)
-                              small_params, stdlib_files, stdlib_sources, write_params)
+                              small_params, stdlib_files, stdlib_sources, up_to_date, write_params)
 
 CORPORA = REPO.parent / "shared" / "corpora"
 

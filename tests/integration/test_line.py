@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import BIN, CORPORA, init_repo, run, small_params, stdlib_files, write_params
+from tests.conftest import BIN, CORPORA, init_repo, run, small_params, stdlib_files, up_to_date, write_params
 from harness.servers import FlakyServer
 
 pytestmark = pytest.mark.slow
@@ -79,8 +79,8 @@ def test_dvc_repro_then_noop_then_prefect_pipeline_gives_same_lock(tmp_path, inp
     # the last line of ours says where to look (the README shows it)
     assert r.stderr.rstrip().splitlines()[-1].endswith(
         "s; the evidence card is data/reports/evidence.md, its plot data/reports/train.png"), r.stderr
-    # only the plugins stage, which DVC cannot know is up to date (an installed release), says it changed
-    assert run([DVC, "status"], a).stdout.split() == ["plugins:", "always", "changed"]
+    # only the plugins stage, which DVC cannot know is up to date (an installed release), is said to change
+    assert up_to_date(run([DVC, "status"], a).stdout)
     t0 = time.perf_counter()
     again = run([DVC, "repro"], a)
     noop = time.perf_counter() - t0
@@ -89,7 +89,7 @@ def test_dvc_repro_then_noop_then_prefect_pipeline_gives_same_lock(tmp_path, inp
 
     b = local_project(tmp_path / "b", inputs)
     r = run([str(BIN / "shardline"), "pipeline"], b, env=prefect_server)
-    assert run([DVC, "status"], b).stdout.split() == ["plugins:", "always", "changed"]
+    assert up_to_date(run([DVC, "status"], b).stdout)
     lock_a, lock_b = (yaml.safe_load((r / "dvc.lock").read_text())["stages"] for r in (a, b))
     assert sorted(lock_a) == sorted(lock_b) == sorted(["plugins", "download", "clean", "tokenize", "shard", "train",
                                                        "report"])

@@ -139,10 +139,14 @@ def retrain(root: str = ".", params_file: str = "params.yaml") -> dict:
     root = str(Path(root).resolve())
     params = config.load(Path(root, params_file))
     before = dvcrepo.out_hash(root, "data/raw")
-    _stage_task("download", params_file, root)("download", root, params_file, force=True)
+    with dvcrepo.open_repo(root) as repo:
+        bookkeeping = [s for s in dvcrepo.stage_order(repo) if s in registry.BOOKKEEPING]
+    for name in ("download", *bookkeeping):  # what DVC cannot see changed: the sources, the plug-ins' releases
+        _stage_task(name, params_file, root)(name, root, params_file, force=True)
     if dvcrepo.out_hash(root, "data/raw") == before:
-        with dvcrepo.open_repo(root) as repo:
-            pending = [s for s in dvcrepo.stage_order(repo) if not dvcrepo.is_up_to_date(repo, s)]
+        with dvcrepo.open_repo(root) as repo:  # the bookkeeping stages just ran: always changed, never pending
+            pending = [s for s in dvcrepo.stage_order(repo)
+                       if s not in registry.BOOKKEEPING and not dvcrepo.is_up_to_date(repo, s)]
         if not pending:
             why = f"sources unchanged (data/raw {before}): data version unchanged, nothing to train"
             logger.info(f"retrain: {why}")
