@@ -2,17 +2,18 @@
 train.checkpoint_format names, as torchtitan's CheckpointManager does.
 
 Contract:
-- `Checkpointer(cfg, dist, store, parts)`: `store` is where checkpoints live
+- `Checkpointer(cfg, dist, store, parts, lineage)`: `store` is where checkpoints live
   (shardline.training.storage: data/checkpoints, a folder, or train.checkpoint_uri's object
   store); `parts` maps a name to a stateful part
   (shardline.training.state: `state_dict()` / `load_state_dict()`). Where each lives in a
   checkpoint is fixed (the files every checkpoint so far has): "model" and "optimizer" in
   model.pt and optimizer.pt (full) or in dcp/ as "model" and "optim" (sharded); "scaler" and
   "rng" in scaler.pt and rng.pt; "train" is train_state.json's top level, and every other part
-  (the loader, the guards) a key of it.
+  (the loader, the guards) a key of it. `lineage` is what the next checkpoint records: the
+  checkpointer owns its advance (each save it makes on rank 0 becomes the next one's parent).
 - `format` is train.checkpoint_format; unset, "sharded" under fsdp with more than one process
   (no rank gathers the full state) and "full" otherwise.
-- `save(step, lineage, eval, then)` is called by every rank at a checkpoint step. Training waits
+- `save(step, eval, then)` is called by every rank at a checkpoint step. Training waits
   only for a copy: full: the gathered single-process state (the parts' `full_state_dict()`:
   under fsdp a collective, on rank 0 the whole model and optimizer); sharded: each rank's own
   shards. The writes run on each rank's saver thread:
@@ -63,8 +64,9 @@ TRAIN = "train"  # the part whose state is train_state.json's top level
 
 
 class Checkpointer:
-    def __init__(self, cfg: Train, dist: Dist, store: storage.Store | Path, parts: dict[str, Stateful]):
-        self.dist, self.store, self.parts = dist, storage.of(store), parts
+    def __init__(self, cfg: Train, dist: Dist, store: storage.Store | Path, parts: dict[str, Stateful],
+                 lineage: Lineage | None = None):
+        self.dist, self.store, self.parts, self.lineage = dist, storage.of(store), parts, lineage
         self.format = cfg.checkpoint_format or ("sharded" if dist.strategy == "fsdp" else "full")
         self.group = dist.side_group()  # every rank builds its Checkpointer at the same point: a collective
         self.saver = AsyncSaver()
@@ -77,7 +79,13 @@ class Checkpointer:
                  **{k: p.state_dict() for k, p in parts.items() if k not in FILES and k != TRAIN}}
         return tensors, state
 
-    def save(self, step: int, lineage: Lineage, eval: dict | None, then: Callable[[Path], None]) -> Path | None:
+    def save(self, step: int, eval: dict | None, then: Callable[[Path], None]) -> Path | None:
+        path = self._save(step, self.lineage, eval, then)
+        if path is not None:
+            self.lineage = self.lineage.after(path.name)  # a frozen record: the write in flight keeps its own
+        return path
+
+    def _save(self, step: int, lineage: Lineage, eval: dict | None, then: Callable[[Path], None]) -> Path | None:
         dist, store, parts = self.dist, self.store, self.parts
         held = [k for k in SHARDED if k in parts]
         self.wait()  # the previous save is over on every rank (or its failure raises on every rank)

@@ -2,9 +2,9 @@
 
 Contract:
 - A hook may define `before_step(step)` (the step about to be taken, 1-based), `after_step(result,
-  out)` (`result`: the step's shardline.training.step.StepResult; `out`: the step's record so far,
-  which a hook may add to: the held-out eval goes there, and the record hook writes it) and
-  `close(ok)`. The loop calls them in list order; `close` in reverse order, once, on every way
+  record)` (`result`: the step's shardline.training.step.StepResult; `record`: a `StepRecord`, what
+  the hooks before it found about the step, its held-out eval, which the records hook writes) and
+  `close(ok)`. Each built-in hook is handed the parts it uses, never the whole session. The loop calls them in list order; `close` in reverse order, once, on every way
   out of the loop: `ok` is True at the target step, False when the guard stopped it (a rollback
   follows). So the checkpointer is waited for before anything else closes, and the trackers,
   which hold what the records wrote, close last.
@@ -13,7 +13,7 @@ Contract:
   (train.jsonl through the monitor, then the trackers), the profiler, progress (chaos points and
   the orchestrator's `on_step`: a kill there leaves the step recorded, not checkpointed) and the
   checkpointer (save at train.checkpoint_every and the target step; at the end, retention and the
-  kept links).
+  kept links; the checkpointer advances the lineage itself).
 - `extra` hooks (a RunContext's `hooks`, or a caller of `train`) run after these and before the
   checkpointer's close.
 """
@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import functools
 import shutil
-from typing import Protocol
+from dataclasses import dataclass
+from typing import Callable, Protocol
 
 from shardline.core import chaos
 from shardline.training.downstream import Downstream
@@ -30,10 +31,17 @@ from shardline.training.evaluate import as_row, compact, due
 from shardline.training.step import StepResult
 
 
+@dataclass
+class StepRecord:
+    """What the hooks found about a step, for the hooks after them (Lightning's `outputs`, typed)."""
+
+    eval: dict | None = None  # the held-out eval (and eval.tasks) at this step, compact; None: not due
+
+
 class Hook(Protocol):
     def before_step(self, step: int) -> None: ...
 
-    def after_step(self, result: StepResult, out: dict) -> None: ...
+    def after_step(self, result: StepResult, record: StepRecord) -> None: ...
 
     def close(self, ok: bool) -> None: ...
 
@@ -44,7 +52,7 @@ class Base:
     def before_step(self, step: int) -> None:
         pass
 
-    def after_step(self, result: StepResult, out: dict) -> None:
+    def after_step(self, result: StepResult, record: StepRecord) -> None:
         pass
 
     def close(self, ok: bool) -> None:
@@ -54,106 +62,112 @@ class Base:
 class Evaluation(Base):
     """Held-out eval at eval.every, every checkpoint and the target; eval.tasks join it."""
 
-    def __init__(self, session, layout):
-        self.s = session
-        self.downstream = Downstream.for_training(session.params, layout, session)  # checked before a step trains
+    def __init__(self, evaluate: Callable[[], dict] | None, is_due: Callable[[int], bool], downstream: Downstream,
+                 target: int):
+        self.evaluate, self.is_due, self.downstream, self.target = evaluate, is_due, downstream, target
 
-    def after_step(self, result: StepResult, out: dict) -> None:
-        s, step = self.s, result.step
-        ev = compact(s.evaluate()) if s.held is not None and due(step, s.target, s.params) else None
-        ev = self.downstream.at(step, s.target, ev)
-        if ev:
-            out["eval"] = ev
+    def after_step(self, result: StepResult, record: StepRecord) -> None:
+        step = result.step
+        ev = compact(self.evaluate()) if self.evaluate is not None and self.is_due(step) else None
+        record.eval = self.downstream.at(step, self.target, ev) or None
 
 
 class Records(Base):
     """The step's record: train.jsonl (the monitor) and the trackers (log.backends)."""
 
-    def __init__(self, session):
-        self.s = session
-        self.pending = session.pending  # rollbacks this timeline has not recorded yet: the first record holds them
+    def __init__(self, monitor, trackers, pending: list[dict]):
+        self.monitor, self.trackers = monitor, trackers
+        self.pending = pending  # rollbacks this timeline has not recorded yet: the first record holds them
 
-    def after_step(self, r: StepResult, out: dict) -> None:
+    def after_step(self, r: StepResult, record: StepRecord) -> None:
         extra = {"batches": r.batches, "grad_norm": r.grad_norm,
                  **({"guard": r.verdict} if r.verdict != "ok" else {}),
                  **({"skipped_batches": r.skipped} if r.skipped else {}),
-                 **({"rollbacks": self.pending} if self.pending else {}), **out}
-        if "eval" in out:
-            extra["eval"] = as_row(out["eval"])
+                 **({"rollbacks": self.pending} if self.pending else {}),
+                 **({"eval": as_row(record.eval)} if record.eval else {})}
         self.pending = []
-        self.s.trackers.step(self.s.monitor.step(r.step, loss=r.loss, lr=r.lr, data_wait_s=r.data_wait_s,
-                                                 compute_s=r.step_s - r.data_wait_s, step_s=r.step_s, extra=extra))
+        self.trackers.step(self.monitor.step(r.step, loss=r.loss, lr=r.lr, data_wait_s=r.data_wait_s,
+                                             compute_s=r.step_s - r.data_wait_s, step_s=r.step_s, extra=extra))
 
     def close(self, ok: bool) -> None:
-        self.s.monitor.close()
-        self.s.trackers.close()  # after a rollback, what they hold past its step is dropped as they reopen
+        self.monitor.close()
+        self.trackers.close()  # after a rollback, what they hold past its step is dropped as they reopen
 
 
 class Profiler(Base):
     """train.profile: a trace of the steps it names."""
 
-    def __init__(self, session):
-        self.s = session
+    def __init__(self, profiler, state):
+        self.profiler, self.state = profiler, state
 
     def before_step(self, step: int) -> None:
-        self.s.profiler.before(step)
+        self.profiler.before(step)
 
-    def after_step(self, r: StepResult, out: dict) -> None:
-        self.s.profiler.after(r.step)
+    def after_step(self, r: StepResult, record: StepRecord) -> None:
+        self.profiler.after(r.step)
 
     def close(self, ok: bool) -> None:
-        self.s.profiler.after(self.s.state.step, end=True)
+        self.profiler.after(self.state.step, end=True)
 
 
 class Progress(Base):
     """Chaos points (tests kill here) and the orchestrator's progress callback."""
 
-    def __init__(self, session):
-        self.s = session
+    def __init__(self, rank: int, on_step: Callable[[int, int], None] | None, target: int):
+        self.rank, self.on_step, self.target = rank, on_step, target
 
-    def after_step(self, r: StepResult, out: dict) -> None:
-        rank = self.s.dist.rank
-        chaos.done("train", f"step {r.step} rank {rank}")
-        chaos.point("train.step", f"{r.step}:rank{rank}")  # e.g. train.step@3:rank1 kills one rank
-        if self.s.ctx.on_step:
-            self.s.ctx.on_step(r.step, self.s.target)
+    def after_step(self, r: StepResult, record: StepRecord) -> None:
+        chaos.done("train", f"step {r.step} rank {self.rank}")
+        chaos.point("train.step", f"{r.step}:rank{self.rank}")  # e.g. train.step@3:rank1 kills one rank
+        if self.on_step:
+            self.on_step(r.step, self.target)
 
 
 class Checkpoints(Base):
-    """Save at train.checkpoint_every and the target step; the lineage's parent follows each save."""
+    """Save at train.checkpoint_every and the target step (the checkpointer advances the lineage);
+    at the end, retention and the kept links."""
 
     def __init__(self, session):
-        self.s = session
+        s = session
+        self.checkpointer, self.trackers, self.dist, self.guards = s.checkpointer, s.trackers, s.dist, s.guards
+        self.every, self.target, self.after_save, self.retain = s.params.train.checkpoint_every, s.target, \
+            s.after_save, s.retain
+        self.links = s.kept if s.ctx.recorded and s.dist.rank == 0 else None  # removed at the end: DVC records them
         self.saved: list[str] = []
 
-    def after_step(self, r: StepResult, out: dict) -> None:
-        s, step = self.s, r.step
-        if step % s.params.train.checkpoint_every and step != s.target:
+    def _held_back(self) -> int | None:  # inside a run of flagged steps, what a rollback would return to stays
+        return self.guards.run[0]["step"] if self.guards.run else None
+
+    def after_step(self, r: StepResult, record: StepRecord) -> None:
+        if r.step % self.every and r.step != self.target:
             return
-        path = s.checkpointer.save(step, s.lin, out.get("eval"), then=functools.partial(
-            s.after_save, before=s.guards.run[0]["step"] if s.guards.run else None))
-        s.trackers.flush()
+        path = self.checkpointer.save(r.step, record.eval,
+                                      then=functools.partial(self.after_save, before=self._held_back()))
+        self.trackers.flush()
         if path is not None:
             self.saved.append(path.name)
-            s.lin = s.lin.after(path.name)
-        s.dist.barrier()
+        self.dist.barrier()
 
     def close(self, ok: bool) -> None:
-        s = self.s
-        s.checkpointer.wait()  # the last checkpoint (or one of the trouble, then removed) is on disk first
+        self.checkpointer.wait()  # the last checkpoint (or one of the trouble, then removed) is on disk first
         if not ok:
             return
-        if s.dist.rank == 0:  # a run killed inside its last retention, resumed with nothing to train, finishes it here
-            s.retain(s.guards.run[0]["step"] if s.guards.run else None)
-        if s.ctx.recorded and s.dist.rank == 0 and s.kept.exists():
-            shutil.rmtree(s.kept)  # the orchestrator records data/checkpoints now: the links are not needed
-        s.dist.barrier()
+        if self.dist.rank == 0:  # a run killed inside its last retention, resumed with nothing to train, finishes it here
+            self.retain(self._held_back())
+        if self.links is not None and self.links.exists():
+            shutil.rmtree(self.links)  # the orchestrator records data/checkpoints now: the links are not needed
+        self.dist.barrier()
 
 
-def hooks_for(session, layout, extra: tuple = ()) -> list:
-    """The default hooks, in the order a step's work happens (module docstring), then `extra`."""
-    return [Evaluation(session, layout), Records(session), Profiler(session), Progress(session), *extra,
-            Checkpoints(session)]
+def hooks_for(session, layout, extra: tuple = ()) -> tuple[list, Checkpoints]:
+    """The default hooks, in the order a step's work happens (module docstring), then `extra`;
+    and the checkpoints hook among them (what the run saved)."""
+    s = session
+    evaluation = Evaluation(s.evaluate if s.held is not None else None, lambda step: due(step, s.target, s.params),
+                            Downstream.for_training(s.params, layout, s), s.target)  # checked before a step trains
+    checkpoints = Checkpoints(s)
+    return [evaluation, Records(s.monitor, s.trackers, s.pending), Profiler(s.profiler, s.state),
+            Progress(s.dist.rank, s.ctx.on_step, s.target), *extra, checkpoints], checkpoints
 
 
 def close(hooks: list, ok: bool) -> None:

@@ -26,7 +26,6 @@ from shardline.core.errors import BadInput
 from shardline.core.layout import Layout, step_dir
 from shardline.stream.loader import Loader
 from shardline.training import checkpoint, identity, lineage, storage
-from shardline.training.records import Lineage
 from shardline.training.checkpointer import Checkpointer
 from shardline.training.dist import Dist
 from shardline.training.evaluate import HeldOut, compact, evaluate
@@ -79,7 +78,6 @@ class Session:
     ledger: list[dict]  # the guard's rollbacks on record
     pending: list[dict]  # rollbacks this timeline has not recorded yet
     kept: Path  # .shardline/kept/<identity>/
-    lin: Lineage  # the lineage the next checkpoint records
     target: int  # the step this run trains to
     tokens_per_step: int
 
@@ -154,6 +152,7 @@ def start(params: Params, layout: Layout, ctx: RunContext, device: torch.device,
                           shards_md5=ctx.shards_md5, data_change=origin.changed, continued_from=origin.continued_from,
                           rollbacks=ledger, model=network.section, init=init if latest is None else origin.init,
                           not_code=ctx.not_code, vocab_size=network.config.vocab_size)
+    checkpointer.lineage = lin  # the checkpointer advances it with each save
     name = params.log.run_name or ctx.run_name or f"{layout.root.name}-{identity.tag(ident)[:8]}"
     trackers = Trackers(params.log if dist.rank == 0 else params.log.model_copy(update={"backends": ()}), layout.root,
                         layout.tracker_state(identity.tag(ident)), name, lin, log)
@@ -173,4 +172,4 @@ def start(params: Params, layout: Layout, ctx: RunContext, device: torch.device,
     return Session(params, ctx, device, dist, loader, model, net, opt, scaler, autocast, held, guards, state,
                    checkpointer, monitor, trackers,
                    StepProfiler(cfg.profile if dist.rank == 0 else None, layout.profiles, device, log, state.step), origin,
-                   ledger, pending, kept, lin, target, tokens_per_step)
+                   ledger, pending, kept, target, tokens_per_step)

@@ -125,7 +125,7 @@ def _train(params: Params, layout: Layout, ctx: RunContext, device: torch.device
     session = start(params, layout, ctx, device, dist, rolled_back)
     state, target, log = session.state, session.target, ctx.log
     trainer = Trainer(session)
-    every = hooks.hooks_for(session, layout, ctx.hooks)
+    every, checkpoints = hooks.hooks_for(session, layout, ctx.hooks)
     if state.step >= target:
         log(f"train: already at step {state.step} = this data version's start {state.version_start} + train.steps "
             f"{params.train.steps}: nothing to train (raise train.steps to continue)")
@@ -135,9 +135,9 @@ def _train(params: Params, layout: Layout, ctx: RunContext, device: torch.device
             for h in every:
                 h.before_step(state.step + 1)
             result = trainer.train_step(trainer.next_batch())
-            out: dict = {}
+            record = hooks.StepRecord()
             for h in every:
-                h.after_step(result, out)
+                h.after_step(result, record)
     except Trouble as t:  # a spike or a run of skips: the guard rolls back once every hook is closed
         trouble = t
     if trouble is None and session.guards.run:
@@ -148,8 +148,8 @@ def _train(params: Params, layout: Layout, ctx: RunContext, device: torch.device
     if trouble is not None:
         guard.roll_back(trouble, session.checkpointer.store, session.kept, session.ledger, params.train,
                         since=state.version_start, rank=dist.rank, barrier=dist.barrier, log=log)
-    saved = next(h for h in every if isinstance(h, hooks.Checkpoints)).saved
-    return _summary(layout, dist, state, session.origin, saved, session.monitor, session.tokens_per_step, log)
+    return _summary(layout, dist, state, session.origin, checkpoints.saved, session.monitor, session.tokens_per_step,
+                    log)
 
 
 def _summary(layout: Layout, dist: Dist, state: TrainState, origin: Origin, saved: list[str], monitor: Monitor,

@@ -44,8 +44,8 @@ def sharded_at_step_3(tmp_path):
     dist = Dist(Train(), torch.device("cpu"))
     saving = Checkpointer(Train(checkpoint_format="sharded"), dist, tmp_path / "ck", {
         "model": ModelState(model, dist), "optimizer": OptimizerState(model, opt, dist), "rng": rng.RNG(),
-        "train": TrainState(step=3)})
-    path = saving.save(3, lineage_of(tmp_path), None, then=lambda _: None)
+        "train": TrainState(step=3)}, lineage_of(tmp_path))
+    path = saving.save(3, None, then=lambda _: None)
     saving.wait()
     return model, opt, dist, saving, path
 

@@ -332,8 +332,8 @@ def test_a_callers_hook_sees_every_step_and_one_close(built, tmp_path):
         def before_step(self, step):
             self.calls.append(("before", step))
 
-        def after_step(self, result, out):
-            self.calls.append(("after", result.step, result.verdict, sorted(out)))
+        def after_step(self, result, record):
+            self.calls.append(("after", result.step, result.verdict, record.eval is not None))
 
         def close(self, ok):
             self.calls.append(("close", ok))
@@ -341,9 +341,9 @@ def test_a_callers_hook_sees_every_step_and_one_close(built, tmp_path):
     seen = Seen()
     layout = Layout.at(root)
     train.run(config.load(root / "params.yaml"), layout, RunContext(log=lambda _: None, hooks=(seen,)))
-    assert seen.calls == [("before", 1), ("after", 1, "ok", []), ("before", 2), ("after", 2, "ok", []),
-                          ("before", 3), ("after", 3, "ok", ["eval"]), ("before", 4), ("after", 4, "ok", ["eval"]),
-                          ("before", 5), ("after", 5, "ok", []), ("before", 6), ("after", 6, "ok", ["eval"]),
+    assert seen.calls == [("before", 1), ("after", 1, "ok", False), ("before", 2), ("after", 2, "ok", False),
+                          ("before", 3), ("after", 3, "ok", True), ("before", 4), ("after", 4, "ok", True),
+                          ("before", 5), ("after", 5, "ok", False), ("before", 6), ("after", 6, "ok", True),
                           ("close", True)]
 
 
