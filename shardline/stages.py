@@ -47,14 +47,8 @@ def _report() -> Callable:
 
 
 def _plugins() -> Callable:
-    def run(params, layout, ctx) -> None:
-        """data/plugins/<stage>.json: the plug-ins each stage uses, with their releases (plugins.used_by);
-        rewritten with the same bytes when nothing changed, so DVC re-runs only the stages whose changed."""
-        from shardline.core import fsio
-
-        for stage, used in plugins.used_by(params).items():
-            fsio.write_json(layout.plugins_used(stage), used)
-            ctx.log(f"plugins: {stage}: " + (", ".join(f"{n} ({v})" for n, v in used.items()) or "none"))
+    def run(params, layout, ctx) -> None:  # dvc.yaml runs it as `python -m shardline.core.plugins` (cheaper)
+        plugins.record(layout, params.model.arch, ctx.log)
     return run
 
 

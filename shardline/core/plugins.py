@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import difflib
 import functools
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from shardline.core.errors import ConfigError
 
@@ -116,15 +116,36 @@ def unknown(name: str, group: str, builtin: Iterable[str]) -> str:
             + f"; {known(group, builtin)}")
 
 
-def used_by(params: Any) -> dict[str, dict[str, str]]:
+def used_by(arch: str | None) -> dict[str, dict[str, str]]:
     """{stage: {plug-in: '<distribution> <version>'}} for the stages whose outputs a plug-in decides:
-    the rules clean runs (switched on for every source or for one; a broken one too, named by its
-    metadata), the architecture train builds, and under "stages" every plug-in stage installed (a
-    plug-in stage's dvc.yaml entry takes data/plugins/stages.json as a dep)."""
-    clean = params.section("clean")
-    per_source = [s.clean for s in params.sources if s.clean is not None]
-    rules = {n for n in names("rules")
-             if clean.get(n) is not None or any(getattr(c, n, None) is not None for c in per_source)}
-    arch = {params.model.arch} & set(names("architectures"))
-    return {"clean": versions("rules", rules), "train": versions("architectures", arch),
+    clean, every installed rule (one may be on by default, and a part's key holds only the rules
+    it ran, so a release of one it did not run re-cleans nothing); train, the architecture `arch`
+    when it is a plug-in's; and under "stages" every plug-in stage (each one's dvc.yaml entry
+    takes data/plugins/stages.json as a dep)."""
+    return {"clean": versions("rules", names("rules")),
+            "train": versions("architectures", {arch} & set(names("architectures"))),
             "stages": versions("stages", names("stages"))}
+
+
+def record(layout: Any, arch: str | None, log: Callable[[str], None] = print) -> None:
+    """data/plugins/<stage>.json (`used_by`), each written atomically: the same bytes while no
+    release changed, so DVC re-runs only the stages whose plug-ins' releases did."""
+    from shardline.core import fsio
+
+    for stage, used in used_by(arch).items():
+        fsio.write_json(layout.plugins_used(stage), used)
+        log(f"plugins: {stage}: " + (", ".join(f"{n} ({v})" for n, v in used.items()) or "none"))
+
+
+if __name__ == "__main__":  # dvc.yaml's plugins stage: runs on every repro, so it reads params.yaml's
+    import sys              # model.arch without validating the file (~0.3 s, not the CLI's ~1.5 s)
+    from pathlib import Path
+
+    from shardline.core import yamlfile
+    from shardline.core.layout import PARAMS, Layout
+
+    root = Path.cwd()
+    raw = yamlfile.load((root / PARAMS).read_text()) if (root / PARAMS).exists() else {}
+    model = raw.get("model") if isinstance(raw, dict) else None
+    record(Layout.at(root), model.get("arch") if isinstance(model, dict) else None, lambda line: print(line,
+                                                                                                       file=sys.stderr))

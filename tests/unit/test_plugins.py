@@ -193,12 +193,17 @@ def test_an_architecture_is_held_to_what_it_says_it_supports(wrong_kinds):
                             "and llama export; sample, eval and judge take any architecture")
 
 
-def test_the_plugins_stage_lists_what_each_affected_stage_uses(installed):
-    raw = {"sources": [{"name": "a", "uri": "x", "format": "txt"}]}
+def test_the_plugins_stage_lists_what_each_affected_stage_uses(installed, tmp_path):
+    from shardline.core.layout import Layout
+
     stages = {"broken": "shardline-demo 0.1.0", "hello": "shardline-demo 0.1.0"}
-    assert plugins.used_by(config.parse({**raw, "model": {"arch": "demo_net"}})) == {
-        "clean": {}, "train": {"demo_net": "shardline-demo 0.1.0"}, "stages": stages}
-    assert plugins.used_by(config.parse(raw)) == {"clean": {}, "train": {}, "stages": stages}
+    assert plugins.used_by("demo_net") == {"clean": {}, "train": {"demo_net": "shardline-demo 0.1.0"}, "stages": stages}
+    assert plugins.used_by("llama") == {"clean": {}, "train": {}, "stages": stages}
+    said: list[str] = []
+    plugins.record(Layout.at(tmp_path), "demo_net", said.append)
+    assert (tmp_path / "data/plugins/train.json").read_text() == '{\n  "demo_net": "shardline-demo 0.1.0"\n}\n'
+    assert said == ["plugins: clean: none", "plugins: train: demo_net (shardline-demo 0.1.0)",
+                    "plugins: stages: broken (shardline-demo 0.1.0), hello (shardline-demo 0.1.0)"]
 
 
 BROKEN_AND_NAMELESS = {
@@ -226,7 +231,7 @@ raw = {"sources": [{"name": "a", "uri": "x", "format": "txt"}]}
 p = config.parse({**raw, "clean": {"shout": True}})  # the broken one is installed but not switched on
 counts = {}
 print(rules.apply(rules.build(p.clean), "Hi there, friend: a sentence long enough for every default filter.", counts), counts["shout"], "shout" in rules.names(p.clean),
-      plugins.used_by(p))
+      plugins.used_by(p.model.arch))
 try:
     config.parse({**raw, "clean": {"broken_rule": 1}})
 except config.ConfigError as e:
@@ -246,6 +251,7 @@ def test_a_rule_without_a_name_runs_and_a_broken_rule_blocks_only_a_run_that_set
                        text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == [
-        "HI THERE, FRIEND: A SENTENCE LONG ENOUGH FOR EVERY DEFAULT FILTER. [0, 0] True {'clean': {'shout': 'shardline-rules-demo 0.1.0'}, 'train': {}, 'stages': {}}",
+        "HI THERE, FRIEND: A SENTENCE LONG ENOUGH FOR EVERY DEFAULT FILTER. [0, 0] True {'clean': {'broken_rule': "
+        "'shardline-rules-demo 0.1.0', 'shout': 'shardline-rules-demo 0.1.0'}, 'train': {}, 'stages': {}}",
         "clean.broken_rule: plug-in 'broken_rule' (rules, shardline_rules_broken:RULE, from shardline-rules-demo "
         "0.1.0) cannot be loaded: ModuleNotFoundError: No module named 'nowhere_to_be_found'"]
