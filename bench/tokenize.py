@@ -69,7 +69,7 @@ class StageRun:
     """The real tokenize stage over the docs as clean parts; each call re-encodes every part."""
 
     def __init__(self, docs: list[str], vocab_size: int, mb: float):
-        from shardline.core import config
+        from shardline import paramsfile
         from shardline.data import download, tokenize
         from shardline.data.clean import stage as clean
         from shardline.core.layout import Layout
@@ -79,7 +79,7 @@ class StageRun:
         (root / "docs.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
         off = {k: None for k in ("min_chars", "max_chars", "max_line_chars", "max_repeated_line_fraction",
                                  "min_alpha_fraction", "max_replacement_fraction")}
-        self.params = config.parse({
+        self.params = paramsfile.parse({
             "sources": [{"name": "bench", "uri": str(root / "docs.jsonl"), "format": "jsonl"}],
             "clean": {**off, "normalize": "none", "strip_control": False, "whitespace": False, "dedup": False,
                       "part_mb": max(mb / 8, 0.01)},

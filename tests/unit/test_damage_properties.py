@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shardline.core import config
+from shardline import paramsfile
 from shardline.core.config import Source
 from shardline.core.errors import BadInput, ShardlineError
 from shardline.data import compressed, readers
@@ -134,6 +134,6 @@ def test_a_damaged_params_file_is_one_clean_error_or_valid_params(tmp_path, data
     path = tmp_path / "params.yaml"
     path.write_bytes(data.draw(damaged(PARAMS)))
     try:
-        config.load(path)
+        paramsfile.load(path)
     except ShardlineError as e:
         assert str(e).startswith(f"{path}: "), str(e)

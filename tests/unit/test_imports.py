@@ -10,12 +10,13 @@ REPO = Path(__file__).resolve().parents[2]
 # Top to bottom: a module may import its own layer or any below it, never one above.
 LAYERS = ("flows tasks", "shardline.cli", "shardline.orchestration.flows", "shardline.orchestration.tasks",
           "shardline.dvcrepo", "shardline.stages", "shardline.results", "shardline.training", "shardline.stream",
-          "shardline.model shardline.data", "shardline.core shardline.context shardline.registry")
+          "shardline.paramsfile", "shardline.model shardline.data", "shardline.context shardline.registry",
+          "shardline.core")
 RANK = {prefix: i for i, layer in enumerate(LAYERS) for prefix in layer.split()}
-# The one import up a layer, by name: params.yaml's clean section is its rules' settings, assembled
-# beside the rules (data/clean/settings.py); core/config imports it in the one function that
-# completes Params, when a params file is first read (docs/architecture.md, Layers).
-UPWARD = {("shardline.core.config", "shardline.data.clean.settings")}
+# No exceptions: params.yaml's clean section is its rules' settings, assembled beside the rules
+# (data/clean/settings.py), and the loader that completes Params with it (shardline/paramsfile.py)
+# sits above both; the stages' groups (shardline/registry.py) are handed to core, never imported by it.
+UPWARD: set[tuple[str, str]] = set()
 
 
 def _module(path: Path) -> str:
@@ -96,6 +97,16 @@ def test_no_import_circles():
 def test_the_checks_see_a_planted_circle_and_an_upward_import():
     assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert _rank("shardline.core.config") > _rank("shardline.data.clean.settings") > _rank("shardline.cli.main")
+    assert _rank("shardline.core.extras") > _rank("shardline.registry") > _rank("shardline.paramsfile")
+
+
+def test_core_imports_nothing_above_it():
+    """The ground floor stands on nothing: a core module imports only core modules and the package's
+    root (its __version__; shardline/__init__.py imports nothing), and no exception is named for it."""
+    edges = graph()
+    up = [f"{a} -> {b}" for a, targets in edges.items() if a.startswith("shardline.core.") or a == "shardline.core"
+          for b in sorted(targets) if not (b in ("shardline", "shardline.core") or b.startswith("shardline.core."))]
+    assert not up, "core imports from above it:\n" + "\n".join(up)
 
 
 def test_the_engine_imports_neither_prefect_nor_dvc():

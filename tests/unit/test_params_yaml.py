@@ -13,7 +13,8 @@ import subprocess
 import pytest
 import yaml
 
-from shardline.core import config, yamlfile
+from shardline.core import yamlfile
+from shardline import paramsfile
 from shardline.core.errors import ConfigError
 from tests.conftest import BIN, REPO
 
@@ -23,7 +24,7 @@ SHIPPED = (REPO / "params.yaml").read_text()
 def _load(tmp_path, text: str):
     path = tmp_path / "params.yaml"
     path.write_text(text)
-    return config.load(path), path
+    return paramsfile.load(path), path
 
 
 @pytest.mark.parametrize("text, said", [

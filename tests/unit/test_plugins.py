@@ -8,7 +8,8 @@ import pytest
 
 from harness.plugins import write_dist
 from shardline import registry, stages
-from shardline.core import config, plugins
+from shardline.core import plugins
+from shardline import paramsfile
 from shardline.core.errors import ConfigError
 
 MODULE = '''
@@ -57,10 +58,10 @@ def test_an_unknown_name_lists_the_builtin_and_the_plugin_ones(installed):
                             "tokenize, shard, train, report (built in); broken (plug-in of shardline-demo 0.1.0), "
                             "hello (plug-in of shardline-demo 0.1.0)")
     raw = {"sources": [{"name": "a", "uri": "x", "format": "txt"}]}
-    ok = config.parse({**raw, "model": {"arch": "demo_net"}, "log": {"backends": ["demo_tracker", "tensorboard"]}})
+    ok = paramsfile.parse({**raw, "model": {"arch": "demo_net"}, "log": {"backends": ["demo_tracker", "tensorboard"]}})
     assert ok.model.arch == "demo_net" and ok.log.backends == ("demo_tracker", "tensorboard")
     with pytest.raises(ConfigError) as e:
-        config.parse({**raw, "model": {"arch": "demo", "bias": True}})
+        paramsfile.parse({**raw, "model": {"arch": "demo", "bias": True}})
     assert "model.arch: 'demo' is no architecture (did you mean 'demo_net'?); known architectures: gpt2, llama " \
            "(built in); demo_net (plug-in of shardline-demo 0.1.0)" in str(e.value)
 
@@ -68,7 +69,7 @@ def test_an_unknown_name_lists_the_builtin_and_the_plugin_ones(installed):
 def test_a_plugin_architecture_takes_the_fields_every_architecture_has(installed):
     raw = {"sources": [{"name": "a", "uri": "x", "format": "txt"}]}
     with pytest.raises(ConfigError) as e:
-        config.parse({**raw, "model": {"arch": "demo_net", "n_kv_head": 2, "bias": True}})
+        paramsfile.parse({**raw, "model": {"arch": "demo_net", "n_kv_head": 2, "bias": True}})
     assert "model.n_kv_head: applies to arch llama only, this model is demo_net; remove it" in str(e.value)
     assert "model.bias: applies to arch gpt2 only, this model is demo_net; remove it" in str(e.value)
     from shardline.core.sections_run import identity_of
@@ -79,10 +80,10 @@ def test_a_plugin_architecture_takes_the_fields_every_architecture_has(installed
 
 
 def test_no_metadata_is_read_while_every_name_is_built_in(monkeypatch):
-    config.schema()  # the clean section: its rules are listed once, when it is first made
+    paramsfile.schema()  # the clean section: its rules are listed once, when it is first made
     monkeypatch.setattr(plugins, "_found", None)  # from here any lookup would fail: none is made
     raw = {"sources": [{"name": "a", "uri": "x", "format": "txt"}], "model": {"arch": "llama"},
            "log": {"backends": ["tensorboard"]}}
-    assert config.parse(raw).model.arch == "llama"
+    assert paramsfile.parse(raw).model.arch == "llama"
     assert stages.run_of("shard").__module__ == "shardline.data.shard"
     registry.check("report")
