@@ -43,8 +43,10 @@ def _profile(tree: str, root: str, warm: bool = False) -> dict:
     sys.path.insert(0, tree)
     layout_mod = importlib.import_module("shardline.core.layout")
     load = _first(("shardline.paramsfile", "shardline.core.config")).load  # an older tree's loader sat in core
-    stage, rules = importlib.import_module("shardline.data.clean.stage"), importlib.import_module("shardline.data.clean.rules")
-    readers, words = importlib.import_module("shardline.data.readers"), importlib.import_module("shardline.data.clean.words")
+    stage = _first(("shardline.data.clean.stage.run", "shardline.data.clean.stage"))  # before data/clean had rooms
+    rules = _first(("shardline.data.clean.rules.registry", "shardline.data.clean.rules"))
+    words = _first(("shardline.data.clean.kernels.words", "shardline.data.clean.words"))
+    readers = importlib.import_module("shardline.data.readers")
     pq = importlib.import_module("pyarrow.parquet")
     params, layout = load(Path(root) / "params.yaml"), layout_mod.Layout.at(root)
     parts = stage.plan(params, layout)

@@ -92,7 +92,7 @@ class Bench:
 
     def data(self) -> None:
         from shardline.data import download, shard, tokenize
-        from shardline.data.clean import stage as clean
+        from shardline.data.clean.stage import run as clean
 
         params = paramsfile.parse(self.raw(1))
         t = time.monotonic()

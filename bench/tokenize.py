@@ -71,7 +71,7 @@ class StageRun:
     def __init__(self, docs: list[str], vocab_size: int, mb: float):
         from shardline import paramsfile
         from shardline.data import download, tokenize
-        from shardline.data.clean import stage as clean
+        from shardline.data.clean.stage import run as clean
         from shardline.core.layout import Layout
 
         self.tmp = tempfile.TemporaryDirectory()

@@ -1,5 +1,5 @@
 """params.yaml read into a complete, frozen `Params`: core's sections (shardline.core.config) with
-the clean section its rules assemble (shardline.data.clean.settings). It sits above both, so core
+the clean section its rules assemble (shardline.data.clean.stage.settings). It sits above both, so core
 imports nothing above its floor (docs/architecture.md, Layers).
 
 Contract: `load(path)` returns a `Params` or raises `ConfigError` listing *every* problem at once,
@@ -21,7 +21,7 @@ from shardline.core.layout import PARAMS
 
 def schema() -> type[Params]:
     """`Params`, complete: with the clean section its rule registry assembles."""
-    from shardline.data.clean.settings import Clean
+    from shardline.data.clean.stage.settings import Clean
 
     return config.complete(Clean)
 

@@ -25,7 +25,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
         r = steps.Steps(layout, lambda: paramsfile.load(Path(args.root, args.params))).saw(args.step)
         print(json.dumps(r, indent=2) if args.json else steps.render(r))
         return 0
-    from shardline.data.clean import explain
+    from shardline.data.clean.stage import explain
 
     params = paramsfile.load(Path(args.root, args.params))  # a lookup: no rule runs, so no extra is needed
     e = explain.explain(params, layout, args.doc_id, args.source)

@@ -5,7 +5,7 @@ each as `<dotted.path>: <what is wrong>` (unknown keys get a did-you-mean). The 
 sees these frozen objects, never raw dicts. One model per params section (in sections_data.py,
 sections_run.py and sections_watch.py, re-exported here); the docstring under each field is its
 documentation. The clean section is its rules' settings, assembled beside the rules
-(shardline.data.clean.settings), above this floor, which imports nothing above it: `Params` is
+(shardline.data.clean.stage.settings), above this floor, which imports nothing above it: `Params` is
 completed with it by `complete(Clean)`, and the loader that does so, `shardline.paramsfile`
 (`load`, `parse`, `schema`), sits above both. Here: `read(path)`, a params file's YAML with its
 errors as ConfigError, and `parse(schema, raw, origin)`, the validation with every problem named.
@@ -38,7 +38,7 @@ _CLEAN: list[type[_Section]] = []  # the clean section's model, once `complete` 
 
 def complete(clean: type[_Section]) -> type[Params]:
     """`Params`, complete: with `clean`, the clean section's model its rule registry assembles
-    (shardline.data.clean.settings, given by shardline.paramsfile.schema, above this floor).
+    (shardline.data.clean.stage.settings, given by shardline.paramsfile.schema, above this floor).
     The section names the settings that cannot differ per source (`STAGE_WIDE`)."""
     _CLEAN[:] = [clean]
     Params.model_rebuild(_types_namespace={"Clean": clean})

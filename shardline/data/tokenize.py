@@ -41,7 +41,7 @@ import numpy as np
 
 from shardline.core import fsio, shardformat
 from shardline.data import frame, staging, tokenizer
-from shardline.data.clean import stage as clean
+from shardline.data.clean.stage import parts as clean
 from shardline.core.config import Params
 from shardline.core.errors import BadInput
 from shardline.core.layout import (CLEAN_PARTS, SIDES, Layout, clean_marker_of, clean_split_of, selection_of, side_dir,

@@ -28,7 +28,7 @@ from shardline.core.markup import block, code, text
 from shardline.core.config import Params
 from shardline.core.errors import ShardlineError
 from shardline.core.layout import Layout
-from shardline.data.clean import split as split_rule
+from shardline.data.clean.stage import split as split_rule
 from shardline.training import noise
 from shardline.training.monitor import slowest
 from shardline.training.steplog import equal, eval_rows, eval_sources, own_mix

@@ -28,7 +28,7 @@ from shardline.core import fsio
 from shardline.core.markup import code, text
 from shardline.results import card_eval
 from shardline.results.runs import Run
-from shardline.data.clean.summary import read as clean_stats
+from shardline.data.clean.stage.summary import read as clean_stats
 from shardline.training import checkpoint, guard, task_results
 from shardline.core.config import Params
 from shardline.core.layout import EVAL_JSON, TRAIN_STATE, Layout

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from shardline.core import fsio
 from shardline.data import download, tokenizer
-from shardline.data.clean.summary import read as clean_stats
+from shardline.data.clean.stage.summary import read as clean_stats
 from shardline.training import guard
 from shardline.training.steplog import equal
 from shardline.core.config import Params

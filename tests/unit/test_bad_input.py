@@ -64,7 +64,7 @@ import torch
 from harness.projects import lineage_of
 from shardline.core import fsio, shardformat
 from shardline.data import download, tokenize, shard
-from shardline.data.clean import stage as clean
+from shardline.data.clean.stage import run as clean
 from shardline.training import checkpoint
 from shardline.core import errors
 from shardline import paramsfile
@@ -345,7 +345,7 @@ def test_a_streaming_node_without_data_tokenizer_is_told_to_copy_it(tmp_path):
 
 
 def test_explain_after_a_clean_stage_killed_before_its_selections(tmp_path, code_src):
-    from shardline.data.clean import explain
+    from shardline.data.clean.stage import explain
 
     params, layout = _clean_project(tmp_path / "p", code_src)
     clean.run(params, layout, log=lambda _: None)

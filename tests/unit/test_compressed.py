@@ -14,8 +14,8 @@ import pytest
 
 from shardline.core.errors import BadInput
 from shardline.data import compressed, download, frame, readers, shard, tokenize
-from shardline.data.clean import explain
-from shardline.data.clean import stage as clean
+from shardline.data.clean.stage import explain
+from shardline.data.clean.stage import run as clean
 from tests.conftest import make_project, stdlib_files
 
 QUIET = dict(log=lambda _: None)

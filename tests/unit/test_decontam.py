@@ -12,8 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from shardline.core.errors import BadInput
-from shardline.data.clean import decontam
-from shardline.data.clean.decontam import DecontaminateRule, Index, ngram_hashes, words
+from shardline.data.clean.rules import decontam
+from shardline.data.clean.rules.decontam import DecontaminateRule, Index, ngram_hashes, words
 from shardline.data.clean.verdict import Drop
 from shardline.data.document import Document as D
 from tests.conftest import STDLIB
@@ -166,8 +166,8 @@ def test_the_clean_stage_drops_samples_and_explains_contaminated_documents(tmp_p
     """clean.decontaminate end to end: the index built once from the evaluation sets, the rule counted,
     sampled and explained like any other, the sets' content (not path) in the part keys and the stats."""
     from shardline.data import download
-    from shardline.data.clean import explain
-    from shardline.data.clean import stage as clean
+    from shardline.data.clean.stage import explain
+    from shardline.data.clean.stage import run as clean
     from tests.conftest import make_project
 
     question = ("Which of the following best describes the primary function of mitochondria in eukaryotic "
@@ -203,7 +203,7 @@ def test_the_clean_stage_drops_samples_and_explains_contaminated_documents(tmp_p
 def test_a_missing_rule_file_is_one_line_naming_the_field(tmp_path, clean_cfg, says):
     from shardline.core.errors import BadInput
     from shardline.data import download
-    from shardline.data.clean import stage as clean
+    from shardline.data.clean.stage import run as clean
     from tests.conftest import make_project
 
     (tmp_path / "in").mkdir()

@@ -10,7 +10,9 @@ import spacy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardline.data.clean import textstats, words, wordtable
+from shardline.data.clean.kernels import textstats
+from shardline.data.clean.kernels import words
+from shardline.data.clean.kernels import wordtable
 
 NLP = spacy.blank("en")
 NLP.add_pipe("sentencizer")

@@ -20,7 +20,7 @@ from shardline.core.errors import BadInput
 from shardline.core.layout import Layout
 from shardline.core.remedies import remedy
 from shardline.data import download, shard, tokenize
-from shardline.data.clean import stage as clean
+from shardline.data.clean.stage import run as clean
 from shardline.stream import loader
 from shardline.training import guard, lineage, steplog
 from shardline.training.network import _tokenizer_meta

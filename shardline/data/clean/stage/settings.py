@@ -15,8 +15,8 @@ from pydantic import Field, create_model, model_validator
 from shardline.core import plugins
 from shardline.core.plugins import PluginError
 from shardline.core.section_base import _Section
-from shardline.data.clean import rules
-from shardline.data.clean.minhash import NearDedup
+from shardline.data.clean.rules import registry as rules
+from shardline.data.clean.stage.minhash import NearDedup
 
 _STAGE = {
     "dedup": (bool, Field(True, description="Exact dedup by content hash within and across sources; the first in "

@@ -33,8 +33,8 @@ import numba
 import numpy as np
 
 from shardline.core.errors import ShardlineError
-from shardline.data.clean import fasttext as ft
-from shardline.data.clean import hsoftmax as hs
+from shardline.data.clean.kernels import fasttext as ft
+from shardline.data.clean.kernels import hsoftmax as hs
 
 _MAGIC, _VERSION = 793712314, 12
 _HS, _SUPERVISED = 1, 3  # fastText's loss_name::hs and model_name::sup

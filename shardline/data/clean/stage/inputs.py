@@ -19,8 +19,8 @@ from typing import Callable
 from shardline.core import fsio
 from shardline.core.errors import BadInput
 from shardline.core.layout import Layout, index_meta_of
-from shardline.data.clean import decontam
-from shardline.data.clean.settings import Clean
+from shardline.data.clean.rules import decontam
+from shardline.data.clean.stage.settings import Clean
 
 
 @dataclass(frozen=True)

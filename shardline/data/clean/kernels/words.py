@@ -23,7 +23,9 @@ from typing import NamedTuple
 import numba
 import numpy as np
 
-from shardline.data.clean import spacylib, textstats, wordtable
+from shardline.data.clean.kernels import spacylib
+from shardline.data.clean.kernels import textstats
+from shardline.data.clean.kernels import wordtable
 
 _LETTERS = re.compile(r"[A-Za-z]+")
 

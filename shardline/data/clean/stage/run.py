@@ -52,9 +52,15 @@ from shardline.core.layout import (Layout, clean_marker_of, clean_part_name, dro
 from shardline.core.parallel import Mapper, process_map
 from shardline.core.progress import Sink
 from shardline.data import compressed, download, frame, grouping, readers, staging
-from shardline.data.clean import damage, dropped, inputs, ruleset, rules, select, split
-from shardline.data.clean.parts import documents, part_meta, read_selection, side_key  # noqa: F401 (the stage's readers)
-from shardline.data.clean.settings import Clean
+from shardline.data.clean.stage import damage
+from shardline.data.clean.stage import dropped
+from shardline.data.clean.stage import inputs
+from shardline.data.clean.rules import ruleset
+from shardline.data.clean.rules import registry as rules
+from shardline.data.clean.stage import select
+from shardline.data.clean.stage import split
+from shardline.data.clean.stage.parts import documents, part_meta, read_selection, side_key  # noqa: F401 (the stage's readers)
+from shardline.data.clean.stage.settings import Clean
 from shardline.data.clean.verdict import Drop
 
 CODE_VERSION = 6  # bump when cleaning output changes for the same inputs and params (5: u by content; 6: the drop log)

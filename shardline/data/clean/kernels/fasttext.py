@@ -14,7 +14,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from shardline.data.clean.compiled import same
+from shardline.data.clean.kernels.compiled import same
 
 _LABEL_BYTES = np.frombuffer(b"__label__", np.uint8)  # an unknown token starting so is a label, not an input
 

@@ -30,8 +30,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from shardline.data.clean import textstats as ts
-from shardline.data.clean.compiled import same
+from shardline.data.clean.kernels import textstats as ts
+from shardline.data.clean.kernels.compiled import same
 
 NONSYMBOL, LETTER, FINAL, PUNCT, HAS_SPACE = 1, 2, 4, 8, 16  # a word's flags
 _EMPTY = -1
