@@ -32,7 +32,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from shardline.data import tokenizer as T
+from shardline.data import bytebpe, tokenizer as T
 
 CORPORA = Path(__file__).resolve().parents[2] / "shared" / "corpora"
 DEFAULT = [CORPORA / f for f in ("tinyshakespeare.txt", "wikitext2-valid.txt", "wikitext2-test.txt")]
@@ -119,8 +119,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"train vocab {tok.get_vocab_size()}: {t1 - t0:.1f}s; Encoder.build: {t2 - t1:.2f}s -> "
           f"backend={enc.backend} ({enc.reason})")
     try:
-        raw_tt = T._to_tiktoken(tok)
-    except T._NotConvertible as e:
+        raw_tt = bytebpe.to_tiktoken(tok)
+    except bytebpe.NotConvertible as e:
         raw_tt = None
         print(f"(d) skipped: {e}")
 

@@ -3,7 +3,7 @@
 Contract: a params file is read into a `Params` or a `ConfigError` listing *every* problem at once,
 each as `<dotted.path>: <what is wrong>` (unknown keys get a did-you-mean). The engine only ever
 sees these frozen objects, never raw dicts. One model per params section (in sections_data.py,
-sections_run.py and sections_watch.py, re-exported here); the docstring under each field is its
+sections_run.py, sections_model.py and sections_watch.py, re-exported here); the docstring under each field is its
 documentation. The clean section is its rules' settings, assembled beside the rules
 (shardline.data.clean.stage.settings), above this floor, which imports nothing above it: `Params` is
 completed with it by `complete(Clean)`, and the loader that does so, `shardline.paramsfile`
@@ -27,7 +27,8 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 from shardline.core.errors import ConfigError
 from shardline.core.layout import HF_TOKENIZER, PARAMS
 from shardline.core.sections_data import Download, Eval, Shard, Source, Tokenizer, _Section  # noqa: F401
-from shardline.core.sections_run import Loader, Model, Parts, Pipeline, Retrain, Store, Train  # noqa: F401
+from shardline.core.sections_model import Model  # noqa: F401
+from shardline.core.sections_run import Loader, Parts, Pipeline, Retrain, Store, Train  # noqa: F401
 from shardline.core.sections_watch import Log, Profile  # noqa: F401
 from shardline.core import inert, sections_search, yamlfile
 from shardline.core.sections_search import MixSearch

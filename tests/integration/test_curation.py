@@ -7,9 +7,7 @@ import signal
 import pydoc_data.topics
 
 from shardline.data import download
-from shardline.data.clean.stage import dropped
-from shardline.data.clean.stage import explain
-from shardline.data.clean.stage import run as clean
+from shardline.data.clean.stage import dropped, explain, run as clean
 from shardline.results import report
 from tests.conftest import BIN, env_for, make_project, run, stdlib_files
 

@@ -244,7 +244,7 @@ def test_fresh_on_data_change_archives_and_restarts(built, tmp_path):
 
 
 def test_evidence_card_quotes_the_figures_of_train_json(built, tmp_path):
-    """The card's throughput lines come from monitor.summarize, like data/metrics/train.json: it
+    """The card's throughput lines come from throughput.summarize, like data/metrics/train.json: it
     used its own nearest-rank p95, which disagreed with train.json's (linear) p95."""
     import re
 

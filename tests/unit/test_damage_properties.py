@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from shardline import paramsfile
 from shardline.core.config import Source
 from shardline.core.errors import BadInput, ShardlineError
-from shardline.data import compressed, readers
+from shardline.data import compressed, filespans, readers
 from shardline.data.readstats import MAX_SAMPLES
 from harness.projects import REPO
 
@@ -65,7 +65,7 @@ def _read(path: Path, source: Source, part_bytes: float = 1 << 30) -> tuple[list
     which = compressed.codec(path) if source.format != "warc" else None
     size = compressed.decoded_size(path, which)[0] if which else path.stat().st_size
     docs = []
-    for span in readers.spans(path, source, size, part_bytes, which):
+    for span in filespans.spans(path, source, size, part_bytes, which):
         docs += list(readers.read(path, path.name, source, stats, span))
     compressed.release()
     return docs, stats

@@ -120,7 +120,7 @@ def test_the_profile_command_the_card_and_the_log_offer_runs_and_adds_only_its_k
     `--set-param` value"), and unquoted braces are the shell's brace expansion."""
     from dvc.utils.hydra import apply_overrides
 
-    from shardline.training.monitor import profile_command
+    from shardline.training.throughput import profile_command
 
     path = tmp_path / "params.yaml"
     path.write_text(SHIPPED)

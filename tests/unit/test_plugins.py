@@ -72,7 +72,7 @@ def test_a_plugin_architecture_takes_the_fields_every_architecture_has(installed
         paramsfile.parse({**raw, "model": {"arch": "demo_net", "n_kv_head": 2, "bias": True}})
     assert "model.n_kv_head: applies to arch llama only, this model is demo_net; remove it" in str(e.value)
     assert "model.bias: applies to arch gpt2 only, this model is demo_net; remove it" in str(e.value)
-    from shardline.core.sections_run import identity_of
+    from shardline.core.sections_model import identity_of
 
     assert identity_of({"arch": "demo_net", "n_layer": 3}) == {
         "arch": "demo_net", "n_layer": 3, "n_head": 4, "d_model": 128, "dropout": 0.1, "norm_eps": 1e-5,

@@ -188,8 +188,7 @@ def test_a_warc_source_cleans_to_pages_by_url_with_date_and_the_blocklist_counte
     import pyarrow.parquet as pq
 
     from shardline.data import download
-    from shardline.data.clean.stage import explain
-    from shardline.data.clean.stage import run as clean
+    from shardline.data.clean.stage import explain, run as clean
     from tests.conftest import make_project
 
     (tmp_path / "in").mkdir()

@@ -12,14 +12,11 @@ that filters judge the text that will be kept.
 
 from __future__ import annotations
 
-import functools
 import re
 import unicodedata
 from dataclasses import dataclass
 from typing import Literal
 
-import numba
-import numpy as np
 from pydantic import Field
 
 from shardline.data.clean.kernels import lines as ls

@@ -23,8 +23,7 @@ from pydantic import Field
 from shardline.core import extras
 from shardline.core.layout import FASTTEXT_MODEL
 from shardline.core.section_base import _Section
-from shardline.data.clean.kernels import lid
-from shardline.data.clean.kernels import words
+from shardline.data.clean.kernels import lid, words
 from shardline.data.clean.verdict import Drop, RuleEntry
 from shardline.data.document import Document
 

@@ -22,14 +22,7 @@ import dataclasses
 from typing import Any, NamedTuple
 
 from shardline.core import plugins
-from shardline.data.clean.rules import basic
-from shardline.data.clean.rules import c4
-from shardline.data.clean.rules import decontam
-from shardline.data.clean.rules import fineweb
-from shardline.data.clean.rules import gopher
-from shardline.data.clean.rules import language
-from shardline.data.clean.rules import pii
-from shardline.data.clean.rules import urls
+from shardline.data.clean.rules import basic, c4, decontam, fineweb, gopher, language, pii, urls
 from shardline.data.clean.verdict import Drop, RuleEntry, Rule
 from shardline.data.document import Document
 

@@ -37,8 +37,7 @@ from shardline.core.layout import selection_of, signatures_marker_of, signatures
 from shardline.core.parallel import Mapper
 from shardline.core.progress import Sink
 from shardline.data import frame, staging
-from shardline.data.clean.stage import minhash
-from shardline.data.clean.stage import split
+from shardline.data.clean.stage import minhash, split
 
 Log = Callable[[str], None]
 MINHASH_VERSION = 1
