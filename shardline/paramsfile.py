@@ -16,7 +16,7 @@ from typing import Any
 
 from shardline.core import config
 from shardline.core.config import Params
-from shardline.core.layout import PARAMS
+from shardline.core.filenames import PARAMS
 
 
 def schema() -> type[Params]:

@@ -20,7 +20,8 @@ from pathlib import Path
 from shardline.cli import log
 from shardline import paramsfile
 from shardline.core.errors import ShardlineError
-from shardline.core.layout import Layout, step_dirs
+from shardline.core.layout import Layout
+from shardline.core.filenames import step_dirs
 
 CHECKPOINT_HELP = "a step-NNNNNNNNN directory (or its name, or 'latest')"
 

@@ -34,7 +34,8 @@ from shardline.cli import log
 from shardline.dvcrepo import experiments
 from shardline import paramsfile
 from shardline.core.errors import BadInput
-from shardline.core.layout import EVAL_JSON, Layout
+from shardline.core.layout import Layout
+from shardline.core.filenames import EVAL_JSON
 from shardline.results import mixrecommend, mixreport, mixsearch
 from shardline.results.mixsearch import Proxy
 

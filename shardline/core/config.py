@@ -25,7 +25,7 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from shardline.core.errors import ConfigError
-from shardline.core.layout import HF_TOKENIZER, PARAMS
+from shardline.core.filenames import HF_TOKENIZER, PARAMS
 from shardline.core.sections_data import Download, Eval, Shard, Source, Tokenizer, _Section  # noqa: F401
 from shardline.core.sections_model import Model  # noqa: F401
 from shardline.core.sections_run import Loader, Parts, Pipeline, Retrain, Store, Train  # noqa: F401

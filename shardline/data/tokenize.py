@@ -43,8 +43,9 @@ from shardline.data.clean.stage import parts as clean
 from shardline.data.tokenizer_prep import prepare_tokenizer, unindex
 from shardline.core.config import Params
 from shardline.core.errors import BadInput
-from shardline.core.layout import (CLEAN_PARTS, SIDES, Layout, clean_marker_of, clean_split_of, selection_of,
-                                   token_marker_of, token_part)
+from shardline.core.layout import Layout
+from shardline.core.filenames import (CLEAN_PARTS, SIDES, clean_marker_of, clean_split_of, selection_of,
+                                      token_marker_of, token_part)
 from shardline.core.parallel import Mapper, thread_map
 from shardline.core.progress import Sink
 

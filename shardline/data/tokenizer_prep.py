@@ -22,7 +22,8 @@ from typing import Callable, Iterator
 from shardline.core import fsio, shardformat
 from shardline.core.config import Params
 from shardline.core.errors import BadInput
-from shardline.core.layout import SIDES, Layout, side_dir
+from shardline.core.layout import Layout
+from shardline.core.filenames import SIDES, side_dir
 from shardline.data import tokenizer
 from shardline.data.clean.stage import parts as clean
 

@@ -24,7 +24,8 @@ import numpy as np
 
 from shardline.core import extras, fsio, shardformat
 from shardline.core.errors import BadInput
-from shardline.core.layout import CLEAN_PARTS, SIDES, Layout
+from shardline.core.layout import Layout
+from shardline.core.filenames import CLEAN_PARTS, SIDES
 from shardline.data.clean.stage.parts import read_selection
 
 

@@ -31,7 +31,8 @@ from shardline.results.runs import Run
 from shardline.data.clean.stage.summary import read as clean_stats
 from shardline.training import checkpoint, guard, task_results
 from shardline.core.config import Params
-from shardline.core.layout import EVAL_JSON, TRAIN_STATE, Layout
+from shardline.core.layout import Layout
+from shardline.core.filenames import EVAL_JSON, TRAIN_STATE
 from shardline.core.remedies import remedy
 from shardline.core.shardformat import read_index
 from shardline.stream.mixing import Schedule

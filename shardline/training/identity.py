@@ -30,7 +30,7 @@ from shardline.training import checkpoint
 from shardline.core.config import Params, Train
 from shardline.core.sections_model import identity_of
 from shardline.core.errors import BadInput
-from shardline.core.layout import ARCHIVE, ROLLBACKS, STEP_DIRS
+from shardline.core.filenames import ARCHIVE, ROLLBACKS, STEP_DIRS
 from shardline.training.records import Lineage
 
 SHAPING = ("grad_accum", "lr", "min_lr", "warmup_steps", "schedule", "decay_fraction", "weight_decay", "beta1",

@@ -30,7 +30,8 @@ from shardline.data.clean.stage.summary import read as clean_stats
 from shardline.training import guard
 from shardline.training.steplog import equal
 from shardline.core.config import Params
-from shardline.core.layout import PARAMS, Layout
+from shardline.core.layout import Layout
+from shardline.core.filenames import PARAMS
 from shardline.training.records import Code, DataVersion, Init, Lineage, Manifest, RawFile, RawSource, Run, SpecialIds
 
 

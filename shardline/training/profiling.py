@@ -21,7 +21,7 @@ from typing import Callable
 import torch
 
 from shardline.core import fsio
-from shardline.core.layout import memory_snapshot, profile_trace
+from shardline.core.filenames import memory_snapshot, profile_trace
 from shardline.core.sections_watch import Profile
 from shardline.training.throughput import profile_command
 

@@ -27,7 +27,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar, Mapping
 
-from shardline.core.layout import MANIFEST
+from shardline.core.filenames import MANIFEST
 from shardline.training.recordtype import NULL, _Bad, _check, _read, _Record, _show, _version
 
 MANIFEST_VERSION = 1  # of the manifest and the files it lists; bump on any change to either

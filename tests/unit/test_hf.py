@@ -15,7 +15,7 @@ from safetensors.torch import load_file, save_file
 
 from shardline import paramsfile
 from shardline.core.errors import BadInput
-from shardline.core.layout import HF_WEIGHTS_INDEX
+from shardline.core.filenames import HF_WEIGHTS_INDEX
 from shardline.model import ModelConfig, build, resolve
 from shardline.model.hf import to_hf
 from shardline.model.imported import Imported

@@ -29,7 +29,7 @@ from pydantic import Field
 
 from shardline.core import fsio
 from shardline.core.errors import BadInput
-from shardline.core.layout import JSONL, PARQUET, index_meta_of
+from shardline.core.filenames import JSONL, PARQUET, index_meta_of
 from shardline.core.remedies import remedy_for
 from shardline.core.section_base import _Section
 from shardline.data.clean.kernels.ngrams import ngram_hashes, words

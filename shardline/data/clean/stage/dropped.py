@@ -29,7 +29,8 @@ from shardline.core import fsio
 from shardline.core.errors import BadInput
 from shardline.core.remedies import remedy_for
 from shardline.core.config import Params
-from shardline.core.layout import Layout, selection_of
+from shardline.core.layout import Layout
+from shardline.core.filenames import selection_of
 from shardline.data import frame
 from shardline.data.clean.stage import minhash
 

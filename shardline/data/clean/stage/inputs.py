@@ -18,7 +18,8 @@ from typing import Callable
 
 from shardline.core import fsio
 from shardline.core.errors import BadInput
-from shardline.core.layout import Layout, index_meta_of
+from shardline.core.layout import Layout
+from shardline.core.filenames import index_meta_of
 from shardline.data.clean.kernels import ngrams
 from shardline.data.clean.rules import decontam
 from shardline.data.clean.stage.settings import Clean

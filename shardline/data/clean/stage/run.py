@@ -46,8 +46,9 @@ import pyarrow.parquet as pq
 
 from shardline.core import fsio
 from shardline.core.config import Params, Source
-from shardline.core.layout import (Layout, clean_marker_of, clean_part_name, dropped_sample_of, drops_of,
-                                   index_meta_of, selection_of)
+from shardline.core.layout import Layout
+from shardline.core.filenames import (clean_marker_of, clean_part_name, dropped_sample_of, drops_of, index_meta_of,
+                                      selection_of)
 from shardline.core.parallel import Mapper, process_map
 from shardline.core.progress import Sink
 from shardline.data import compressed, download, frame, grouping, readers, staging

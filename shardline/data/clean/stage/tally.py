@@ -17,7 +17,8 @@ from __future__ import annotations
 from shardline.core import fsio
 from shardline.core.config import Params
 from shardline.core.errors import BadInput
-from shardline.core.layout import Layout, selection_of
+from shardline.core.layout import Layout
+from shardline.core.filenames import selection_of
 from shardline.data import frame
 from shardline.data.clean.rules import registry as rules
 from shardline.data.clean.stage import select
