@@ -26,15 +26,29 @@ from pathlib import Path
 WEB = {"language": {}, "gopher_repetition": {}, "gopher_quality": {}, "c4": {}, "fineweb": {}}
 
 
+def _first(names: tuple[str, ...]):
+    """The first of `names` the tree has (a module that moved since the baseline's commit)."""
+    for name in names[:-1]:
+        try:
+            return importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            if e.name != name:
+                raise
+    return importlib.import_module(names[-1])
+
+
 def _profile(tree: str, root: str, warm: bool = False) -> dict:
     """In a child whose sys.path starts with `tree`: clean the project's first part, timed by piece
     (`warm`: its second, after the first untimed, as a worker's later parts run)."""
     sys.path.insert(0, tree)
-    config, layout_mod = importlib.import_module("shardline.core.config"), importlib.import_module("shardline.core.layout")
-    stage, rules = importlib.import_module("shardline.data.clean.stage"), importlib.import_module("shardline.data.clean.rules")
-    readers, words = importlib.import_module("shardline.data.readers"), importlib.import_module("shardline.data.clean.words")
+    layout_mod = importlib.import_module("shardline.core.layout")
+    load = _first(("shardline.paramsfile", "shardline.core.config")).load  # an older tree's loader sat in core
+    stage = _first(("shardline.data.clean.stage.run", "shardline.data.clean.stage"))  # before data/clean had rooms
+    rules = _first(("shardline.data.clean.rules.registry", "shardline.data.clean.rules"))
+    words = _first(("shardline.data.clean.kernels.words", "shardline.data.clean.words"))
+    readers = importlib.import_module("shardline.data.readers")
     pq = importlib.import_module("pyarrow.parquet")
-    params, layout = config.load(Path(root) / "params.yaml"), layout_mod.Layout.at(root)
+    params, layout = load(Path(root) / "params.yaml"), layout_mod.Layout.at(root)
     parts = stage.plan(params, layout)
     part = parts[1 if warm else 0]
     if warm:

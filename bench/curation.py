@@ -76,9 +76,10 @@ def one_run(path: Path, repeats: int) -> dict:
 
 def per_set(path: Path) -> dict:
     """One core: MB/s of each rule set alone, and of MinHash signing by library (in a child)."""
-    from shardline.data.clean import minhash, rules
-    from shardline.data.clean.minhash import NearDedup
-    from shardline.data.clean.settings import Clean
+    from shardline.data.clean.stage import minhash
+    from shardline.data.clean.rules import registry as rules
+    from shardline.data.clean.stage.minhash import NearDedup
+    from shardline.data.clean.stage.settings import Clean
 
     texts = _sample(path, SAMPLE_MB * bd.MiB / 1e6)
     size = sum(len(t.encode()) for t in texts)

@@ -45,7 +45,7 @@ def same_ids(root: Path, enc) -> tuple[int, str]:
     """Every token part the stage wrote, byte for byte, against raw tiktoken's ids (plus EOS) of
     the same documents: the encoder the stage chose gave tiktoken's ids on the whole corpus.
     Returns the parts checked and the encoder; exits naming the first part that differs."""
-    C, checked = engine("clean.stage"), 0
+    C, checked = engine("clean.stage.parts"), 0
     for side, where in (("train", root / "data/tokens/web"), ("val", root / "data/tokens/web/val")):
         index = json.loads((where / "index.json").read_text())
         eos = np.array([index["eos_id"]], np.uint32)
@@ -62,11 +62,11 @@ def same_ids(root: Path, enc) -> tuple[int, str]:
 
 def extras(root: Path, corpus_path: Path, tokens: int, quality_mb: float | None) -> dict:
     """The raw limits on this run's data, and the tokenizer sample check."""
-    C, T = engine("clean.stage"), engine("tokenizer")
+    C, T, bpe = engine("clean.stage.parts"), engine("tokenizer"), engine("bytebpe")
     parts = sorted((root / "data/clean/web").glob("part-*.parquet"))
     train, val = ([t for p in parts for b in C.documents(p, side) for t in b] for side in ("train", "val"))
     texts = train + val
-    enc = T._to_tiktoken(T.load(root / "data/tokenizer/tokenizer.json"))
+    enc = bpe.to_tiktoken(T.load(root / "data/tokenizer/tokenizer.json"))
     one = lambda t: enc.encode_to_numpy(t, disallowed_special=())  # noqa: E731 (fastest: one buffer, no int list)
     chunks = [texts[i:i + 64] for i in range(0, len(texts), 64)]  # 64 docs a task: no per-doc futures
     with ThreadPoolExecutor(2) as ex:

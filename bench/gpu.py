@@ -50,7 +50,7 @@ from pathlib import Path
 import torch
 import yaml
 
-from shardline.core import config
+from shardline import paramsfile
 from shardline.core.layout import Layout
 from shardline.training import checkpoint
 
@@ -92,9 +92,9 @@ class Bench:
 
     def data(self) -> None:
         from shardline.data import download, shard, tokenize
-        from shardline.data.clean import stage as clean
+        from shardline.data.clean.stage import run as clean
 
-        params = config.parse(self.raw(1))
+        params = paramsfile.parse(self.raw(1))
         t = time.monotonic()
         for stage in (download, clean, tokenize, shard):
             stage.run(params, self.layout, log=lambda _: None)
@@ -108,7 +108,7 @@ class Bench:
             for d in (self.layout.checkpoints, self.layout.metrics):
                 shutil.rmtree(d, ignore_errors=True)
         (self.layout.root / "params.yaml").write_text(yaml.safe_dump(self.raw(steps, **train)))
-        params = config.load(self.layout.root / "params.yaml")
+        params = paramsfile.load(self.layout.root / "params.yaml")
         if faults:
             os.environ["SHARDLINE_FAULTS"] = faults
         try:

@@ -24,7 +24,7 @@ BATCH, SEQ_LEN, SEED = 64, 256, 1234
 
 def build_shards(root: Path) -> tuple[Path, list[str], dict[str, float]]:
     """Run the engine's stages into `root`; return shards dir, source names and the mix."""
-    from shardline.core import config
+    from shardline import paramsfile
     from shardline.core.layout import Layout
 
     sources = [{"name": "code", "uri": "builtin://python-stdlib", "format": "txt", "txt_unit": "file"}]
@@ -35,7 +35,7 @@ def build_shards(root: Path) -> tuple[Path, list[str], dict[str, float]]:
             print(f"(skipping {name}: {CORPORA / file} absent)")
     others = [s["name"] for s in sources[1:]]
     mix = {"code": 0.7 if others else 1.0, **{n: round(0.3 / len(others), 6) for n in others}}
-    params = config.parse({
+    params = paramsfile.parse({
         "sources": sources,
         "clean": {"max_repeated_line_fraction": 0.5, "part_mb": 2},
         "tokenizer": {"vocab_size": 8192},

@@ -104,7 +104,7 @@ def data_stages(params, layout) -> None:
     """Real shards of `params` under `layout`: the engine's data stages (download -> clean ->
     tokenize -> shard) run in this process, and one line says how long they took."""
     from shardline.data import download, shard, tokenize
-    from shardline.data.clean import stage as clean
+    from shardline.data.clean.stage import run as clean
 
     t0 = time.perf_counter()
     for stage in (download, clean, tokenize, shard):

@@ -50,10 +50,10 @@ def build(root: Path, small: bool, runs: int) -> None:
 
 def settings_of(root: Path) -> list[list[str]]:
     """Each proxy's `-S` settings, from the search's own plan at this seed."""
-    from shardline.core import config
+    from shardline import paramsfile
     from shardline.results import mixsearch
 
-    params = config.load(root / "params.yaml")
+    params = paramsfile.load(root / "params.yaml")
     head = run(["git", "rev-parse", "HEAD"], root).stdout.strip()
     return [mixsearch.settings(params, p) for p in mixsearch.plan(params, head)]
 

@@ -172,7 +172,7 @@ def warc(target, repeats: int, mb: float = 10) -> None:
 
 
 def decontamination(target, repeats: int) -> None:
-    from shardline.data.clean import decontam
+    from shardline.data.clean.rules import decontam
 
     lib = Path(sysconfig.get_paths()["stdlib"])
     d = Path(tempfile.mkdtemp(prefix="shardline-bench-decontam-"))

@@ -32,7 +32,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from shardline.data import tokenizer as T
+from shardline.data import bytebpe, tokenizer as T
 
 CORPORA = Path(__file__).resolve().parents[2] / "shared" / "corpora"
 DEFAULT = [CORPORA / f for f in ("tinyshakespeare.txt", "wikitext2-valid.txt", "wikitext2-test.txt")]
@@ -69,9 +69,9 @@ class StageRun:
     """The real tokenize stage over the docs as clean parts; each call re-encodes every part."""
 
     def __init__(self, docs: list[str], vocab_size: int, mb: float):
-        from shardline.core import config
+        from shardline import paramsfile
         from shardline.data import download, tokenize
-        from shardline.data.clean import stage as clean
+        from shardline.data.clean.stage import run as clean
         from shardline.core.layout import Layout
 
         self.tmp = tempfile.TemporaryDirectory()
@@ -79,7 +79,7 @@ class StageRun:
         (root / "docs.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
         off = {k: None for k in ("min_chars", "max_chars", "max_line_chars", "max_repeated_line_fraction",
                                  "min_alpha_fraction", "max_replacement_fraction")}
-        self.params = config.parse({
+        self.params = paramsfile.parse({
             "sources": [{"name": "bench", "uri": str(root / "docs.jsonl"), "format": "jsonl"}],
             "clean": {**off, "normalize": "none", "strip_control": False, "whitespace": False, "dedup": False,
                       "part_mb": max(mb / 8, 0.01)},
@@ -119,8 +119,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"train vocab {tok.get_vocab_size()}: {t1 - t0:.1f}s; Encoder.build: {t2 - t1:.2f}s -> "
           f"backend={enc.backend} ({enc.reason})")
     try:
-        raw_tt = T._to_tiktoken(tok)
-    except T._NotConvertible as e:
+        raw_tt = bytebpe.to_tiktoken(tok)
+    except bytebpe.NotConvertible as e:
         raw_tt = None
         print(f"(d) skipped: {e}")
 

@@ -31,6 +31,7 @@ import yaml
 from bench.verdict import Targets, abba, in_order
 from shardline.context import RunContext
 from shardline.core import config
+from shardline import paramsfile
 from shardline.core.layout import Layout
 from shardline.training import train as T
 
@@ -43,7 +44,7 @@ def params(steps: int | None, backends: list[str], logs: Path) -> config.Params:
     raw = yaml.safe_load((REPO / "params.yaml").read_text())
     raw["train"] = {**raw["train"], "nproc_per_node": 1, "device": "cpu", **({"steps": steps} if steps else {})}
     raw["log"] = {**raw.get("log", {}), "backends": backends, "dir": str(logs)}
-    return config.parse(raw)
+    return paramsfile.parse(raw)
 
 
 def one(layout: Layout, p: config.Params) -> dict:

@@ -17,6 +17,7 @@ from bench.train_loop import REPO, fmt, model_config
 from bench.verdict import in_order
 from shardline.context import RunContext
 from shardline.core import config
+from shardline import paramsfile
 from shardline.core.layout import Layout
 from shardline.model import build as build_model
 from shardline.stream.loader import Loader
@@ -31,7 +32,7 @@ def eval_params(steps: int) -> config.Params:
     raw["train"] = {**raw["train"], "steps": steps, "checkpoint_every": steps + 1000, "nproc_per_node": 1,
                     "device": "cpu"}
     raw["eval"] = {**raw["eval"], "every": max(1, steps // 4)}
-    return config.parse(raw)
+    return paramsfile.parse(raw)
 
 
 def eval_run(params: config.Params, layout: Layout) -> dict:
@@ -49,7 +50,7 @@ def default_evals() -> int:
     """How many evals a run of the shipped params.yaml does."""
     from shardline.training.evaluate import due
 
-    shipped = config.parse(yaml.safe_load((REPO / "params.yaml").read_text()))
+    shipped = paramsfile.parse(yaml.safe_load((REPO / "params.yaml").read_text()))
     return sum(due(s, shipped.train.steps, shipped) for s in range(1, shipped.train.steps + 1))
 
 
@@ -92,7 +93,7 @@ def eval_cost(steps: int, layout: Layout) -> dict:
     ep = eval_params(steps)
     E = [eval_run(ep, layout) for _ in range(3)]
     n_default = default_evals()
-    shipped = config.parse(yaml.safe_load((REPO / "params.yaml").read_text()))
+    shipped = paramsfile.parse(yaml.safe_load((REPO / "params.yaml").read_text()))
     shares = [100 * n_default * e["eval_s"] / (shipped.train.steps * e["step_s"]) for e in E]
     ev_rates, fw_rates = forward_rates(ep, layout, 3)
     return {"params": ep, "runs": E, "n_default": n_default, "shipped": shipped, "shares": shares,

@@ -22,6 +22,7 @@ from bench.measure import data_stages, med_range
 from bench.verdict import abba, in_order
 from shardline.context import RunContext
 from shardline.core import config, fsio
+from shardline import paramsfile
 from shardline.core.layout import Layout
 from shardline.model import ModelConfig, build as build_model
 from shardline.stream.loader import Loader
@@ -42,7 +43,7 @@ ARCHS = {"llama": None, "gpt2": {"arch": "gpt2", "n_layer": 2, "n_head": 4, "d_m
 def build(root: Path) -> Layout:
     """Real shards of the shipped params.yaml's sources (code and prose), with its settings:
     sections 1-3 read the code source only, section 4 both, as the default line does."""
-    params = config.parse(yaml.safe_load((REPO / "params.yaml").read_text()))
+    params = paramsfile.parse(yaml.safe_load((REPO / "params.yaml").read_text()))
     layout = Layout.at(root)
     data_stages(params, layout)
     return layout
@@ -61,7 +62,7 @@ def make_params(steps: int, model: dict | None = None, **train) -> config.Params
     raw["eval"] = {**raw.get("eval", {}), "every": 0}
     if model:
         raw["model"] = model
-    return config.parse(raw)
+    return paramsfile.parse(raw)
 
 
 def model_config(params: config.Params, layout: Layout, seq_len: int) -> ModelConfig:

@@ -106,9 +106,9 @@ def commit_trained(root: Path, *targets: str) -> None:
 def lineage_of(root: Path):
     """A real lineage (lineage.collect) of a small one-source project at `root` that has trained
     nothing: what a checkpoint saved outside a training run (a test's, a benchmark's) records."""
-    from shardline.core import config
+    from shardline import paramsfile
     from shardline.core.layout import Layout
     from shardline.training import lineage
 
-    params = config.parse(small_params([{"name": "code", "uri": "code.txt", "format": "txt"}]))
+    params = paramsfile.parse(small_params([{"name": "code", "uri": "code.txt", "format": "txt"}]))
     return lineage.collect(params, Layout.at(root), "0" * 64)

@@ -54,11 +54,11 @@ def theirs() -> dict:
     from datatrove.pipeline.filters import (C4QualityFilter, FineWebQualityFilter, GopherQualityFilter,
                                             GopherRepetitionFilter, LanguageFilter)
 
-    from shardline.data.clean import language
+    from shardline.data.clean.rules import language
 
     # its dependency check wants the fasttext-numpy2-wheel distribution, which would replace the
     # `fasttext` module of fasttext-predict (fastText's own C++, the reference here; the line computes the
-    # same numbers itself: shardline/data/clean/lid.py); the model FineWeb used is lid.176.bin, ours its .ftz
+    # same numbers itself: shardline/data/clean/kernels/lid.py); the model FineWeb used is lid.176.bin, ours its .ftz
     import fasttext
 
     lid = object.__new__(LanguageFilter)
@@ -80,10 +80,10 @@ def theirs() -> dict:
 
 def ours() -> dict:
     """Shardline's rule sets at their defaults, each as text -> (kept, text or Drop)."""
-    from shardline.data.clean.c4 import C4, C4Rule
-    from shardline.data.clean.fineweb import FineWeb, FineWebRule
-    from shardline.data.clean.gopher import GopherQuality, GopherQualityRule, GopherRepetition, GopherRepetitionRule
-    from shardline.data.clean.language import Language, LanguageRule
+    from shardline.data.clean.rules.c4 import C4, C4Rule
+    from shardline.data.clean.rules.fineweb import FineWeb, FineWebRule
+    from shardline.data.clean.rules.gopher import GopherQuality, GopherQualityRule, GopherRepetition, GopherRepetitionRule
+    from shardline.data.clean.rules.language import Language, LanguageRule
     from shardline.data.clean.verdict import Drop
     from shardline.data.document import Document
 

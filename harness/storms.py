@@ -106,7 +106,7 @@ def build(dest: Path, files: int = 8) -> Path:
     """A project of `files` stdlib modules whose data half (download, clean, tokenize, shard) ran
     here, in this process, without a store; params sized by TRAIN and STORE."""
     from shardline.context import RunContext
-    from shardline.core import config
+    from shardline import paramsfile
     from shardline.core.layout import Layout
     from shardline.data import download
     from shardline.orchestration.tasks.invoke import invoke
@@ -116,7 +116,7 @@ def build(dest: Path, files: int = 8) -> Path:
     root.mkdir(parents=True)
     write_params(root, small_params([{"name": "code", "uri": str(src), "format": "txt"}], train=TRAIN,
                                     eval={"blocks": 4}, store=STORE, shard={"target_mb": SHARD_MB}))
-    params, layout = config.load(root / "params.yaml"), Layout.at(root)
+    params, layout = paramsfile.load(root / "params.yaml"), Layout.at(root)
     download.run(params, layout, log=lambda _: None)
     for name in ("clean", "tokenize", "shard"):
         invoke(name, params, layout, RunContext(log=lambda _: None))

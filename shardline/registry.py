@@ -5,7 +5,8 @@ Every data stage's entry point is `run(params, layout, log, mapper, sink)`, repo
 layout, log, mapper)`, train's and a plug-in stage's `run(params, layout, ctx: RunContext)`.
 Orchestrators (the `shardline` command that dvc.yaml calls, the Prefect flows) decide where a
 stage runs and what it is told; this table only names the stages and groups them. It imports no
-stage (it sits on the ground floor: core modules ask it which stages are parted), and a plug-in
+stage (it sits just above core, which it alone imports, and which never imports it: a core
+module that needs a stage's group is told it, as core/extras.py's `parted`), and a plug-in
 stage (the "shardline.stages" entry points, shardline.core.plugins) is looked up only when a name
 is not built in. Plug-in stages are in no group: they run in-process, told what the RunContext holds, as does
 `plugins` (BOOKKEEPING), the first stage of dvc.yaml, which records the plug-ins' releases.

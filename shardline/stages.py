@@ -22,7 +22,7 @@ def _download() -> Callable:
 
 
 def _clean() -> Callable:
-    from shardline.data.clean import stage
+    from shardline.data.clean.stage import run as stage
     return stage.run
 
 

@@ -104,9 +104,9 @@ def prefect_server(tmp_path_factory):
 
 def make_project(root: Path, sources: list[dict], **sections):
     """Write params.yaml under `root`; return (Params, Layout) as the engine sees them."""
-    from shardline.core import config
+    from shardline import paramsfile
     from shardline.core.layout import Layout
 
     root.mkdir(parents=True, exist_ok=True)
     write_params(root, small_params(sources, **sections))
-    return config.load(root / "params.yaml"), Layout.at(root)
+    return paramsfile.load(root / "params.yaml"), Layout.at(root)

@@ -18,9 +18,10 @@ import json
 from pathlib import Path
 
 from shardline.cli import log
-from shardline.core import config
+from shardline import paramsfile
 from shardline.core.errors import ShardlineError
-from shardline.core.layout import Layout, step_dirs
+from shardline.core.layout import Layout
+from shardline.core.filenames import step_dirs
 
 CHECKPOINT_HELP = "a step-NNNNNNNNN directory (or its name, or 'latest')"
 
@@ -29,7 +30,7 @@ def _store(layout: Layout, args: argparse.Namespace) -> str | None:
     """train.checkpoint_uri, when params.yaml sets one: the checkpoints are in that store, read
     under the store section's retry policy (a bucketio.URL carries it)."""
     path = Path(layout.root, args.params)
-    params = config.load(path) if path.exists() else None
+    params = paramsfile.load(path) if path.exists() else None
     if params is None or not params.train.checkpoint_uri:
         return None
     from shardline.core import retry, stores
@@ -120,7 +121,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     layout = Layout.at(args.root)
     if args.tasks:
         return _eval_tasks(args, layout)
-    params = config.load(Path(layout.root, args.params))
+    params = paramsfile.load(Path(layout.root, args.params))
     path = _checkpoint(layout, args.checkpoint, args)  # refused in a blink: before torch is imported
 
     from shardline.results import judge
@@ -214,7 +215,7 @@ def _others(layout: Layout, *runs) -> list:
 def cmd_diff(args: argparse.Namespace) -> int:
     layout = Layout.at(args.root)
     path = Path(layout.root, args.params)
-    params = config.load(path) if path.exists() else None
+    params = paramsfile.load(path) if path.exists() else None
     a, b = _run(layout, args.a, args), _run(layout, args.b, args)
 
     from shardline.results import diff

@@ -17,14 +17,15 @@ from pathlib import Path
 from shardline import registry
 from shardline.cli import log
 from shardline.orchestration.flows.dispatch import dispatch
-from shardline.core import chaos, config
+from shardline.core import chaos
+from shardline import paramsfile
 from shardline.core.layout import Layout
 
 
 def cmd_stage(args: argparse.Namespace) -> int:
     registry.check(args.name)  # one line naming every stage, before params.yaml is read
     layout = Layout.at(args.root)
-    params = config.load(Path(layout.root, args.params))
+    params = paramsfile.load(Path(layout.root, args.params))
     t0 = time.perf_counter()
     # `dvc repro` runs this as a stage's command; torchrun's ranks (LOCAL_RANK) inherit DVC_STAGE
     # from the process that launched them, which alone is dvc's command

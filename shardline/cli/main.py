@@ -45,13 +45,14 @@ from shardline.cli.corpus import cmd_explain, cmd_push_shards
 from shardline.cli.line import cmd_pipeline, cmd_pool, cmd_serve, cmd_stage
 from shardline.cli import mixsearch
 from shardline import registry
-from shardline.core import config, fsio
+from shardline.core import fsio
+from shardline import paramsfile
 from shardline.core.errors import ShardlineError, is_transient, os_error_line
 from shardline.core.layout import Layout
 
 
 def cmd_params(args: argparse.Namespace) -> int:
-    params = config.load(Path(args.root, args.params))
+    params = paramsfile.load(Path(args.root, args.params))
     print(json.dumps(params.model_dump(mode="json"), indent=2))
     return 0
 

@@ -32,9 +32,10 @@ from pathlib import Path
 
 from shardline.cli import log
 from shardline.dvcrepo import experiments
-from shardline.core import config
+from shardline import paramsfile
 from shardline.core.errors import BadInput
-from shardline.core.layout import EVAL_JSON, Layout
+from shardline.core.layout import Layout
+from shardline.core.filenames import EVAL_JSON
 from shardline.results import mixrecommend, mixreport, mixsearch
 from shardline.results.mixsearch import Proxy
 
@@ -152,7 +153,7 @@ def run_proxies(root: Path, params, proxies: list[Proxy], total: int | None = No
 
 def cmd_mix_search(args: argparse.Namespace) -> int:
     layout = Layout.at(args.root)
-    params = config.load(Path(layout.root, args.params))
+    params = paramsfile.load(Path(layout.root, args.params))
     if len(params.sources) < 2:  # every proxy would train the one mix there is
         raise BadInput(f"mix_search: the line has one source ({params.sources[0].name}), and a mix search weighs "
                        "sources against each other; add a source to `sources`, or train the line as it is (dvc repro)")

@@ -1,10 +1,14 @@
 """params.yaml -> typed, frozen config objects.
 
-Contract: `load(path)` returns a `Params` or raises `ConfigError` listing *every* problem at once,
+Contract: a params file is read into a `Params` or a `ConfigError` listing *every* problem at once,
 each as `<dotted.path>: <what is wrong>` (unknown keys get a did-you-mean). The engine only ever
 sees these frozen objects, never raw dicts. One model per params section (in sections_data.py,
-sections_run.py and sections_watch.py, re-exported here; the clean section, assembled from its rules' settings, in
-shardline.data.clean.settings); the docstring under each field is its documentation.
+sections_run.py, sections_model.py and sections_watch.py, re-exported here); the docstring under each field is its
+documentation. The clean section is its rules' settings, assembled beside the rules
+(shardline.data.clean.stage.settings), above this floor, which imports nothing above it: `Params` is
+completed with it by `complete(Clean)`, and the loader that does so, `shardline.paramsfile`
+(`load`, `parse`, `schema`), sits above both. Here: `read(path)`, a params file's YAML with its
+errors as ConfigError, and `parse(schema, raw, origin)`, the validation with every problem named.
 """
 
 from __future__ import annotations
@@ -21,32 +25,28 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from shardline.core.errors import ConfigError
-from shardline.core.layout import HF_TOKENIZER, PARAMS
+from shardline.core.filenames import HF_TOKENIZER, PARAMS
 from shardline.core.sections_data import Download, Eval, Shard, Source, Tokenizer, _Section  # noqa: F401
-from shardline.core.sections_run import Loader, Model, Parts, Pipeline, Retrain, Store, Train  # noqa: F401
+from shardline.core.sections_model import Model  # noqa: F401
+from shardline.core.sections_run import Loader, Parts, Pipeline, Retrain, Store, Train  # noqa: F401
 from shardline.core.sections_watch import Log, Profile  # noqa: F401
 from shardline.core import inert, sections_search, yamlfile
 from shardline.core.sections_search import MixSearch
 
 
-def _clean_section() -> type[_Section]:
-    """The clean section's model. The section is its rules' settings, assembled beside the rules
-    (the clean stage's own code, above this floor): the one import this module makes upward
-    (tests/unit/test_imports.py names it), made when a Params is first completed (`schema()`),
-    not at import: a command that reads no params.yaml (`shardline --help`) never loads the rules."""
-    from shardline.data.clean.settings import Clean
-
-    return Clean
+_CLEAN: list[type[_Section]] = []  # the clean section's model, once `complete` is given it
 
 
-def _stage_wide() -> tuple[str, ...]:
-    """The clean settings that cannot differ per source (beside the section, as above)."""
-    from shardline.data.clean.settings import STAGE_WIDE
+def complete(clean: type[_Section]) -> type[Params]:
+    """`Params`, complete: with `clean`, the clean section's model its rule registry assembles
+    (shardline.data.clean.stage.settings, given by shardline.paramsfile.schema, above this floor).
+    The section names the settings that cannot differ per source (`STAGE_WIDE`)."""
+    _CLEAN[:] = [clean]
+    Params.model_rebuild(_types_namespace={"Clean": clean})
+    return Params
 
-    return STAGE_WIDE
 
-
-Clean: type[_Section]  # a name only: `Params.clean`'s type, resolved by schema()
+Clean: type[_Section]  # a name only: `Params.clean`'s type, resolved by complete()
 
 
 class Params(_Section):
@@ -54,7 +54,7 @@ class Params(_Section):
     """Where the raw text comes from; one entry per source."""
     download: Download = Download()
     """Retries and timeouts of remote sources (download stage)."""
-    clean: Clean = Field(default_factory=lambda: _clean_section()())
+    clean: Clean = Field(default_factory=lambda: _CLEAN[0]())
     """Cleaning rules, in their fixed order (clean stage)."""
     tokenizer: Tokenizer = Tokenizer()
     """Tokenizer training and encoding (tokenize stage)."""
@@ -117,7 +117,7 @@ class Params(_Section):
 
     def _source_clean_problems(self, i: int, source: Source) -> list[str]:
         where = f"sources[{i}].clean"
-        shared = [k for k in (source.clean or {}) if k in _stage_wide()]
+        shared = [k for k in (source.clean or {}) if k in type(self.clean).STAGE_WIDE]
         if shared:
             return [f"{where}.{k}: stage-wide; set it in the clean section" for k in shared]
         try:
@@ -217,23 +217,20 @@ def _format(err: dict) -> str:
     return f"{path}: {err['msg'].lower()}, got {got!r}"
 
 
-def schema() -> type[Params]:
-    """`Params`, complete: with the clean section its rule registry assembles (see _clean_section)."""
-    Params.model_rebuild(_types_namespace={"Clean": _clean_section()})
-    return Params
-
-
-def parse(raw: Any, origin: str = PARAMS) -> Params:
+def parse(schema: type[Params], raw: Any, origin: str = PARAMS) -> Params:
+    """`raw` (params.yaml's mapping) validated by `schema` (complete(Clean)), or one ConfigError
+    naming every problem."""
     if not isinstance(raw, dict):
         raise ConfigError(f"{origin}: must be a mapping of sections, got {type(raw).__name__}")
     try:
-        return schema().model_validate(raw)
+        return schema.model_validate(raw)
     except ValidationError as e:
         lines = [ln for err in e.errors() for ln in _format(err).split("\n")]
         raise ConfigError(f"{origin}: {len(lines)} problem(s):\n  " + "\n  ".join(lines)) from None
 
 
-def load(path: str | Path = PARAMS) -> Params:
+def read(path: str | Path = PARAMS) -> Any:
+    """The params file's YAML, parsed (not validated); a file missing, not UTF-8 or not YAML is a ConfigError."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -244,7 +241,6 @@ def load(path: str | Path = PARAMS) -> Params:
         raise ConfigError(f"{path}: line {line}: not UTF-8 (byte 0x{e.object[e.start]:02x} at offset {e.start}); "
                           "save the file as UTF-8") from None
     try:
-        raw = yamlfile.load(text, str(path))  # a key given twice refused (PyYAML keeps the last)
+        return yamlfile.load(text, str(path))  # a key given twice refused (PyYAML keeps the last)
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML: {e}") from None
-    return parse(raw, str(path))

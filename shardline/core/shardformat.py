@@ -36,7 +36,7 @@ import numpy as np
 from shardline import __version__
 from shardline.core import fsio
 from shardline.core.errors import BadInput, ShardCorrupt
-from shardline.core.layout import index_of
+from shardline.core.filenames import index_of
 from shardline.core.remedies import project_of, remedy_for
 
 DTYPES = {"uint16": np.dtype("<u2"), "uint32": np.dtype("<u4")}

@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from shardline.core.errors import ConfigError
-from shardline.core.layout import PARAMS
+from shardline.core.filenames import PARAMS
 
 
 class _Unique(yaml.SafeLoader):

@@ -15,7 +15,7 @@ Contract:
   found where it is; corruption where the decoder notices it. bz2 checks every block, but
   deflate (gzip) has no checksum until a member's end: what zlib decodes from corrupt bytes
   before it fails is garbage, read as records (most fail the JSON parse or the rules).
-- `decoded_spans` cuts a decoded stream at record separators exactly as `readers.spans` cuts a
+- `decoded_spans` cuts a decoded stream at record separators exactly as `filespans.spans` cuts a
   plain file, so a compressed copy gives the same parts, ids and shards as the plain file.
 - `id_name(rel, codec)`: the file name documents are identified by, the compression suffix
   dropped, for the same reason.
@@ -178,7 +178,7 @@ def decoded_size(path: str | os.PathLike, which: str) -> tuple[int, str | None]:
 
 
 def decoded_spans(reader: Reader, sep: bytes, part_bytes: float) -> list[tuple[int, int, int]]:
-    """(start, end, first line) of each span, as `readers.spans` finds them in a plain file: a
+    """(start, end, first line) of each span, as `filespans.spans` finds them in a plain file: a
     span ends just after the first `sep` that ends past start + part_bytes, or at the end."""
     n = len(sep)
     out: list[tuple[int, int, int]] = []

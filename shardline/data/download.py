@@ -36,7 +36,8 @@ from shardline.core import chaos, fsio, retry, stores
 from shardline.data import compressed, hfdatasets, http, objects
 from shardline.core.config import Params, Source
 from shardline.core.errors import BadInput, ChecksumMismatch
-from shardline.core.layout import BUILTIN_TOPICS, PARTIAL, PARTIAL_NOTE, Layout, partial_note_of
+from shardline.core.layout import Layout
+from shardline.core.filenames import BUILTIN_TOPICS, PARTIAL, PARTIAL_NOTE, partial_note_of
 from shardline.core.parallel import Mapper, per_source, thread_map
 from shardline.core.progress import Progress, Sink
 from shardline.core.remedies import remedy

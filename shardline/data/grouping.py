@@ -1,5 +1,5 @@
 """How a source's raw files become clean parts: small files share a part, a big file is cut into
-spans at record boundaries (`readers.spans`), each span a part of its own.
+spans at record boundaries (`filespans.spans`), each span a part of its own.
 
 Contract: parts are sized by the bytes a file decodes to, so a compressed file is parted exactly
 as its plain copy. Finding a compressed file's spans means decoding it; the spans found are kept
@@ -16,7 +16,7 @@ from shardline.core import fsio
 from shardline.core.config import Source
 from shardline.core.layout import Layout
 from shardline.core.parallel import thread_map
-from shardline.data import compressed, readers
+from shardline.data import compressed, filespans
 
 
 def load_spans(layout: Layout) -> dict:
@@ -54,14 +54,14 @@ def group(source: Source, raw_dir: Path, files: list[dict], part_bytes: float, k
     def key(f: dict) -> str:
         return f"{f['sha256']}:{source.format}:{source.txt_unit}:{part_bytes:g}"
 
-    def cut(f: dict) -> list[readers.Span]:
-        return readers.spans(raw_dir / f["path"], source, f.get("decoded_bytes", f["bytes"]), part_bytes,
+    def cut(f: dict) -> list[filespans.Span]:
+        return filespans.spans(raw_dir / f["path"], source, f.get("decoded_bytes", f["bytes"]), part_bytes,
                              f.get("compression"))
 
     # finding a compressed file's spans decodes it: on threads (the decoders release the GIL)
     decode = [f for f in files if f.get("compression") and f["decoded_bytes"] > part_bytes]
     todo = [f for f in decode if key(f) not in known]
-    found = {key(f): [readers.Span(*s) for s in known[key(f)]] for f in decode if key(f) in known}
+    found = {key(f): [filespans.Span(*s) for s in known[key(f)]] for f in decode if key(f) in known}
     found.update(zip(map(key, todo), thread_map(cut, todo)))
     if "new" in known:
         known["new"].update({k: [list(s) for s in v] for k, v in found.items()})
@@ -78,5 +78,5 @@ def group(source: Source, raw_dir: Path, files: list[dict], part_bytes: float, k
     return [g for g in groups if g]
 
 
-def span_bytes(span: readers.Span, file_bytes: int) -> int:
+def span_bytes(span: filespans.Span, file_bytes: int) -> int:
     return (span.end if span.end >= 0 else file_bytes) - span.start

@@ -43,7 +43,8 @@ from typing import Callable, Iterator, NamedTuple
 from shardline.core import chaos, extras, fsio
 from shardline.core.config import Source
 from shardline.core.errors import BadInput, DownloadError, is_transient
-from shardline.core.layout import HF_CARD, HF_SAVED, Layout, dataset_file
+from shardline.core.layout import Layout
+from shardline.core.filenames import HF_CARD, HF_SAVED, dataset_file
 from shardline.data import hflocal, objects
 
 Log = Callable[[str], None]

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Callable
 
 from shardline.core import fsio
-from shardline.core.layout import HF_ARROW, HF_SAVED, HF_SAVED_INFO, PARQUET
+from shardline.core.filenames import HF_ARROW, HF_SAVED, HF_SAVED_INFO, PARQUET
 
 Log = Callable[[str], None]
 STATE, SPLITS = HF_SAVED  # a Dataset's state.json (its Arrow files), a DatasetDict's (its split folders)

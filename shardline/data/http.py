@@ -34,7 +34,7 @@ import urllib3
 
 from shardline.core import chaos, fsio, retry
 from shardline.core.errors import ChecksumMismatch, DownloadError
-from shardline.core.layout import partial_note_of, partial_of
+from shardline.core.filenames import partial_note_of, partial_of
 
 _CHUNK = 1 << 16
 _CONTENT_RANGE = re.compile(r"bytes\s+(\d+)-(\d+)/(\d+|\*)")

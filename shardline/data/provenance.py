@@ -21,7 +21,7 @@ import numpy as np
 from shardline.core import shardformat
 from shardline.core.errors import BadInput
 from shardline.core.layout import Layout
-from shardline.data.clean import parts as clean
+from shardline.data.clean.stage import parts as clean
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 samples, invalid UTF-8, and where damage ended a file: `cut`) and `decode`, UTF-8 that never
 fails. Shared by every reader of raw files (`shardline.data.readers`, `shardline.data.warc`); the
 clean stage keeps one per file, so it can say which file it read past damage in
-(`shardline.data.clean.damage`), and `add`s them into the part's."""
+(`shardline.data.clean.stage.damage`), and `add`s them into the part's."""
 
 from __future__ import annotations
 

@@ -34,7 +34,8 @@ import numpy as np
 from shardline.core import chaos, fsio, shardformat
 from shardline.core.config import Params, Source
 from shardline.core.errors import BadInput, ShardCorrupt
-from shardline.core.layout import SIDES, TOKEN_PARTS, Layout, shard_name, side_dir, staged_of
+from shardline.core.layout import Layout
+from shardline.core.filenames import SIDES, TOKEN_PARTS, shard_name, side_dir, staged_of
 from shardline.data import frame, staging
 from shardline.core.parallel import Mapper, thread_map
 from shardline.core.progress import Progress, Sink

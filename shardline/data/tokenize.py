@@ -1,7 +1,7 @@
 """tokenize stage: clean parts -> data/tokenizer/tokenizer.json + data/tokens/<source>/part-NNNNN.bin.
 
 Contract:
-- The tokenizer is trained (byte-level BPE, `shardline.data.tokenizer`) on the training side of the
+- The tokenizer (tokenizer_prep.py) is trained (byte-level BPE, `shardline.data.tokenizer`) on the training side of the
   cleaned text (never on held-out documents): about `tokenizer.train_max_mb` of it, the
   documents whose keyed content hash falls in that share of the hash space (the same documents
   however the corpus is packaged), sources in params order, each in document order; or copied
@@ -30,22 +30,22 @@ Design: docs/architecture.md (The stage frame; Data contracts: Tokens).
 
 from __future__ import annotations
 
-import hashlib
-import itertools
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 import numpy as np
 
 from shardline.core import fsio, shardformat
 from shardline.data import frame, staging, tokenizer
-from shardline.data.clean import stage as clean
+from shardline.data.clean.stage import parts as clean
+from shardline.data.tokenizer_prep import prepare_tokenizer, unindex
 from shardline.core.config import Params
 from shardline.core.errors import BadInput
-from shardline.core.layout import (CLEAN_PARTS, SIDES, Layout, clean_marker_of, clean_split_of, selection_of, side_dir,
-                                   token_marker_of, token_part)
+from shardline.core.layout import Layout
+from shardline.core.filenames import (CLEAN_PARTS, SIDES, clean_marker_of, clean_split_of, selection_of,
+                                      token_marker_of, token_part)
 from shardline.core.parallel import Mapper, thread_map
 from shardline.core.progress import Sink
 
@@ -86,96 +86,6 @@ def clean_parts(params: Params, layout: Layout) -> dict[str, list[Path]]:
             raise BadInput(f"{layout.rel(layout.clean / s.name)}: no clean parts; run 'dvc repro clean' first")
         out[s.name] = parts
     return out
-
-
-SAMPLE_KEY = b"shardline/bpe-sample/v1"
-
-
-def _sampled(digests: list, share: float) -> list[bool]:
-    """Whether each document (by its text's digest, the clean parts' `hash`) is in the sample:
-    a keyed hash below `share` of the hash space, so the choice is the document's own."""
-    cut = int(min(share, 1.0) * 2**64)
-    return [int.from_bytes(hashlib.blake2b(d, key=SAMPLE_KEY, digest_size=8).digest(), "little") < cut
-            for d in digests]
-
-
-def _training_texts(parts: dict[str, list[Path]], max_bytes: float) -> Iterator[str]:
-    """The BPE sample: every training document whose keyed content hash falls in the first
-    max_bytes / (all training bytes) of the hash space, sources in params order, each in
-    document order. It spans the corpus, and it is the same documents in the same order however
-    the corpus was packaged (part boundaries, file names, compression): so is the tokenizer.
-    The sizes come first from two small columns; then the texts are read once."""
-    total = sum(sum(bs) for ps in parts.values() for p in ps for bs in clean.documents(p, "train", column="bytes"))
-    share = max_bytes / total if total else 1.0
-    for ps in parts.values():
-        for path in ps:
-            texts = clean.documents(path, "train", batch_size=2048)
-            for digests in clean.documents(path, "train", batch_size=2048, column="hash"):
-                yield from itertools.compress(next(texts), _sampled(digests, share))
-
-
-def prepare_tokenizer(params: Params, layout: Layout, parts: dict[str, list[Path]], log: Log = print):
-    """Train or copy the tokenizer unless the one on disk has the current key."""
-    cfg = params.tokenizer
-    out, meta_path = layout.tokenizer_json, layout.tokenizer_meta
-    given = Path(params.tokenizer_given) if params.tokenizer_given else None
-    field = "train.init_from" if params.train.init_from else "tokenizer.path"
-    if given is not None and not given.is_absolute():
-        given = layout.under_root(given)
-    if given is not None and not given.is_file():
-        raise BadInput(f"{given}: not found ({field}); a model directory needs the tokenizer.json that "
-                       "tokenizer.save_pretrained writes for a fast tokenizer" if params.train.init_from else
-                       f"{given}: not found (tokenizer.path); point it at a tokenizer.json")
-    basis = fsio.sha256_file(given) if given else [clean.side_key(p, "train") for ps in parts.values() for p in ps]
-    # ids never depend on the backend; an unset bos_token leaves the key of a line made before it existed
-    settings = {k: v for k, v in params.section("tokenizer").items()
-                if k != "backend" and not (k == "bos_token" and v is None)}
-    key = fsio.stable_hash({"tokenizer": settings, "basis": basis})
-    try:  # a damaged meta.json (or tokenizer.json) is no tokenizer: made again
-        meta = tokenizer.read_meta(meta_path, layout) if out.exists() else None
-    except (OSError, BadInput):
-        meta = None
-    if meta is not None and meta.get("key") == key and fsio.sha256_file(out) == meta["sha256"]:
-        log(f"tokenize: tokenizer up to date ({meta['sha256'][:12]})")
-        return tokenizer.load(out), meta
-    if given:
-        tok = tokenizer.load(given)
-    else:
-        tok = tokenizer.train_bpe(_training_texts(parts, cfg.train_max_mb * 2**20), vocab_size=cfg.vocab_size,
-                                  special_tokens=cfg.special_tokens, min_frequency=cfg.min_frequency)
-    ids = {k: _special_id(tok, k, getattr(cfg, k), given) for k in ("eos_token", "bos_token")}  # before any change
-    layout.tokenizer.mkdir(parents=True, exist_ok=True)
-    for name in parts:  # every token part changes with the tokenizer: no index may outlive it
-        _unindex(layout.tokens / name)
-    sha = tokenizer.save(tok, out)
-    vocab = tok.get_vocab_size()
-    meta = {"key": key, "sha256": sha, "vocab_size": vocab, "eos_token": cfg.eos_token, "eos_id": ids["eos_token"],
-            "bos_token": cfg.bos_token, "bos_id": ids["bos_token"], "dtype": shardformat.dtype_for(vocab),
-            "source": str(given) if given else "trained", "given_sha256": basis if given else None}
-    fsio.write_json(meta_path, meta)
-    log(f"tokenize: tokenizer {'loaded' if given else 'trained'}: vocab {vocab}, sha256 {sha[:12]}")
-    return tok, meta
-
-
-def _special_id(tok, field: str, token: str | None, given: Path | None) -> int | None:
-    """The id of tokenizer.eos_token / bos_token, or BadInput naming the field and what the
-    tokenizer does have."""
-    if token is None:
-        return None
-    i = tok.token_to_id(token)
-    if i is None:
-        specials = [t.content for t in tok.get_added_tokens_decoder().values() if t.special]
-        raise BadInput(f"tokenizer.{field}: {token!r} is not in {given or 'the trained tokenizer'}; its special "
-                       f"tokens are {specials[:12]}: set tokenizer.{field} to one of them")
-    return i
-
-
-def _unindex(d: Path) -> None:
-    """Remove a source's token indexes, durably, before any of its parts is rewritten: a stage
-    that then fails (killed, a full disk) leaves no index over a mix of old and new parts, or
-    over old ids from another tokenizer, and the shard stage refuses the source by name."""
-    for side in SIDES:
-        shardformat.remove_index(side_dir(d, side))
 
 
 @dataclass(frozen=True)
@@ -291,7 +201,7 @@ def run(params: Params, layout: Layout, log: Log = print, mapper: Mapper = threa
         layout.tokens_of(name, "val").mkdir(parents=True, exist_ok=True)
         fsio.remove_temps(layout.tokens / name)
         if any(frame.finished(j) is None for j in jobs if j.work.source == name):
-            _unindex(layout.tokens / name)  # parts change in place: no index may vouch for old and new mixed
+            unindex(layout.tokens / name)  # parts change in place: no index may vouch for old and new mixed
     markers, skipped = frame.run("tokenize", jobs, encode_part, mapper, log, sink, staging.of(params, layout), part_inputs)
     log(f"tokenize: {len(jobs)} token part(s) of {sum(map(len, parts.values()))} clean part(s), {skipped} already "
         f"done, {len(jobs) - skipped} encoded")

@@ -10,7 +10,7 @@ Contract:
   encoded as ordinary text, and with truncation and padding off. `auto` takes the fastest
   backend that gives HF's ids on every probe text: fastokens (a Rust reimplementation of HF's
   pipeline, ~4x tiktoken here), then tiktoken (only when the vocabulary passes the static checks
-  in `_to_tiktoken`, which make tiktoken's merge rule provably equal to HF's), then HF itself;
+  in bytebpe.to_tiktoken, which make tiktoken's merge rule provably equal to HF's), then HF itself;
   `reason` says why each faster one was passed over. riptoken 0.2.4 (tiktoken's BPE in other
   Rust, 1.7x tiktoken here) was measured and left out: before a word, a run of ~1,000 or more
   spaces gets other ids from it than from tiktoken and HF, which a probe of ordinary text misses.
@@ -21,36 +21,19 @@ Contract:
 from __future__ import annotations
 
 import functools
-import json
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 import numpy as np
-import tiktoken
 import tokenizers
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
 from shardline.core import fsio
 from shardline.core.errors import BadInput
 from shardline.core.remedies import remedy
+from shardline.data import bytebpe
 
-# HF ByteLevel(use_regex=True) splits with exactly this (GPT-2) pattern; tiktoken must too.
-GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 BACKENDS = ("auto", "fastokens", "tiktoken", "hf")
-
-
-def _unicode_to_byte() -> dict[str, int]:
-    """Inverse of GPT-2's bytes_to_unicode, which ByteLevel uses to spell bytes as chars."""
-    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
-            *range(ord("®"), ord("ÿ") + 1)]
-    shifted = [b for b in range(256) if b not in keep]
-    table = {chr(b): b for b in keep}
-    table.update({chr(256 + n): b for n, b in enumerate(shifted)})
-    return table
-
-
-_U2B = _unicode_to_byte()
-assert set(_U2B) == set(pre_tokenizers.ByteLevel.alphabet())  # same mapping HF uses
 
 
 def train_bpe(texts: Iterable[str], *, vocab_size: int, special_tokens: Sequence[str],
@@ -111,79 +94,6 @@ def token_id(tok: tokenizers.Tokenizer, token: str) -> int:
         raise BadInput(f"token {token!r} is not in the tokenizer vocabulary "
                        f"({tok.get_vocab_size()} entries); list it in special_tokens when training")
     return i
-
-
-class _NotConvertible(Exception):
-    pass
-
-
-def _to_tiktoken(tok: tokenizers.Tokenizer) -> tiktoken.Encoding:
-    """Build an equivalent tiktoken Encoding, or raise _NotConvertible with the reason.
-
-    tiktoken repeatedly merges the adjacent pair whose concatenation has the lowest rank
-    (rank = output id); HF merges the adjacent pair listed earliest in `merges`. These agree
-    when (1) every multi-byte token comes from exactly one merge and ids rise in merge order
-    (so rank order == merge order) and (2) HF's merges rebuild each token from its own bytes:
-    then tiktoken can never join a pair HF has no merge for (HF, encoding the token alone, would
-    pass through that same pair and be stuck). The split regex is the remaining risk (HF uses
-    Oniguruma, tiktoken fancy-regex), which the probe comparison covers.
-    """
-    spec = json.loads(tok.to_str())
-    model = spec.get("model") or {}
-    if model.get("type") != "BPE":
-        raise _NotConvertible(f"model is {model.get('type')}, not BPE")
-    for key in ("dropout", "continuing_subword_prefix", "end_of_word_suffix", "byte_fallback"):
-        if model.get(key):
-            raise _NotConvertible(f"BPE model sets {key}={model[key]!r}")
-    if spec.get("normalizer") is not None:
-        raise _NotConvertible(f"has a normalizer ({spec['normalizer'].get('type')})")
-    pre = spec.get("pre_tokenizer") or {}
-    if (pre.get("type"), pre.get("add_prefix_space"), pre.get("use_regex")) != ("ByteLevel", False, True):
-        raise _NotConvertible(f"pre-tokenizer is not ByteLevel(add_prefix_space=False, "
-                              f"use_regex=True): {json.dumps(pre, sort_keys=True)}")
-    added = spec.get("added_tokens") or []
-    plain = [a["content"] for a in added if not a.get("special")]
-    if plain:  # HF splits these out of text before BPE even with encode_special_tokens
-        raise _NotConvertible(f"has {len(plain)} added non-special tokens, e.g. {plain[0]!r}")
-    specials = {a["content"]: a["id"] for a in added}
-    special_ids = set(specials.values())
-    vocab: dict[str, int] = model.get("vocab") or {}
-    ranks: dict[bytes, int] = {}
-    for s, i in vocab.items():
-        if i in special_ids:
-            continue  # tiktoken gets these as special_tokens, never from ordinary text
-        if not all(c in _U2B for c in s):
-            raise _NotConvertible(f"vocab token {s!r} (id {i}) is not byte-level")
-        ranks[bytes(_U2B[c] for c in s)] = i
-    n_single = sum(len(b) == 1 for b in ranks)
-    if n_single != 256:
-        raise _NotConvertible(f"vocab has {n_single} of the 256 single-byte tokens")
-    if model.get("ignore_merges") and any(all(c in _U2B for c in s) for s in specials):
-        # HF would look whole pieces up in a vocab that also holds the special tokens
-        raise _NotConvertible("ignore_merges=True with byte-level-spelled special tokens")
-    made: set[int] = set()
-    prev = -1
-    for n, m in enumerate(model.get("merges") or []):
-        a, b = m.split(" ", 1) if isinstance(m, str) else m  # old and new merges formats
-        i = vocab.get(a + b)
-        if i is None or i in special_ids:
-            raise _NotConvertible(f"merge {n} ({a!r}, {b!r}) yields no ordinary vocab token")
-        if i in made:
-            raise _NotConvertible(f"token {a + b!r} is produced by two merges (merge {n} repeats it)")
-        if i < prev:
-            raise _NotConvertible(f"ids not in merge order: merge {n} yields id {i} after id {prev}")
-        made.add(i)
-        prev = i
-    orphans = [i for b, i in ranks.items() if len(b) > 1 and i not in made]
-    if orphans:
-        raise _NotConvertible(f"{len(orphans)} multi-byte tokens come from no merge, "
-                              f"e.g. {tok.id_to_token(orphans[0])!r}")
-    for s, i in vocab.items():  # ~10 ms for 8k tokens
-        if len(s) > 1 and i not in special_ids and [t.id for t in tok.model.tokenize(s)] != [i]:
-            raise _NotConvertible(f"token {s!r} (id {i}) is not rebuilt from its own bytes by "
-                                  "the merges (reachable only by another merge path)")
-    return tiktoken.Encoding("shardline-bpe", pat_str=GPT2_PATTERN, mergeable_ranks=ranks,
-                             special_tokens=specials)
 
 
 def _check_texts(texts: list[str]) -> None:
@@ -282,8 +192,8 @@ class Encoder:
                 return fallback(fast)
             passed.append(fast)
         try:
-            enc = _to_tiktoken(hf)
-        except _NotConvertible as e:
+            enc = bytebpe.to_tiktoken(hf)
+        except bytebpe.NotConvertible as e:
             return fallback(f"tiktoken conversion impossible: {e}")
         if probes:
             got = enc.encode_ordinary_batch(probes)

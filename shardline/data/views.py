@@ -3,7 +3,7 @@ custom loader); one call each, documented in docs/data.md:
 
 - `clean_dataset(root, source, side="train")`: the documents one side of a source's clean parts
   holds (train: kept, neither held out nor a duplicate; val: held out), in the order the tokenize
-  stage reads them (`shardline.data.clean.stage.documents`), with every column of the parts (id,
+  stage reads them (`shardline.data.clean.stage.parts.documents`), with every column of the parts (id,
   text, hash, bytes, u, lang, lang_score; url and date for WARC). `Dataset.from_parquet` converts
   the parts once to Arrow in the `datasets` cache (`cache_dir`, default HF_DATASETS_CACHE; a part
   rewritten is converted again) and memory-maps it from there; the side is a selection of rows
@@ -24,8 +24,9 @@ import numpy as np
 
 from shardline.core import extras, fsio, shardformat
 from shardline.core.errors import BadInput
-from shardline.core.layout import CLEAN_PARTS, SIDES, Layout
-from shardline.data.clean.stage import read_selection
+from shardline.core.layout import Layout
+from shardline.core.filenames import CLEAN_PARTS, SIDES
+from shardline.data.clean.stage.parts import read_selection
 
 
 def _datasets():

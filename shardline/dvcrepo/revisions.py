@@ -25,7 +25,8 @@ import yaml
 
 from shardline.core import fsio
 from shardline.core.errors import BadInput
-from shardline.core.layout import PARAMS, Layout
+from shardline.core.layout import Layout
+from shardline.core.filenames import PARAMS
 
 SKIP = ("data/raw",)  # inputs, not what a comparison reads: the sources' files are in the lineage by sha256
 COMPLETE = ".complete"
@@ -132,7 +133,7 @@ def manifests(root: str | Path, commits: list[str]) -> dict[str, object]:
     """commit -> the newest checkpoint manifest its dvc.lock records (a Manifest), read from DVC's
     cache; None when it records none or the cache lacks it. Nothing is linked or checked out."""
     from shardline.core.errors import ShardlineError
-    from shardline.core.layout import MANIFEST, step_of
+    from shardline.core.filenames import MANIFEST, step_of
     from shardline.training.records import Manifest
 
     root, out = Path(root), {}

@@ -21,8 +21,8 @@ from safetensors.torch import save as safetensors_bytes
 from torch import nn
 
 from shardline.core import fsio
-from shardline.core.layout import (HF_CONFIG, HF_GENERATION_CONFIG, HF_SPECIAL_TOKENS, HF_TOKENIZER,
-                                   HF_TOKENIZER_CONFIG, HF_WEIGHTS)
+from shardline.core.filenames import (HF_CONFIG, HF_GENERATION_CONFIG, HF_SPECIAL_TOKENS, HF_TOKENIZER,
+                                      HF_TOKENIZER_CONFIG, HF_WEIGHTS)
 from shardline.data import tokenizer as toks
 from shardline.model import hf
 

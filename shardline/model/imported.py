@@ -26,8 +26,8 @@ from pydantic import ValidationError
 
 from shardline.core import fsio
 from shardline.core.errors import BadInput
-from shardline.core.layout import HF_CONFIG, HF_PICKLES, HF_WEIGHTS, HF_WEIGHTS_INDEX
-from shardline.core.sections_run import Model
+from shardline.core.filenames import HF_CONFIG, HF_PICKLES, HF_WEIGHTS, HF_WEIGHTS_INDEX
+from shardline.core.sections_model import Model
 from shardline.model.shape import ModelConfig
 from shardline.model.hf import from_hf
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from shardline.core.sections_run import Model
+from shardline.core.sections_model import Model
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ Contract (shardline.results.report assembles the card from these):
   continued from another data version or mix, its before/after on this run's held-out set.
 - `what_changed` : a run with a parent (the baseline of a `dvc exp run`, handed in by the
   orchestrator) gets shardline diff's sections against it (shardline.results.diff), the same code.
-- `steps` : the documents of the slowest slow step (monitor.slowest: the one the failure modes name)
+- `steps` : the documents of the slowest slow step (throughput.slowest: the one the failure modes name)
   and of the highest-loss step, its loss over the median of the SPIKE_BASE steps before it (early
   steps are high because they are early) (shardline.results.steps).
 - `drift` : a source's val loss rising more than eval.drift_tolerance between two evals.
@@ -28,9 +28,9 @@ from shardline.core.markup import block, code, text
 from shardline.core.config import Params
 from shardline.core.errors import ShardlineError
 from shardline.core.layout import Layout
-from shardline.data.clean import split as split_rule
+from shardline.data.clean.stage import split as split_rule
 from shardline.training import noise
-from shardline.training.monitor import slowest
+from shardline.training.throughput import slowest
 from shardline.training.steplog import equal, eval_rows, eval_sources, own_mix
 from shardline.training.records import Manifest
 

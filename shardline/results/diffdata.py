@@ -21,9 +21,9 @@ import pyarrow.parquet as pq
 
 from shardline.core import shardformat
 from shardline.core.errors import ShardlineError
-from shardline.core.layout import CLEAN_PARTS, drops_of
-from shardline.data.clean import dropped
-from shardline.data.clean.parts import read_selection
+from shardline.core.filenames import CLEAN_PARTS, drops_of
+from shardline.data.clean.stage import dropped
+from shardline.data.clean.stage.parts import read_selection
 from shardline.results.runs import Run
 
 SHOW = 3  # ids shown per rule and direction

@@ -48,7 +48,8 @@ from pathlib import Path
 from shardline.core import fsio
 from shardline.results import card
 from shardline.core.errors import BadInput, on_path
-from shardline.core.layout import HF_CARD, HF_CONFIG, HF_LINEAGE, Layout
+from shardline.core.layout import Layout
+from shardline.core.filenames import HF_CARD, HF_CONFIG, HF_LINEAGE
 from shardline.model import hf_dir
 from shardline.results.trained import bos_token, eos_token, load_model, tokenizer_file
 

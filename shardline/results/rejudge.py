@@ -21,8 +21,9 @@ import numpy as np
 
 from shardline.core import fsio
 from shardline.core.errors import BadInput
-from shardline.core.layout import CLEAN_PARTS, MANIFEST, Layout
-from shardline.data.clean.parts import documents
+from shardline.core.layout import Layout
+from shardline.core.filenames import CLEAN_PARTS, MANIFEST
+from shardline.data.clean.stage.parts import documents
 from shardline.results.runs import Run
 from shardline.training import noise
 

@@ -28,15 +28,16 @@ from shardline.core import fsio
 from shardline.core.markup import code, text
 from shardline.results import card_eval
 from shardline.results.runs import Run
-from shardline.data.clean.summary import read as clean_stats
+from shardline.data.clean.stage.summary import read as clean_stats
 from shardline.training import checkpoint, guard, task_results
 from shardline.core.config import Params
-from shardline.core.layout import EVAL_JSON, TRAIN_STATE, Layout
+from shardline.core.layout import Layout
+from shardline.core.filenames import EVAL_JSON, TRAIN_STATE
 from shardline.core.remedies import remedy
 from shardline.core.shardformat import read_index
 from shardline.stream.mixing import Schedule
 from shardline.training.records import Lineage
-from shardline.training.monitor import slow_steps, summarize
+from shardline.training.throughput import slow_steps, summarize
 from shardline.training.steplog import eval_rows, eval_sources, read_records
 
 Log = Callable[[str], None]
@@ -193,7 +194,7 @@ def build(params: Params, layout: Layout, parent: "Run | None" = None, log: Log 
         lines += ["## Mix search", "", f"- proxy runs, the fitted law and the recommended mix: "
                   f"[{layout.mix_search_report.name}]({layout.mix_search_report.name})", ""]
     lines += ["## Throughput", ""]
-    if rows:  # the figures of data/metrics/train.json (monitor.summarize), so the two never disagree
+    if rows:  # the figures of data/metrics/train.json (throughput.summarize), so the two never disagree
         sm = summarize(rows, params.loader.global_batch * params.shard.seq_len)
         wait = (sm["data_wait_pct"] or 0) / 100
         lines += [f"- median {sm['median_tokens_per_s']:,.0f} tokens/s over {sm['steps']} steps",
@@ -226,7 +227,7 @@ def build(params: Params, layout: Layout, parent: "Run | None" = None, log: Log 
     rollbacks = [e for r in rows for e in r.get("rollbacks", [])]
     lines.append(f"- rollbacks (loss spikes, runs of skipped steps): {len(rollbacks)}")
     lines += [f"  - {text(guard.describe(e))}" for e in rollbacks]
-    count, *slowest = slow_steps(rows)  # the train stage's last line says the same (monitor.slow_steps)
+    count, *slowest = slow_steps(rows)  # the train stage's last line says the same (throughput.slow_steps)
     lines += [f"- {count}"] + [f"  - {s}" for s in slowest]
     traces = sorted(p for p in layout.profiles.iterdir() if not p.name.startswith(".")) if layout.profiles.exists() else []
     lines += [f"- profiled: [{p.name}]({p.relative_to(layout.reports)})" for p in traces]

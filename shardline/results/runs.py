@@ -15,7 +15,8 @@ from pathlib import Path
 
 from shardline.core import fsio
 from shardline.core.errors import ShardlineError
-from shardline.core.layout import TRAIN_STATE, Layout
+from shardline.core.layout import Layout
+from shardline.core.filenames import TRAIN_STATE
 from shardline.stream.order import data_version, open_sources
 from shardline.training import checkpoint
 from shardline.training.records import Manifest

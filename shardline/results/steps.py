@@ -21,7 +21,8 @@ from typing import Callable, Mapping, Sequence
 from shardline.core import fsio
 from shardline.core.config import Params
 from shardline.core.errors import BadInput
-from shardline.core.layout import TRAIN_STATE, Layout
+from shardline.core.layout import Layout
+from shardline.core.filenames import TRAIN_STATE
 from shardline.data.provenance import Stream
 from shardline.stream.order import Order, batch_hash, open_sources
 from shardline.training import checkpoint

@@ -28,7 +28,8 @@ from shardline.core import fsio
 from shardline.training import checkpoint, sharded
 from shardline.training.records import Manifest
 from shardline.core.errors import BadInput
-from shardline.core.layout import CHECKPOINT_MODEL, DCP, DCP_METADATA, Layout
+from shardline.core.layout import Layout
+from shardline.core.filenames import CHECKPOINT_MODEL, DCP, DCP_METADATA
 from shardline.model import build, resolve
 
 

@@ -51,7 +51,7 @@ import torch
 from shardline.core import chaos
 from shardline.core.errors import ShardlineError
 from shardline.core.config import Train
-from shardline.core.layout import CHECKPOINT_MODEL, CHECKPOINT_OPTIMIZER, CHECKPOINT_RNG, CHECKPOINT_SCALER
+from shardline.core.filenames import CHECKPOINT_MODEL, CHECKPOINT_OPTIMIZER, CHECKPOINT_RNG, CHECKPOINT_SCALER
 from shardline.training import sharded, storage
 from shardline.training.dist import Dist
 from shardline.training.records import Lineage, Manifest

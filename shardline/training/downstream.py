@@ -42,7 +42,8 @@ import torch
 
 from shardline.core import extras
 from shardline.core.errors import BadInput
-from shardline.core.layout import TASK_YAML, Layout
+from shardline.core.layout import Layout
+from shardline.core.filenames import TASK_YAML
 from shardline.model import build, hf_dir
 from shardline.training import rng, task_results
 from shardline.training.state import ModelState

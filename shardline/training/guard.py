@@ -33,7 +33,7 @@ from shardline.core import chaos
 from shardline.training import storage
 from shardline.core.config import Train
 from shardline.core.errors import BadInput, ShardlineError
-from shardline.core.layout import ROLLBACKS, step_dirs, step_of
+from shardline.core.filenames import ROLLBACKS, step_dirs, step_of
 
 Where = storage.Store | Path  # the checkpoints: a store, or a folder of them
 

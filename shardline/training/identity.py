@@ -3,7 +3,7 @@
 Contract:
 - A run's identity is what shapes the model: the data version (content hash of the training
   shards and the tokenizer), the mix, the model (the fields of its architecture, as resolved:
-  `shardline.core.sections_run.identity_of`), the weights it started from (train.init_from's
+  `shardline.core.sections_model.identity_of`), the weights it started from (train.init_from's
   sha256s), the loader seed and batch geometry, and the train settings in SHAPING
   (train.attention among them). Not `train.steps` (raising it continues the run), nor settings
   that only say how to run it (checkpoints, retention, processes, threads, timeouts).
@@ -28,9 +28,9 @@ from typing import Callable
 from shardline.core import fsio
 from shardline.training import checkpoint
 from shardline.core.config import Params, Train
-from shardline.core.sections_run import identity_of
+from shardline.core.sections_model import identity_of
 from shardline.core.errors import BadInput
-from shardline.core.layout import ARCHIVE, ROLLBACKS, STEP_DIRS
+from shardline.core.filenames import ARCHIVE, ROLLBACKS, STEP_DIRS
 from shardline.training.records import Lineage
 
 SHAPING = ("grad_accum", "lr", "min_lr", "warmup_steps", "schedule", "decay_fraction", "weight_decay", "beta1",

@@ -26,11 +26,12 @@ from pathlib import Path
 
 from shardline.core import fsio
 from shardline.data import download, tokenizer
-from shardline.data.clean.summary import read as clean_stats
+from shardline.data.clean.stage.summary import read as clean_stats
 from shardline.training import guard
 from shardline.training.steplog import equal
 from shardline.core.config import Params
-from shardline.core.layout import PARAMS, Layout
+from shardline.core.layout import Layout
+from shardline.core.filenames import PARAMS
 from shardline.training.records import Code, DataVersion, Init, Lineage, Manifest, RawFile, RawSource, Run, SpecialIds
 
 
@@ -106,7 +107,7 @@ def collect(params: Params, layout: Layout, shards_version: str, *, parent: str 
 def plugins_used(params: Params) -> dict[str, dict[str, str]] | None:
     """The plug-in architecture and trackers a run names, with their distributions and releases."""
     from shardline.core import extras, plugins
-    from shardline.core.sections_run import ARCHITECTURES
+    from shardline.core.sections_model import ARCHITECTURES
 
     used = {"architectures": plugins.versions("architectures", {params.model.arch} - set(ARCHITECTURES)),
             "trackers": plugins.versions("trackers", set(params.log.backends) - set(extras.TRACKERS))}

@@ -26,7 +26,8 @@ from shardline.core import fsio
 from shardline.data import tokenizer
 from shardline.core.config import Params, Train
 from shardline.core.errors import BadInput
-from shardline.core.layout import HF_CONFIG, HF_TOKENIZER, Layout
+from shardline.core.layout import Layout
+from shardline.core.filenames import HF_CONFIG, HF_TOKENIZER
 from shardline.model import ModelConfig, build, resolve
 from shardline.model.imported import Imported
 from shardline.training import recompute, rng

@@ -21,9 +21,9 @@ from typing import Callable
 import torch
 
 from shardline.core import fsio
-from shardline.core.layout import memory_snapshot, profile_trace
+from shardline.core.filenames import memory_snapshot, profile_trace
 from shardline.core.sections_watch import Profile
-from shardline.training.monitor import profile_command
+from shardline.training.throughput import profile_command
 
 
 def _promote(tmp: Path, final: Path) -> None:

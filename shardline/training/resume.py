@@ -22,7 +22,8 @@ from pathlib import Path
 
 from shardline.context import RunContext
 from shardline.core.config import Params
-from shardline.core.layout import TRAIN_STATE, Layout
+from shardline.core.layout import Layout
+from shardline.core.filenames import TRAIN_STATE
 from shardline.stream.loader import Loader
 from shardline.training import guard, identity, storage
 from shardline.training.checkpointer import TRAIN, Checkpointer

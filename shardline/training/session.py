@@ -23,7 +23,8 @@ from shardline.context import RunContext
 from shardline.core import fsio
 from shardline.core.config import Params, Train
 from shardline.core.errors import BadInput
-from shardline.core.layout import Layout, step_dir
+from shardline.core.layout import Layout
+from shardline.core.filenames import step_dir
 from shardline.stream.loader import Loader
 from shardline.training import checkpoint, identity, lineage, storage
 from shardline.training.checkpointer import Checkpointer

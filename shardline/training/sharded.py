@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING
 
 from shardline.core import chaos, fsio, retry, stores
 from shardline.core.errors import BadInput, ShardlineError
-from shardline.core.layout import DCP, DCP_METADATA, dcp_shards
+from shardline.core.filenames import DCP, DCP_METADATA, dcp_shards
 from shardline.training import bucketio
 from shardline.training.records import Manifest
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from shardline.core import fsio
 from shardline.core.errors import BadInput
-from shardline.core.layout import EVAL_CSV, EVAL_JSON, HEADLINE_JSON, TASKS_JSON, TRAIN_CSV
+from shardline.core.filenames import EVAL_CSV, EVAL_JSON, HEADLINE_JSON, TASKS_JSON, TRAIN_CSV
 from shardline.core.remedies import remedy_for
 from shardline.training import task_results
 from shardline.training.headline import headline

@@ -23,7 +23,8 @@ def token_bytes(tokenizer_json: str | Path) -> tuple[np.ndarray, np.ndarray]:
     one character and byte-fallback tokens (`<0xE6>`) one byte each, whatever their neighbours;
     any other token is decoded after an anchor token and alone, so the counts are those of
     decoding the whole text, not of each token decoded on its own."""
-    from shardline.data.tokenizer import _U2B, load
+    from shardline.data.bytebpe import U2B
+    from shardline.data.tokenizer import load
 
     tok = load(Path(tokenizer_json))
     spec = json.loads(tok.to_str())
@@ -36,7 +37,7 @@ def token_bytes(tokenizer_json: str | Path) -> tuple[np.ndarray, np.ndarray]:
     for text, i in tok.get_vocab().items():
         if text in special:
             continue
-        if byte_level and all(c in _U2B for c in text):
+        if byte_level and all(c in U2B for c in text):
             mid[i] = start[i] = len(text)
         elif fallback and _BYTE_TOKEN.fullmatch(text):
             mid[i] = start[i] = 1

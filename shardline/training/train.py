@@ -65,7 +65,8 @@ from shardline.core.layout import Layout
 from shardline.training import guard, hooks
 from shardline.training.dist import Dist, relaunch_under_torchrun
 from shardline.training.guard import RolledBack, Trouble
-from shardline.training.monitor import Monitor, slow_steps, summarize
+from shardline.training.monitor import Monitor
+from shardline.training.throughput import slow_steps, summarize
 from shardline.training.steplog import read_records, write_derived
 from shardline.training.resume import Origin
 from shardline.training.session import start

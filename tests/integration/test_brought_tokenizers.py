@@ -99,7 +99,7 @@ def test_a_sentencepiece_tokenizer_with_bos_runs_the_line(texts, tmp_path):
     ids = np.fromfile(sorted((layout.tokens / "s").glob("part-*.bin"))[0], dtype="<u2")
     assert ids[0] == 1 and ids[-1] == 2 and np.all(ids[1:][ids[:-1] == 2] == 1)  # <s> doc </s> <s> doc </s>
     docs = np.split(ids, np.flatnonzero(ids == 2) + 1)[:-1]
-    from shardline.data.clean import stage as clean
+    from shardline.data.clean.stage import run as clean
 
     first = next(clean.documents(sorted((layout.clean / "s").glob("part-*.parquet"))[0], "train"))[0]
     assert tok.decode(docs[0].tolist(), skip_special_tokens=True) == first  # the text, back from its ids

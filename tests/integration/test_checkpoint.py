@@ -12,7 +12,7 @@ import torch
 from shardline.training import rng
 from shardline.core import fsio
 from shardline.core.errors import BadInput
-from shardline.core.layout import MANIFEST, TRAIN_STATE
+from shardline.core.filenames import MANIFEST, TRAIN_STATE
 from shardline.training import checkpoint, sharded
 from shardline.training.dist import Dist
 from shardline.training.checkpointer import Checkpointer

@@ -4,7 +4,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from shardline.data import download
-from shardline.data.clean import stage as clean
+from shardline.data.clean.stage import run as clean
 from shardline.core.errors import BadInput
 from tests.conftest import make_project
 
@@ -195,7 +195,7 @@ def test_a_part_built_batch_by_batch_is_the_same_file(tmp_path, code_dir, monkey
 def test_parts_made_with_the_quality_rules_are_keyed_by_their_reference(tmp_path, code_dir, monkeypatch):
     """A new reference (datatrove release, word tokenizer) rebuilds the parts its rules made, once;
     parts cleaned without those rules keep their keys."""
-    from shardline.data.clean import ruleset
+    from shardline.data.clean.rules import ruleset
 
     src = [{"name": "code", "uri": str(code_dir), "format": "txt"}]
     plain, _ = make_project(tmp_path / "a", src)

@@ -59,7 +59,7 @@ def test_output_into_a_closed_pipe_ends_quietly(tmp_path):
 
 def test_given_tokenizer_json_is_used_as_is(tmp_path, code_dir):
     from shardline.data import download, tokenize, shard, tokenizer
-    from shardline.data.clean import stage as clean
+    from shardline.data.clean.stage import run as clean
 
     params, layout = make_project(tmp_path / "a", [{"name": "c", "uri": str(code_dir), "format": "txt"}])
     for stage in (download, clean, tokenize, shard):

@@ -7,8 +7,7 @@ import signal
 import pydoc_data.topics
 
 from shardline.data import download
-from shardline.data.clean import dropped, explain
-from shardline.data.clean import stage as clean
+from shardline.data.clean.stage import dropped, explain, run as clean
 from shardline.results import report
 from tests.conftest import BIN, env_for, make_project, run, stdlib_files
 
@@ -113,12 +112,12 @@ def test_the_readmes_web_and_code_params_are_valid():
 
     import yaml
 
-    from shardline.core import config
+    from shardline import paramsfile
     from tests.conftest import REPO
 
     table = (REPO / "docs" / "data.md").read_text().split("<table>", 1)[1].split("</table>", 1)[0]
     blocks = [yaml.safe_load(b) for b in re.findall(r"```yaml\n(.*?)```", table, re.S)]
     assert len(blocks) == 2
-    web, code = (config.parse(b, "README") for b in blocks)
+    web, code = (paramsfile.parse(b, "README") for b in blocks)
     assert web.clean.near_dedup is not None and web.clean.c4.filter_no_terminal_punct is False
     assert code.clean_for(code.sources[0]).max_line_chars == 1000 and code.clean.gopher_repetition.dup_line_frac is None

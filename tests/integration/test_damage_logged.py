@@ -16,11 +16,12 @@ from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
 from prefect.logging.handlers import APILogWorker
 from shardline.core import config
+from shardline import paramsfile
 from shardline.core.layout import Layout
 from shardline.data import download
 from shardline.orchestration.flows.stage_flows import FLOWS
 
-download.run(config.load("params.yaml"), Layout.at("."), log=lambda _: None)
+download.run(paramsfile.load("params.yaml"), Layout.at("."), log=lambda _: None)
 state = FLOWS["clean"](root=".", params_file="params.yaml", return_state=True)
 APILogWorker.drain_all()  # the log lines still queued for the server
 

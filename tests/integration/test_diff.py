@@ -106,11 +106,11 @@ def test_only_the_seed_changed_the_data_is_the_same_and_every_result_within_nois
 
 
 def test_explain_step_points_to_the_tokens_the_loader_fed(project):
-    from shardline.core import config
+    from shardline import paramsfile
     from shardline.core.layout import Layout
     from shardline.stream.loader import Loader
 
-    params, layout = config.load(project / "params.yaml"), Layout.at(project)
+    params, layout = paramsfile.load(project / "params.yaml"), Layout.at(project)
     tok = tokenizers.Tokenizer.from_file(str(layout.tokenizer_json))
     eos = tok.token_to_id("<|endoftext|>")
     texts = {i: t for src in ("code", "notes") for p in sorted((layout.clean / src).glob("part-*.parquet"))

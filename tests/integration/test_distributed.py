@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from shardline.core.layout import MANIFEST
+from shardline.core.filenames import MANIFEST
 from shardline.training import checkpoint
 from tests.conftest import BIN, env_for, run
 from tests.integration.test_train import assert_same_state, built, final_state, losses, project  # noqa: F401 (fixture)

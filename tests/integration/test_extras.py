@@ -79,7 +79,9 @@ def said(fn):
         fn()
     except MissingExtra as e:
         print(e)
-from shardline.data.clean import language, minhash, spacylib
+from shardline.data.clean.rules import language
+from shardline.data.clean.stage import minhash
+from shardline.data.clean.kernels import spacylib
 said(spacylib.spacy)
 said(language.model_path)
 said(lambda: minhash.sign(["a b c d e f"], minhash.NearDedup()))

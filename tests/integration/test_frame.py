@@ -13,7 +13,7 @@ from pathlib import Path
 from shardline.core import fsio, parallel
 from shardline.core.progress import Progress
 from shardline.data import frame
-from shardline.data.clean import stage as clean
+from shardline.data.clean.stage import run as clean
 
 from tests.conftest import REPO, env_for
 

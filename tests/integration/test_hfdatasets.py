@@ -168,7 +168,7 @@ def test_a_wrong_name_config_split_or_field_is_one_line_naming_the_source_and_fi
 
 
 def test_params_take_a_uri_or_a_dataset(tmp_path):
-    from shardline.core import config
+    from shardline import paramsfile
 
     for source, says in [({"dataset": {"name": "a/b"}, "uri": "x.txt"}, "sources[0].uri: give a uri (files) or a dataset"),
                          ({}, "sources[0].uri: missing; give a uri (files) or a dataset"),
@@ -178,17 +178,17 @@ def test_params_take_a_uri_or_a_dataset(tmp_path):
         write_params(tmp_path, small_params([{"name": "s", **({"format": "txt"} if "dataset" not in source else {}),
                                               **source}]))
         with pytest.raises(ConfigError, match=re.escape(says)):
-            config.load(tmp_path / "params.yaml")
+            paramsfile.load(tmp_path / "params.yaml")
 
 
 def run_download(root: str) -> None:
     """The download stage in this process, as `shardline stage download` runs it, with small files
     (the kill test's subprocess)."""
-    from shardline.core import config
+    from shardline import paramsfile
     from shardline.core.layout import Layout
 
     hfdatasets.ROWS, hfdatasets.FILE_BYTES = 16, 4000
-    download.run(config.load(f"{root}/params.yaml"), Layout.at(root))
+    download.run(paramsfile.load(f"{root}/params.yaml"), Layout.at(root))
 
 
 def test_a_killed_download_resumes_after_its_last_file_and_writes_an_unbroken_runs_files(tmp_path):

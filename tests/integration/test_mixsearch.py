@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from shardline.dvcrepo import experiments
-from shardline.core import config
+from shardline import paramsfile
 from shardline.results import mixreport, mixsearch
 from tests.conftest import BIN, commit_trained, env_for, init_repo, run, small_params, stdlib_sources, write_params
 
@@ -81,7 +81,7 @@ def unkilled(trained, tmp_path_factory) -> tuple[Path, str]:
 
 def test_a_search_ends_with_a_recommended_mix_its_report_and_every_proxy_in_dvc_exp_show(unkilled):
     root, out = unkilled
-    params = config.load(root / "params.yaml")
+    params = paramsfile.load(root / "params.yaml")
     plan = mixsearch.plan(params, run(["git", "rev-parse", "HEAD"], root).stdout.strip())
     result = json.loads((root / "data/reports/mix_search.json").read_text())
     assert [p["name"] for p in result["proxies"]] == [p.name for p in plan]

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from shardline.data.clean import minhash, rules
-from shardline.data.clean.minhash import NearDedup
-from shardline.data.clean.settings import Clean
+from shardline.data.clean.stage import minhash
+from shardline.data.clean.rules import registry as rules
+from shardline.data.clean.stage.minhash import NearDedup
+from shardline.data.clean.stage.settings import Clean
 from tests.conftest import BIN, CORPORA, env_for, make_project, run, small_params, write_params
 
 
@@ -142,7 +143,7 @@ def test_the_stage_drops_each_copy_once_deterministically_and_resumes_after_kill
     assert all(row["limit"] == 0.719 and 0.3 < row["value"] <= 1 for row in sample)
 
     params, layout = make_project(tmp_path / "straight", src, **sections)
-    from shardline.data.clean import explain
+    from shardline.data.clean.stage import explain
     e = explain.explain(params, layout, sample[0]["id"])
     assert e["verdict"] == "dropped" and e["rule"] == "near_dedup" and sample[0]["detail"].endswith(e["of"])
     kept = explain.explain(params, layout, e["of"])

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from shardline import stages
-from shardline.core import config
+from shardline import paramsfile
 from shardline.core.layout import Layout
 from tests.conftest import REPO
 
@@ -69,7 +69,7 @@ def line(tmp_path_factory) -> Layout:
         pytest.skip(f"the default data is this Python's standard library; the pins are for Python {PYTHON}")
     root = tmp_path_factory.mktemp("default-line")
     shutil.copy(REPO / "params.yaml", root / "params.yaml")
-    params, layout = config.load(root / "params.yaml"), Layout.at(root)
+    params, layout = paramsfile.load(root / "params.yaml"), Layout.at(root)
     for stage in ("download", "clean", "tokenize", "shard"):
         stages.run_of(stage)(params, layout, log=lambda _: None)
     return layout

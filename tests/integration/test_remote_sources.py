@@ -95,7 +95,7 @@ def test_a_dolma_zstd_a_parquet_glob_an_s3_and_a_warc_source_build_shards_togeth
     from warcio.warcwriter import WARCWriter
 
     from shardline.data import shard, tokenize
-    from shardline.data.clean import stage as clean
+    from shardline.data.clean.stage import run as clean
     from tests.conftest import stdlib_files
     from tests.unit.test_warc import _page
 

@@ -76,12 +76,12 @@ def test_dask_and_process_runners_write_the_same_bytes_as_threads(tmp_path, clus
 
 @pytest.mark.timeout(300)
 def test_dask_parts_come_back_in_order_a_failure_waits_for_the_others_and_a_hung_part_times_out(tmp_path, cluster):
-    from shardline.core import config
+    from shardline import paramsfile
     from shardline.core.errors import ShardlineError
     from shardline.orchestration.tasks.runners import dask_map
 
     raw = small_params([{"name": "code", "uri": "input", "format": "txt"}])
-    params = config.parse({**raw, "parts": {"runner": "dask", "address": cluster.address},
+    params = paramsfile.parse({**raw, "parts": {"runner": "dask", "address": cluster.address},
                            "pipeline": {"retries": 0, "stage_timeout_s": 3}})
     done: dict[int, int] = {}
     assert dask_map(int, ["3", "1", "2"], lambda i, r: done.update({i: r}), params=params) == [3, 1, 2]

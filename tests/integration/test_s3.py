@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 import yaml
 
-from shardline.core import config, fsio
+from shardline.core import fsio
+from shardline import paramsfile
 from shardline.core.errors import ShardCorrupt
 from shardline.core.layout import Layout
 from shardline.stream.loader import Loader
@@ -74,7 +75,7 @@ def loader_for(root: Path, **loader_keys) -> Loader:
     """Loader.from_params as train.py calls it, with `loader_keys` set in params.loader."""
     raw = yaml.safe_load((root / "params.yaml").read_text())
     raw["loader"] = {**raw["loader"], **loader_keys}
-    return Loader.from_params(config.parse(raw), Layout.at(root))
+    return Loader.from_params(paramsfile.parse(raw), Layout.at(root))
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ import torch
 import yaml
 
 from harness.s3 import BUCKET, aws, client, s3_env  # noqa: F401 (fixtures)
-from shardline.core.layout import MANIFEST
+from shardline.core.filenames import MANIFEST
 from shardline.results.trained import load_model
 from shardline.training import bucket, checkpoint, sharded, storage
 from tests.conftest import env_for, run, write_params

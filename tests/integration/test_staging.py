@@ -13,7 +13,7 @@ import pytest
 from shardline.context import RunContext
 from shardline.core.errors import BadInput
 from shardline.data import download, staging
-from shardline.data.clean import stage as clean
+from shardline.data.clean.stage import run as clean
 from shardline.orchestration.tasks.invoke import invoke
 from tests.conftest import make_project
 

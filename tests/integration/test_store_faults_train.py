@@ -22,7 +22,7 @@ import yaml
 
 from harness.projects import lineage_of, stdlib_dir
 from harness.s3 import BUCKET, client, s3_env  # noqa: F401 (fixture)
-from shardline.core import config
+from shardline import paramsfile
 from shardline.core.layout import Layout
 from tests.conftest import BIN, env_for, make_project, run, write_params
 from tests.integration.test_store_faults import FAST, QUIET, faulted, store  # noqa: F401 (fixture)
@@ -79,7 +79,7 @@ def train(root: Path) -> None:
     from shardline.context import RunContext
     from shardline.training import train as stage
 
-    stage.run(config.load(root / "params.yaml"), Layout.at(root), RunContext(log=lambda _: None))
+    stage.run(paramsfile.load(root / "params.yaml"), Layout.at(root), RunContext(log=lambda _: None))
 
 
 def losses(root: Path) -> list[tuple[int, float]]:
@@ -246,12 +246,12 @@ def test_eval_on_streamed_held_out_shards_through_a_fault_schedule_gives_the_loc
     from shardline.results import judge
 
     uri = published(s3_env, reference["root"], f"faults/{tmp_path.name}/shards")
-    local = config.load(reference["root"] / "params.yaml")
+    local = paramsfile.load(reference["root"] / "params.yaml")
     streams = project(reference["root"], tmp_path / "p", loader={"shards_uri": uri, "cache_mb": 0.1})
     ckpt = reference["root"] / "data/checkpoints/step-000000008"
     want = judge.judge(ckpt, local, Layout.at(reference["root"]))
     faults.persist("cut", f"GET /{BUCKET}/faults/{tmp_path.name}/shards/code/val/shard-", times=1, at=0.5)
-    got = judge.judge(ckpt, config.load(streams / "params.yaml"), Layout.at(streams))
+    got = judge.judge(ckpt, paramsfile.load(streams / "params.yaml"), Layout.at(streams))
     assert faults.injected()["cut"] >= 1, faulted(faults)
     assert (got["total"], got["sources"]) == (want["total"], want["sources"]), faulted(faults)
 
@@ -261,7 +261,7 @@ def test_eval_on_streamed_held_out_shards_through_a_fault_schedule_gives_the_loc
     project_store(streams, {**FAST, "attempts": 3})
     faults.persist("reset", f"GET /{BUCKET}/faults/{tmp_path.name}/shards/code/val/shard-", at=0.0)
     with pytest.raises(FetchError) as e:
-        judge.judge(ckpt, config.load(streams / "params.yaml"), Layout.at(streams))
+        judge.judge(ckpt, paramsfile.load(streams / "params.yaml"), Layout.at(streams))
     msg = str(e.value)
     assert msg.startswith(f"{uri}/code/val/shard-00000.bin: giving up after 3 attempts") and "\n" not in msg, msg
     assert "store.attempts (3)" in msg and e.value.transient, msg

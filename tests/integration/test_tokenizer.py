@@ -22,7 +22,7 @@ import tokenizers
 from tokenizers import models, normalizers, pre_tokenizers
 
 from shardline.core import fsio
-from shardline.data import tokenizer as T
+from shardline.data import bytebpe, tokenizer as T
 from shardline.core.errors import BadInput
 
 REPO = Path(__file__).resolve().parents[2]
@@ -214,8 +214,8 @@ def bytelevel_bpe(merges: list[tuple[str, str]]) -> tokenizers.Tokenizer:
 
 def naive_tiktoken(tok: tokenizers.Tokenizer) -> tiktoken.Encoding:
     """Conversion without the safety checks: ranks = HF ids."""
-    ranks = {bytes(T._U2B[c] for c in s): i for s, i in tok.get_vocab().items() if i}
-    return tiktoken.Encoding("naive", pat_str=T.GPT2_PATTERN, mergeable_ranks=ranks,
+    ranks = {bytes(bytebpe.U2B[c] for c in s): i for s, i in tok.get_vocab().items() if i}
+    return tiktoken.Encoding("naive", pat_str=bytebpe.GPT2_PATTERN, mergeable_ranks=ranks,
                              special_tokens={"<|endoftext|>": 0})
 
 
@@ -283,7 +283,7 @@ def test_unconvertible_tokenizer_falls_back_or_refuses(small, make, why, monkeyp
 
 
 def test_probe_difference_falls_back_naming_the_doc(small, monkeypatch):
-    monkeypatch.setattr(T, "GPT2_PATTERN", r"\S+|\s+")  # a split HF does not use
+    monkeypatch.setattr(bytebpe, "GPT2_PATTERN", r"\S+|\s+")  # a split HF does not use
     monkeypatch.setattr(T, "_fastokens", lambda *a, **k: "fastokens left out")
     enc = T.Encoder.build(small, probe_texts=["hello", "don't stop"])
     assert enc.backend == "hf" and "probe doc 1" in enc.reason

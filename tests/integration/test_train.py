@@ -244,7 +244,7 @@ def test_fresh_on_data_change_archives_and_restarts(built, tmp_path):
 
 
 def test_evidence_card_quotes_the_figures_of_train_json(built, tmp_path):
-    """The card's throughput lines come from monitor.summarize, like data/metrics/train.json: it
+    """The card's throughput lines come from throughput.summarize, like data/metrics/train.json: it
     used its own nearest-rank p95, which disagreed with train.json's (linear) p95."""
     import re
 
@@ -319,7 +319,7 @@ def test_the_step_and_hooks_train_the_weights_the_loop_before_them_did(built, tm
 
 def test_a_callers_hook_sees_every_step_and_one_close(built, tmp_path):
     from shardline.context import RunContext
-    from shardline.core import config
+    from shardline import paramsfile
     from shardline.core.layout import Layout
     from shardline.training import train
 
@@ -340,7 +340,7 @@ def test_a_callers_hook_sees_every_step_and_one_close(built, tmp_path):
 
     seen = Seen()
     layout = Layout.at(root)
-    train.run(config.load(root / "params.yaml"), layout, RunContext(log=lambda _: None, hooks=(seen,)))
+    train.run(paramsfile.load(root / "params.yaml"), layout, RunContext(log=lambda _: None, hooks=(seen,)))
     assert seen.calls == [("before", 1), ("after", 1, "ok", False), ("before", 2), ("after", 2, "ok", False),
                           ("before", 3), ("after", 3, "ok", True), ("before", 4), ("after", 4, "ok", True),
                           ("before", 5), ("after", 5, "ok", False), ("before", 6), ("after", 6, "ok", True),

@@ -12,7 +12,7 @@ import pytest
 from shardline.core import extras, shardformat
 from shardline.core.errors import BadInput
 from shardline.data import download, shard, tokenize, views
-from shardline.data.clean import stage as clean
+from shardline.data.clean.stage import run as clean
 from tests.conftest import make_project
 from tests.integration.test_hfdatasets import TEXTS, hub_repo
 

@@ -64,9 +64,10 @@ import torch
 from harness.projects import lineage_of
 from shardline.core import fsio, shardformat
 from shardline.data import download, tokenize, shard
-from shardline.data.clean import stage as clean
+from shardline.data.clean.stage import run as clean
 from shardline.training import checkpoint
-from shardline.core import config, errors
+from shardline.core import errors
+from shardline import paramsfile
 from shardline.core.errors import BadInput, PathError
 from tests.conftest import REPO, make_project, small_params, stdlib_files
 from tests.unit.test_shard import fake_tokens
@@ -299,7 +300,7 @@ def test_a_shards_uri_of_an_unknown_scheme_is_refused_by_its_field(tmp_path):
     raw = small_params([{"name": "s", "uri": "x", "format": "txt"}], loader={"shards_uri": "foo://bucket/x"})
     with pytest.raises(errors.ConfigError, match=r"loader.shards_uri: 'foo://bucket/x': foo:// is not a scheme "
                                                   r"fsspec knows"):
-        config.parse(raw)
+        paramsfile.parse(raw)
 
 
 @pytest.mark.parametrize("uri, said", [
@@ -310,7 +311,7 @@ def test_a_shards_uri_of_an_unknown_scheme_is_refused_by_its_field(tmp_path):
 def test_a_checkpoint_uri_that_no_store_can_take_is_refused_by_its_field(uri, said):
     raw = small_params([{"name": "s", "uri": "x", "format": "txt"}], train={"checkpoint_uri": uri})
     with pytest.raises(errors.ConfigError) as e:
-        config.parse(raw)
+        paramsfile.parse(raw)
     assert str(e.value).splitlines()[1:] == [f"  train.checkpoint_uri: {said}"]
 
 
@@ -318,16 +319,16 @@ def test_a_source_uri_of_an_unknown_scheme_is_refused_by_its_field():
     raw = small_params([{"name": "s", "uri": ["/data/a.txt", "foo://bucket/x"], "format": "txt"}])
     with pytest.raises(errors.ConfigError, match=r"sources\[0\]\.uri: 'foo://bucket/x': foo:// is not a scheme "
                                                   r"fsspec knows"):
-        config.parse(raw)
+        paramsfile.parse(raw)
 
 
 def test_a_shards_uri_whose_extra_is_missing_names_the_extra():
     # s3fs is installed here; a fresh interpreter where importing it fails stands for one without [s3]
     code = ("import sys; sys.modules['s3fs'] = None\n"
-            "from shardline.core import config\n"
+            "from shardline import paramsfile\nfrom shardline.core import config\n"
             "from tests.conftest import small_params\n"
             "p = small_params([{'name': 's', 'uri': 'x', 'format': 'txt'}], loader={'shards_uri': 's3://b/shards'})\n"
-            "try:\n    config.parse(p)\nexcept config.ConfigError as e:\n    print(e)\n")
+            "try:\n    paramsfile.parse(p)\nexcept config.ConfigError as e:\n    print(e)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert "loader.shards_uri: 's3://b/shards': s3:// needs a package that is not installed here; " \
            "pip install 'shardline[s3]'" in out.stdout, out.stdout + out.stderr
@@ -344,7 +345,7 @@ def test_a_streaming_node_without_data_tokenizer_is_told_to_copy_it(tmp_path):
 
 
 def test_explain_after_a_clean_stage_killed_before_its_selections(tmp_path, code_src):
-    from shardline.data.clean import explain
+    from shardline.data.clean.stage import explain
 
     params, layout = _clean_project(tmp_path / "p", code_src)
     clean.run(params, layout, log=lambda _: None)
@@ -392,7 +393,7 @@ def test_eval_tasks_settings_are_refused_by_their_field():
                                                                 r"checkpoints, which eval\.every: 0 turns off"),
                           ({"tasks_every": 0}, r"eval\.tasks_every: must be >= 1, got 0")):
         with pytest.raises(errors.ConfigError, match=line):
-            config.parse(small_params([{"name": "s", "uri": "x", "format": "txt"}], eval=section))
+            paramsfile.parse(small_params([{"name": "s", "uri": "x", "format": "txt"}], eval=section))
 
 
 def test_downstream_tasks_without_lm_eval_name_the_extra():

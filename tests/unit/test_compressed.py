@@ -13,9 +13,8 @@ import pyarrow as pa
 import pytest
 
 from shardline.core.errors import BadInput
-from shardline.data import compressed, download, frame, readers, shard, tokenize
-from shardline.data.clean import explain
-from shardline.data.clean import stage as clean
+from shardline.data import compressed, download, filespans, frame, readers, shard, tokenize
+from shardline.data.clean.stage import explain, run as clean
 from tests.conftest import make_project, stdlib_files
 
 QUIET = dict(log=lambda _: None)
@@ -169,7 +168,7 @@ def test_threads_reading_spans_of_two_compressed_files_keep_their_own_streams(tm
 
     def docs(name: str, packed: bool) -> list:
         path = tmp_path / (name + (".gz" if packed else ""))
-        cut = readers.spans(path, src, files[name], 20_000, "gzip" if packed else None)
+        cut = filespans.spans(path, src, files[name], 20_000, "gzip" if packed else None)
         return [d for span in cut for d in readers.read(path, path.name, src, readers.ReadStats(), span)]
 
     with ThreadPoolExecutor(2) as pool:

@@ -2,6 +2,7 @@ import pytest
 import yaml
 
 from shardline.core import config
+from shardline import paramsfile
 from shardline.core.errors import ConfigError
 from tests.conftest import REPO
 
@@ -10,12 +11,12 @@ SRC = {"name": "a", "uri": "x", "format": "txt"}
 
 def problems(raw) -> list[str]:
     with pytest.raises(ConfigError) as e:
-        config.parse(raw)
+        paramsfile.parse(raw)
     return [ln.strip() for ln in str(e.value).splitlines()[1:]]
 
 
 def test_shipped_params_load():
-    p = config.load(REPO / "params.yaml")
+    p = paramsfile.load(REPO / "params.yaml")
     assert [s.name for s in p.sources] == ["code", "prose"]
     assert p.tokenizer.vocab_size <= 65535
 
@@ -49,7 +50,7 @@ def test_cross_field_checks_name_the_field():
         ["tokenizer.bos_token: '<|endoftext|>' is also eos_token; a document boundary needs two different ids, "
          "or leave bos_token unset"]
     # a given tokenizer is checked when the tokenize stage reads it; two given tokenizers are one too many
-    assert config.parse({"sources": [SRC], "tokenizer": {"path": "t.json", "eos_token": "</s>"}}).tokenizer_given \
+    assert paramsfile.parse({"sources": [SRC], "tokenizer": {"path": "t.json", "eos_token": "</s>"}}).tokenizer_given \
         == "t.json"
     assert problems({"sources": [SRC], "tokenizer": {"path": "t.json"}, "train": {"init_from": "m"}}) == \
         ["tokenizer.path: train.init_from brings its model's own tokenizer.json, which becomes the line's; remove "
@@ -58,7 +59,7 @@ def test_cross_field_checks_name_the_field():
 
 
 def test_configs_are_frozen():
-    p = config.parse({"sources": [SRC]})
+    p = paramsfile.parse({"sources": [SRC]})
     with pytest.raises(Exception):
         p.clean.min_chars = 3  # type: ignore[misc]
 
@@ -73,19 +74,19 @@ def test_every_field_is_documented():
 
 def test_load_reports_yaml_errors_and_missing_file(tmp_path):
     with pytest.raises(ConfigError, match="not found"):
-        config.load(tmp_path / "params.yaml")
+        paramsfile.load(tmp_path / "params.yaml")
     (tmp_path / "params.yaml").write_text("sources: [\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
-        config.load(tmp_path / "params.yaml")
+        paramsfile.load(tmp_path / "params.yaml")
     (tmp_path / "params.yaml").write_text(yaml.safe_dump([1, 2]))
     with pytest.raises(ConfigError, match="must be a mapping"):
-        config.load(tmp_path / "params.yaml")
+        paramsfile.load(tmp_path / "params.yaml")
 
 
 def test_params_that_are_not_utf8_name_the_line(tmp_path):
     (tmp_path / "params.yaml").write_bytes(b"sources:\n  - name: caf\xe9\n")  # Latin-1, as an editor may save it
     with pytest.raises(ConfigError) as e:
-        config.load(tmp_path / "params.yaml")
+        paramsfile.load(tmp_path / "params.yaml")
     assert str(e.value) == (f"{tmp_path / 'params.yaml'}: line 2: not UTF-8 (byte 0xe9 at offset 22); "
                             "save the file as UTF-8")
 

@@ -18,10 +18,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shardline.core import config
+from shardline import paramsfile
 from shardline.core.config import Source
 from shardline.core.errors import BadInput, ShardlineError
-from shardline.data import compressed, readers
+from shardline.data import compressed, filespans, readers
 from shardline.data.readstats import MAX_SAMPLES
 from harness.projects import REPO
 
@@ -65,7 +65,7 @@ def _read(path: Path, source: Source, part_bytes: float = 1 << 30) -> tuple[list
     which = compressed.codec(path) if source.format != "warc" else None
     size = compressed.decoded_size(path, which)[0] if which else path.stat().st_size
     docs = []
-    for span in readers.spans(path, source, size, part_bytes, which):
+    for span in filespans.spans(path, source, size, part_bytes, which):
         docs += list(readers.read(path, path.name, source, stats, span))
     compressed.release()
     return docs, stats
@@ -134,6 +134,6 @@ def test_a_damaged_params_file_is_one_clean_error_or_valid_params(tmp_path, data
     path = tmp_path / "params.yaml"
     path.write_bytes(data.draw(damaged(PARAMS)))
     try:
-        config.load(path)
+        paramsfile.load(path)
     except ShardlineError as e:
         assert str(e).startswith(f"{path}: "), str(e)

@@ -15,8 +15,7 @@ import pytest
 
 from shardline.data import download
 from shardline.core.errors import BadInput
-from shardline.data.clean import explain
-from shardline.data.clean import stage as clean
+from shardline.data.clean.stage import explain, run as clean
 from shardline.results import report
 from tests.conftest import make_project
 from tests.unit.test_warc import MODULES, _crawl, _url

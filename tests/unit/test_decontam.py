@@ -12,8 +12,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from shardline.core.errors import BadInput
-from shardline.data.clean import decontam
-from shardline.data.clean.decontam import DecontaminateRule, Index, ngram_hashes, words
+from shardline.data.clean.kernels import ngrams
+from shardline.data.clean.kernels.ngrams import ngram_hashes, words
+from shardline.data.clean.rules.decontam import DecontaminateRule, Index
 from shardline.data.clean.verdict import Drop
 from shardline.data.document import Document as D
 from tests.conftest import STDLIB
@@ -33,8 +34,8 @@ def reference(text: str, n: int) -> list[int]:
         x = x * 0xC4CEB9FE1A85EC53 & M64
         return x ^ (x >> 33)
 
-    w = [fmix(sum(ord(c) * pow(decontam._P, j, 1 << 64) for j, c in enumerate(word)) & M64) for word in words(text)]
-    return [sum(w[k + i] * pow(decontam._Q, n - 1 - i, 1 << 64) for i in range(n)) & M64 for k in range(len(w) - n + 1)]
+    w = [fmix(sum(ord(c) * pow(ngrams._P, j, 1 << 64) for j, c in enumerate(word)) & M64) for word in words(text)]
+    return [sum(w[k + i] * pow(ngrams._Q, n - 1 - i, 1 << 64) for i in range(n)) & M64 for k in range(len(w) - n + 1)]
 
 
 def write_jsonl(path, texts, field="text"):
@@ -68,7 +69,7 @@ def test_hash_is_the_stated_polynomial_on_real_and_unicode_text():
 def test_long_text_hashed_in_batches_gives_the_same_hashes(monkeypatch):
     text = " ".join([EVAL, "x" * 500, FILLER] * 20)
     whole = ngram_hashes(text, 13)
-    monkeypatch.setattr(decontam, "_BATCH", 64)  # many batches, and words longer than a batch
+    monkeypatch.setattr(ngrams, "_BATCH", 64)  # many batches, and words longer than a batch
     assert np.array_equal(ngram_hashes(text, 13), whole)
 
 
@@ -166,8 +167,7 @@ def test_the_clean_stage_drops_samples_and_explains_contaminated_documents(tmp_p
     """clean.decontaminate end to end: the index built once from the evaluation sets, the rule counted,
     sampled and explained like any other, the sets' content (not path) in the part keys and the stats."""
     from shardline.data import download
-    from shardline.data.clean import explain
-    from shardline.data.clean import stage as clean
+    from shardline.data.clean.stage import explain, run as clean
     from tests.conftest import make_project
 
     question = ("Which of the following best describes the primary function of mitochondria in eukaryotic "
@@ -203,7 +203,7 @@ def test_the_clean_stage_drops_samples_and_explains_contaminated_documents(tmp_p
 def test_a_missing_rule_file_is_one_line_naming_the_field(tmp_path, clean_cfg, says):
     from shardline.core.errors import BadInput
     from shardline.data import download
-    from shardline.data.clean import stage as clean
+    from shardline.data.clean.stage import run as clean
     from tests.conftest import make_project
 
     (tmp_path / "in").mkdir()

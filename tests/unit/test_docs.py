@@ -33,6 +33,7 @@ from pydantic import BaseModel
 from harness.plugins import guide as plugin_guide
 from shardline import registry
 from shardline.core import config
+from shardline import paramsfile
 
 REPO = Path(__file__).resolve().parents[2]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
@@ -173,7 +174,7 @@ def _guide_names(group: str) -> set[str]:
 
 
 def _key_problem(key: str) -> str | None:
-    models: list[type[BaseModel]] = [config.schema()]
+    models: list[type[BaseModel]] = [paramsfile.schema()]
     parts = key.split(".")
     if parts[0] == "clean" and len(parts) > 1 and parts[1] in _guide_names("rules"):
         return None  # a setting of the guide's own rule
@@ -193,7 +194,7 @@ def _key_problem(key: str) -> str | None:
 def _sections() -> set[str]:
     """The words that start a params key: today's sections, and any the config knows by an old name
     (so a page still showing the old name fails here instead of passing as plain text)."""
-    return set(config.schema().model_fields) | set(getattr(config, "RENAMED", {}))
+    return set(paramsfile.schema().model_fields) | set(getattr(config, "RENAMED", {}))
 
 
 def _is_key(dotted: str) -> bool:

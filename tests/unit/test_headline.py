@@ -8,7 +8,8 @@ import json
 
 import yaml
 
-from shardline.core.layout import HEADLINE_JSON, Layout
+from shardline.core.layout import Layout
+from shardline.core.filenames import HEADLINE_JSON
 from shardline.training.steplog import write_derived
 from tests.conftest import REPO
 

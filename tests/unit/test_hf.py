@@ -13,9 +13,9 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from shardline.core import config
+from shardline import paramsfile
 from shardline.core.errors import BadInput
-from shardline.core.layout import HF_WEIGHTS_INDEX
+from shardline.core.filenames import HF_WEIGHTS_INDEX
 from shardline.model import ModelConfig, build, resolve
 from shardline.model.hf import to_hf
 from shardline.model.imported import Imported
@@ -79,7 +79,7 @@ def hf_logits(where, x):
 
 def imported(where, dropout=0.0) -> torch.nn.Module:
     imp = Imported.read(where)
-    model_section = config.parse({"sources": [{"name": "a", "uri": "x", "format": "txt"}],
+    model_section = paramsfile.parse({"sources": [{"name": "a", "uri": "x", "format": "txt"}],
                                   "model": {"dropout": dropout}}).model
     cfg = resolve(imp.section(model_section), vocab_size=imp.vocab_size, seq_len=32, n_positions=imp.n_positions)
     model = build(cfg)
@@ -210,7 +210,7 @@ def test_every_mismatch_is_one_line_naming_it(llama_dir, tmp_path):
 
 def test_params_that_disagree_with_the_model_are_named(llama_dir):
     imp = Imported.read(llama_dir)
-    model = config.parse({"sources": [{"name": "a", "uri": "x", "format": "txt"}],
+    model = paramsfile.parse({"sources": [{"name": "a", "uri": "x", "format": "txt"}],
                           "model": {"arch": "llama", "n_layer": 5, "d_model": 32}}).model
     with pytest.raises(BadInput) as e:
         imp.section(model)

@@ -8,13 +8,14 @@ import pytest
 
 from harness.projects import lineage_of
 from shardline.core import config
+from shardline import paramsfile
 from shardline.training import identity
 from shardline.core.errors import BadInput
 from tests.conftest import small_params
 
 
 def ident(**sections) -> dict:
-    params = config.parse(small_params([{"name": "a", "uri": "x", "format": "txt"}], **sections))
+    params = paramsfile.parse(small_params([{"name": "a", "uri": "x", "format": "txt"}], **sections))
     state = {"data_version": "v1", "mix": params.mix, "seed": params.loader.seed,
              "global_batch": params.loader.global_batch, "seq_len": params.shard.seq_len}
     return identity.current(params, state)
@@ -61,7 +62,7 @@ def test_settings_added_later_keep_old_checkpoints_identity_and_tag(tmp_path):
     """A checkpoint saved before train.schedule / decay_fraction existed is the same run as a cosine
     run now (same identity, same tag: its .shardline/kept/<tag>/ copies stay its own); wsd is not,
     and decay_fraction only counts under wsd (under cosine it is refused: core/inert.py)."""
-    params = config.parse(small_params([{"name": "a", "uri": "x", "format": "txt"}]))
+    params = paramsfile.parse(small_params([{"name": "a", "uri": "x", "format": "txt"}]))
     loader = {"data_version": "v1", "mix": params.mix, "seed": params.loader.seed,
               "global_batch": params.loader.global_batch, "seq_len": params.shard.seq_len}
     train = {k: v for k, v in params.section("train").items() if k not in ("schedule", "decay_fraction")}
@@ -85,7 +86,7 @@ def test_a_gpt2_run_from_before_llama_keeps_its_identity_and_tag(tmp_path):
     its checkpoint's lineage, no change."""
     raw = {"sources": [{"name": "a", "uri": "x", "format": "txt"}], "mix": {"a": 1.0},
            "model": {"n_layer": 1, "n_head": 2, "d_model": 32, "dropout": 0.1}}
-    params = config.parse(raw)
+    params = paramsfile.parse(raw)
     assert params.model.arch == "gpt2"
     state = {"data_version": "v1", "mix": params.mix, "seed": params.loader.seed,
              "global_batch": params.loader.global_batch, "seq_len": params.shard.seq_len}
@@ -97,7 +98,7 @@ def test_a_gpt2_run_from_before_llama_keeps_its_identity_and_tag(tmp_path):
     old = identity.saved({"loader": state}, dataclasses.replace(lineage_of(tmp_path), params=old_lineage))
     assert identity.diff(old, now) == [] and identity.tag(old) == "aa38c2fe9328"
     # document attention is another run: its blocks see other contexts
-    doc = config.parse({**raw, "train": {"attention": "document"}})
+    doc = paramsfile.parse({**raw, "train": {"attention": "document"}})
     assert identity.diff(now, identity.current(doc, state)) == ["train.attention: saved 'causal', now 'document'"]
 
 

@@ -10,12 +10,13 @@ REPO = Path(__file__).resolve().parents[2]
 # Top to bottom: a module may import its own layer or any below it, never one above.
 LAYERS = ("flows tasks", "shardline.cli", "shardline.orchestration.flows", "shardline.orchestration.tasks",
           "shardline.dvcrepo", "shardline.stages", "shardline.results", "shardline.training", "shardline.stream",
-          "shardline.model shardline.data", "shardline.core shardline.context shardline.registry")
+          "shardline.paramsfile", "shardline.model shardline.data", "shardline.context shardline.registry",
+          "shardline.core")
 RANK = {prefix: i for i, layer in enumerate(LAYERS) for prefix in layer.split()}
-# The one import up a layer, by name: params.yaml's clean section is its rules' settings, assembled
-# beside the rules (data/clean/settings.py); core/config imports it in the one function that
-# completes Params, when a params file is first read (docs/architecture.md, Layers).
-UPWARD = {("shardline.core.config", "shardline.data.clean.settings")}
+# No exceptions: params.yaml's clean section is its rules' settings, assembled beside the rules
+# (data/clean/stage/settings.py), and the loader that completes Params with it (shardline/paramsfile.py)
+# sits above both; the stages' groups (shardline/registry.py) are handed to core, never imported by it.
+UPWARD: set[tuple[str, str]] = set()
 
 
 def _module(path: Path) -> str:
@@ -95,7 +96,17 @@ def test_no_import_circles():
 
 def test_the_checks_see_a_planted_circle_and_an_upward_import():
     assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
-    assert _rank("shardline.core.config") > _rank("shardline.data.clean.settings") > _rank("shardline.cli.main")
+    assert _rank("shardline.core.config") > _rank("shardline.data.clean.stage.settings") > _rank("shardline.cli.main")
+    assert _rank("shardline.core.extras") > _rank("shardline.registry") > _rank("shardline.paramsfile")
+
+
+def test_core_imports_nothing_above_it():
+    """The ground floor stands on nothing: a core module imports only core modules and the package's
+    root (its __version__; shardline/__init__.py imports nothing), and no exception is named for it."""
+    edges = graph()
+    up = [f"{a} -> {b}" for a, targets in edges.items() if a.startswith("shardline.core.") or a == "shardline.core"
+          for b in sorted(targets) if not (b in ("shardline", "shardline.core") or b.startswith("shardline.core."))]
+    assert not up, "core imports from above it:\n" + "\n".join(up)
 
 
 def test_the_engine_imports_neither_prefect_nor_dvc():
@@ -112,3 +123,15 @@ def test_the_engine_imports_neither_prefect_nor_dvc():
                 [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else []
             found += [f"{mod}: {n}" for n in names if n.split(".")[0] in ("prefect", "prefect_ray", "dvc")]
     assert not found, "the engine imports an orchestrator:\n" + "\n".join(found)
+
+
+def test_the_clean_rooms_import_one_way():
+    """Inside the clean stage (docs/architecture.md, the folder map): stage/ uses rules/, rules/ use
+    kernels/; a kernel knows no rule and no part, a rule no part (verdict.py sits below them all)."""
+    edges = graph()
+    below = {"shardline.data.clean.kernels": ("rules", "stage"), "shardline.data.clean.rules": ("stage",),
+             "shardline.data.clean.verdict": ("kernels", "rules", "stage")}
+    up = [f"{a} -> {b}" for a, targets in edges.items() for room, higher in below.items()
+          if a == room or a.startswith(room + ".")
+          for b in sorted(targets) if any(b.startswith(f"shardline.data.clean.{h}") for h in higher)]
+    assert not up, "a clean room imports one above it:\n" + "\n".join(up)

@@ -10,7 +10,7 @@ import re
 import pytest
 
 from shardline.cli.main import main
-from shardline.core import config
+from shardline import paramsfile
 from shardline.core.errors import ConfigError
 from tests.conftest import small_params, write_params
 
@@ -19,7 +19,7 @@ SOURCES = [{"name": "code", "uri": "code", "format": "txt"}, {"name": "prose", "
 
 def load(tmp_path, sources=SOURCES, **sections):
     write_params(tmp_path, small_params(sources, **sections))
-    return config.load(tmp_path / "params.yaml")
+    return paramsfile.load(tmp_path / "params.yaml")
 
 
 def refused(tmp_path, **sections) -> list[str]:

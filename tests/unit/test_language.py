@@ -12,8 +12,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from shardline.data.clean import language
-from shardline.data.clean.language import Language as Settings
+from shardline.data.clean.rules import language
+from shardline.data.clean.rules.language import Language as Settings
 from shardline.data.clean.verdict import Drop
 from shardline.data.document import Document
 from tests.conftest import make_project
@@ -72,7 +72,7 @@ def test_only_the_first_max_chars_are_read():
 def test_per_source_languages_and_the_lang_columns(tmp_path):
     """One source filtered to English, the other (code) not filtered at all: its columns are null."""
     from shardline.data import download
-    from shardline.data.clean import stage as clean
+    from shardline.data.clean.stage import run as clean
 
     d = tmp_path / "in"
     d.mkdir()

@@ -13,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardline.core.errors import ShardlineError
-from shardline.data.clean import language, lid
+from shardline.data.clean.rules import language
+from shardline.data.clean.kernels import lid
 from tests.unit.test_language import UDHR_1, humanize_messages
 
 fasttext = pytest.importorskip("fasttext", reason="the reference is fasttext-predict: pip install -e '.[reference]'")
@@ -95,7 +96,7 @@ def test_judge_is_the_whole_trees_first_and_its_best_wanted(models, text, langs)
 
 
 def test_a_tie_at_the_top_is_said_and_the_whole_tree_orders_it(models):
-    from shardline.data.clean import hsoftmax as hs
+    from shardline.data.clean.kernels import hsoftmax as hs
 
     # two labels under one root whose sigmoid is 1/2 (zero weights): both leaves score log(1/2 + 1e-5)
     out_rows, zero = np.zeros((1, 16), np.float32), np.zeros(16, np.float32)

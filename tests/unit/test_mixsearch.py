@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from shardline.core import config
+from shardline import paramsfile
 from shardline.core.errors import ConfigError
 from shardline.results import mixfit, mixlaws, mixrecommend, mixreport, mixsearch
 
@@ -17,7 +17,7 @@ NAMES = ("code", "prose", "noise")
 
 
 def params(**search):
-    return config.parse({"sources": [{"name": n, "uri": f"/nowhere/{n}", "format": "txt"} for n in NAMES],
+    return paramsfile.parse({"sources": [{"name": n, "uri": f"/nowhere/{n}", "format": "txt"} for n in NAMES],
                          "mix": {"code": 0.6, "prose": 0.3, "noise": 0.1},
                          "mix_search": {"runs": 4, "bounds": {"noise": {"min": 0.05, "max": 0.2}}, **search}})
 
@@ -140,7 +140,7 @@ def test_jackknife_intervals_cover_fresh_measurements_as_often_as_they_claim():
 
 
 def two_sources(**search):
-    return config.parse({"sources": [{"name": n, "uri": f"/nowhere/{n}", "format": "txt"} for n in ("code", "prose")],
+    return paramsfile.parse({"sources": [{"name": n, "uri": f"/nowhere/{n}", "format": "txt"} for n in ("code", "prose")],
                          "mix": {"code": 0.8, "prose": 0.2}, "mix_search": {"runs": 4, "seed": 1, **search}})
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shardline.core import config
+from shardline import paramsfile
 from shardline.results import mixrecommend, mixreport, mixsearch
 
 NAMES = ("a", "b", "noise")
@@ -42,7 +42,7 @@ def true_target(mix: dict[str, float]) -> float:
 def planted(rounds: int, runs: int, seed: int = 0, validate: bool = False) -> dict:
     """The search's result: its seed draws the proxies, and seeds the measurement noise too.
     validate: the law's best mix measured as one more run, as `--validate` does."""
-    p = config.parse({"sources": [{"name": n, "uri": f"/nowhere/{n}", "format": "txt"} for n in NAMES],
+    p = paramsfile.parse({"sources": [{"name": n, "uri": f"/nowhere/{n}", "format": "txt"} for n in NAMES],
                       "mix": {"a": 0.4, "b": 0.4, "noise": 0.2},
                       "mix_search": {"runs": runs, "rounds": rounds, "seed": seed, "target": "sources",
                                      "target_sources": {"a": 0.7, "b": 0.3}, "bounds": {"noise": {"min": 0.02}}}})

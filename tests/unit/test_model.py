@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from shardline.core import config
+from shardline import paramsfile
 from shardline.core.errors import ConfigError
 from shardline.model import ModelConfig, build, resolve
 from shardline.training.optimizer import configure_optimizer
@@ -162,7 +162,7 @@ def test_parameter_and_flop_counts_are_the_hand_counts():
 
 def test_llama_rules_and_refusals_name_the_field():
     def model(**m):
-        return config.parse({"sources": [{"name": "a", "uri": "x", "format": "txt"}], "model": m}).model
+        return paramsfile.parse({"sources": [{"name": "a", "uri": "x", "format": "txt"}], "model": m}).model
 
     m = model(arch="llama", d_model=128, n_head=4)
     assert (m.kv_heads, m.head_size, m.ffn_size) == (4, 32, 512)  # Llama's rule: 341 -> 512 (multiple of 256)
@@ -183,7 +183,7 @@ def test_llama_rules_and_refusals_name_the_field():
 def test_resolve_reads_a_lineage_section_of_either_age():
     old = {"n_layer": 2, "n_head": 4, "d_model": 128, "dropout": 0.1, "bias": False}  # before arch existed
     assert resolve(old, vocab_size=V, seq_len=T) == ModelConfig("gpt2", vocab_size=V, seq_len=T, dropout=0.1)
-    new = config.parse({"sources": [{"name": "a", "uri": "x", "format": "txt"}],
+    new = paramsfile.parse({"sources": [{"name": "a", "uri": "x", "format": "txt"}],
                         "model": {"arch": "llama", "n_kv_head": 2}}).section("model")
     c = resolve(new, vocab_size=V, seq_len=T, attention="document", eos_id=0)
     assert (c.arch, c.n_kv_head, c.head_dim, c.mlp_hidden, c.attention, c.eos_id) == ("llama", 2, 32, 512,

@@ -8,7 +8,8 @@ import json
 import pytest
 import torch
 
-from shardline.training.monitor import Monitor, guess_peak_flops, slow_steps
+from shardline.training.monitor import Monitor, guess_peak_flops
+from shardline.training.throughput import slow_steps
 
 FIELDS = {"step", "loss", "lr", "tokens", "step_s", "data_wait_s", "compute_s", "tokens_per_s", "mfu",
           "gpu_util", "slow"}
@@ -76,7 +77,7 @@ def test_slow_steps_flagged_with_cause_and_logged_once():
 
 def test_the_slow_step_lines_and_the_slowest_name_one_step_and_one_command():
     """Issue 50: the log offered to profile from the step after a slow one, the card from the
-    slowest itself. The card's lines and the train stage's last line are monitor.slow_steps."""
+    slowest itself. The card's lines and the train stage's last line are throughput.slow_steps."""
     logs = []
     mon = make(logs=logs)
     rows = [normal(mon, s) for s in range(1, 11)]
@@ -169,7 +170,7 @@ def test_the_summary_keeps_no_record_and_says_what_summarize_says_of_them():
     over 50,000 steps. The monitor keeps what its summary needs, and says the same as summarize."""
     import tracemalloc
 
-    from shardline.training.monitor import summarize
+    from shardline.training.throughput import summarize
 
     mon, recs = make(total_steps=3000), []
     _long_run(mon, recs)

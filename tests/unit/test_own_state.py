@@ -16,7 +16,8 @@ import shutil
 import pytest
 
 from shardline.core import fsio
-from shardline.core.layout import Layout, partial_note_of, partial_of, step_dir
+from shardline.core.layout import Layout
+from shardline.core.filenames import partial_note_of, partial_of, step_dir
 from shardline.data import grouping, objects, staging
 from shardline.stream.remote import upload_shards
 from shardline.training import checkpoint

@@ -13,7 +13,8 @@ import subprocess
 import pytest
 import yaml
 
-from shardline.core import config, yamlfile
+from shardline.core import yamlfile
+from shardline import paramsfile
 from shardline.core.errors import ConfigError
 from tests.conftest import BIN, REPO
 
@@ -23,7 +24,7 @@ SHIPPED = (REPO / "params.yaml").read_text()
 def _load(tmp_path, text: str):
     path = tmp_path / "params.yaml"
     path.write_text(text)
-    return config.load(path), path
+    return paramsfile.load(path), path
 
 
 @pytest.mark.parametrize("text, said", [
@@ -119,7 +120,7 @@ def test_the_profile_command_the_card_and_the_log_offer_runs_and_adds_only_its_k
     `--set-param` value"), and unquoted braces are the shell's brace expansion."""
     from dvc.utils.hydra import apply_overrides
 
-    from shardline.training.monitor import profile_command
+    from shardline.training.throughput import profile_command
 
     path = tmp_path / "params.yaml"
     path.write_text(SHIPPED)

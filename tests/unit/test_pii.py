@@ -12,7 +12,7 @@ from datatrove.pipeline.formatters import PIIFormatter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardline.data.clean.pii import PiiRule
+from shardline.data.clean.rules.pii import PiiRule
 from shardline.data.document import Document as D
 from tests.conftest import CORPORA, STDLIB
 
@@ -109,7 +109,7 @@ def test_the_clean_stage_replaces_addresses_last_and_counts_the_bytes(tmp_path):
     import pyarrow.parquet as pq
 
     from shardline.data import download
-    from shardline.data.clean import stage as clean
+    from shardline.data.clean.stage import run as clean
     from tests.conftest import make_project
 
     text = "Write to jane.doe+lists@mail.example.com or ping 8.8.8.8 about the garden club's meeting times."

@@ -25,9 +25,9 @@ from shardline import __version__
 from shardline.core import fsio, shardformat
 from shardline.core.config import Eval
 from shardline.core.errors import BadInput
-from shardline.core.layout import MANIFEST, index_of
+from shardline.core.filenames import MANIFEST, index_of
 from shardline.data import shard
-from shardline.data.clean import split
+from shardline.data.clean.stage import split
 from shardline.stream import loader as stream_loader
 from shardline.stream.mixing import Schedule
 from shardline.stream.permute import Permutation, key_for

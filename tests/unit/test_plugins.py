@@ -8,7 +8,8 @@ import pytest
 
 from harness.plugins import write_dist
 from shardline import registry, stages
-from shardline.core import config, plugins
+from shardline.core import plugins
+from shardline import paramsfile
 from shardline.core.errors import ConfigError
 
 MODULE = '''
@@ -57,10 +58,10 @@ def test_an_unknown_name_lists_the_builtin_and_the_plugin_ones(installed):
                             "tokenize, shard, train, report (built in); broken (plug-in of shardline-demo 0.1.0), "
                             "hello (plug-in of shardline-demo 0.1.0)")
     raw = {"sources": [{"name": "a", "uri": "x", "format": "txt"}]}
-    ok = config.parse({**raw, "model": {"arch": "demo_net"}, "log": {"backends": ["demo_tracker", "tensorboard"]}})
+    ok = paramsfile.parse({**raw, "model": {"arch": "demo_net"}, "log": {"backends": ["demo_tracker", "tensorboard"]}})
     assert ok.model.arch == "demo_net" and ok.log.backends == ("demo_tracker", "tensorboard")
     with pytest.raises(ConfigError) as e:
-        config.parse({**raw, "model": {"arch": "demo", "bias": True}})
+        paramsfile.parse({**raw, "model": {"arch": "demo", "bias": True}})
     assert "model.arch: 'demo' is no architecture (did you mean 'demo_net'?); known architectures: gpt2, llama " \
            "(built in); demo_net (plug-in of shardline-demo 0.1.0)" in str(e.value)
 
@@ -68,10 +69,10 @@ def test_an_unknown_name_lists_the_builtin_and_the_plugin_ones(installed):
 def test_a_plugin_architecture_takes_the_fields_every_architecture_has(installed):
     raw = {"sources": [{"name": "a", "uri": "x", "format": "txt"}]}
     with pytest.raises(ConfigError) as e:
-        config.parse({**raw, "model": {"arch": "demo_net", "n_kv_head": 2, "bias": True}})
+        paramsfile.parse({**raw, "model": {"arch": "demo_net", "n_kv_head": 2, "bias": True}})
     assert "model.n_kv_head: applies to arch llama only, this model is demo_net; remove it" in str(e.value)
     assert "model.bias: applies to arch gpt2 only, this model is demo_net; remove it" in str(e.value)
-    from shardline.core.sections_run import identity_of
+    from shardline.core.sections_model import identity_of
 
     assert identity_of({"arch": "demo_net", "n_layer": 3}) == {
         "arch": "demo_net", "n_layer": 3, "n_head": 4, "d_model": 128, "dropout": 0.1, "norm_eps": 1e-5,
@@ -79,11 +80,11 @@ def test_a_plugin_architecture_takes_the_fields_every_architecture_has(installed
 
 
 def test_no_metadata_is_read_while_every_name_is_built_in(monkeypatch):
-    config.schema()  # the clean section: its rules are listed once, when it is first made
+    paramsfile.schema()  # the clean section: its rules are listed once, when it is first made
     monkeypatch.setattr(plugins, "_found", None)  # from here any lookup would fail: none is made
     raw = {"sources": [{"name": "a", "uri": "x", "format": "txt"}], "model": {"arch": "llama"},
            "log": {"backends": ["tensorboard"]}}
-    assert config.parse(raw).model.arch == "llama"
+    assert paramsfile.parse(raw).model.arch == "llama"
     assert stages.run_of("shard").__module__ == "shardline.data.shard"
     registry.check("report")
 
@@ -142,7 +143,7 @@ def wrong_kinds(tmp_path, monkeypatch):
 def _cfg(arch: str, attention: str = "causal"):
     from shardline.model import resolve
 
-    return resolve(config.parse({"sources": [{"name": "a", "uri": "x", "format": "txt"}],
+    return resolve(paramsfile.parse({"sources": [{"name": "a", "uri": "x", "format": "txt"}],
                                  "model": {"arch": arch, "n_layer": 1, "n_head": 1, "d_model": 8}}).section("model"),
                    vocab_size=16, seq_len=8, attention=attention, eos_id=0)
 
@@ -224,16 +225,16 @@ SHOUT = RuleEntry("shout", bool, Field(False, description="upper-case every docu
 ''',
     "shardline_rules_broken.py": "import nowhere_to_be_found\n"}
 CHECK = '''
-import sys
+from shardline import paramsfile
 from shardline.core import config, plugins
-from shardline.data.clean import rules
+from shardline.data.clean.rules import registry as rules
 raw = {"sources": [{"name": "a", "uri": "x", "format": "txt"}]}
-p = config.parse({**raw, "clean": {"shout": True}})  # the broken one is installed but not switched on
+p = paramsfile.parse({**raw, "clean": {"shout": True}})  # the broken one is installed but not switched on
 counts = {}
-print(rules.apply(rules.build(p.clean), "Hi there, friend: a sentence long enough for every default filter.", counts), counts["shout"], "shout" in rules.names(p.clean),
-      plugins.used_by(p.model.arch))
+kept = rules.apply(rules.build(p.clean), "Hi there, friend: a sentence long enough for every default filter.", counts)
+print(kept, counts["shout"], "shout" in rules.names(p.clean), plugins.used_by(p.model.arch))
 try:
-    config.parse({**raw, "clean": {"broken_rule": 1}})
+    paramsfile.parse({**raw, "clean": {"broken_rule": 1}})
 except config.ConfigError as e:
     print(str(e).splitlines()[-1].strip())
 '''

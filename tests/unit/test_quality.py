@@ -15,12 +15,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from shardline.data.clean import rules
-from shardline.data.clean.c4 import C4, C4Rule
-from shardline.data.clean.fineweb import FineWeb, FineWebRule
-from shardline.data.clean.gopher import GopherQuality, GopherQualityRule, GopherRepetition, GopherRepetitionRule
-from shardline.data.clean.ruleset import RuleSet
-from shardline.data.clean.settings import Clean
+from shardline.data.clean.rules import registry as rules
+from shardline.data.clean.rules.c4 import C4, C4Rule
+from shardline.data.clean.rules.fineweb import FineWeb, FineWebRule
+from shardline.data.clean.rules.gopher import GopherQuality, GopherQualityRule, GopherRepetition, GopherRepetitionRule
+from shardline.data.clean.rules.ruleset import RuleSet
+from shardline.data.clean.stage.settings import Clean
 from shardline.data.clean.verdict import Drop
 from shardline.data.document import Document as D
 
@@ -419,7 +419,7 @@ def test_ngram_measures_are_datatroves_functions(words, n):
     from datatrove.pipeline.filters.gopher_repetition_filter import (find_all_duplicate, find_top_duplicate,
                                                                      get_n_grams)
 
-    from shardline.data.clean import textstats as ts
+    from shardline.data.clean.kernels import textstats as ts
 
     text = " ".join(words)
     starts = np.cumsum([0] + [len(w) + 1 for w in words[:-1]]).astype(np.int64)[:len(words)]
@@ -451,7 +451,8 @@ def test_line_measures_are_the_python_they_replace(text):
     find_duplicates, and the basic rules' own measures."""
     from datatrove.pipeline.filters.gopher_repetition_filter import find_duplicates
 
-    from shardline.data.clean import basic, lines
+    from shardline.data.clean.rules import basic
+    from shardline.data.clean.kernels import lines
 
     for k, strip, pattern in ((2, True, r"\n{2,}"), (1, False, r"\n+")):
         pieces = re.split(pattern, text.strip() if strip else text)
@@ -484,7 +485,7 @@ def _whitespace_by_python(text: str) -> str:
 @settings(max_examples=800, deadline=None)
 @given(_LINES)
 def test_the_compiled_whitespace_rule_is_the_python_one(text):
-    from shardline.data.clean import basic
+    from shardline.data.clean.rules import basic
 
     out = basic.whitespace(D(text))
     assert out == _whitespace_by_python(text)

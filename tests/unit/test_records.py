@@ -15,6 +15,7 @@ import torch
 
 from shardline import __version__
 from shardline.core import config, fsio
+from shardline import paramsfile
 from shardline.core.errors import BadInput
 from shardline.core.layout import Layout
 from shardline.training import checkpoint, lineage
@@ -81,7 +82,7 @@ def today() -> dict:
 
 def _inputs(root: Path) -> tuple[config.Params, Lineage]:
     """What wrote TODAY: a two-source project with a tokenizer and one source's download manifest."""
-    params = config.parse({"sources": [{"name": "code", "uri": "code.txt", "format": "txt"},
+    params = paramsfile.parse({"sources": [{"name": "code", "uri": "code.txt", "format": "txt"},
                                        {"name": "prose", "uri": "prose.txt", "format": "txt",
                                         "clean": {"min_chars": 5}}],
                            "mix": {"code": 0.75, "prose": 0.25}})
@@ -179,7 +180,7 @@ def test_sources_of_several_uris_and_of_a_hub_dataset_read_back(tmp_path):
     request and resolved commit the lineage records instead); both failed to read back once typed."""
     from tests.conftest import small_params
 
-    params = config.parse(small_params([
+    params = paramsfile.parse(small_params([
         {"name": "code", "uri": ["a.txt", "b.txt"], "format": "txt"},
         {"name": "hub", "dataset": {"name": "org/set", "config": "small", "revision": "main"}}]))
     layout = Layout.at(tmp_path)

@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness import reference
-from shardline.data.clean import words
+from shardline.data.clean.kernels import words
 from tests.unit.test_language import UDHR_1, humanize_messages
 
 CORPORA = Path(__file__).resolve().parents[3] / "shared" / "corpora"

@@ -1,7 +1,9 @@
 import unicodedata
 
-from shardline.data.clean import basic, lines, rules
-from shardline.data.clean.settings import Clean
+from shardline.data.clean.rules import basic
+from shardline.data.clean.kernels import lines
+from shardline.data.clean.rules import registry as rules
+from shardline.data.clean.stage.settings import Clean
 from shardline.data.clean.verdict import Drop
 from shardline.data.document import Document as D
 
@@ -83,7 +85,7 @@ def test_fast_rules_equal_the_regular_expressions_on_real_and_odd_text():
 def test_a_rule_sees_the_whole_document_and_the_url_blocklist_is_a_rule_like_any(tmp_path):
     """One decision per rule: the URL comes with the document, so the blocklist is judged by
     rules.apply (as the clean stage and `shardline explain` both call it), counted like any check."""
-    from shardline.data.clean import inputs
+    from shardline.data.clean.stage import inputs
 
     listed = tmp_path / "block.txt"
     listed.write_text("spam.example\n")

@@ -15,8 +15,7 @@ import pytest
 
 from shardline.core import config, shardformat
 from shardline.data import download, tokenize, shard
-from shardline.data.clean import split
-from shardline.data.clean import stage as clean
+from shardline.data.clean.stage import split, run as clean
 from tests.conftest import CORPORA, make_project
 
 QUIET = dict(log=lambda _: None)

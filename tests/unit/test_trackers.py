@@ -14,6 +14,7 @@ from typing import Callable
 import pytest
 
 from shardline.core import config
+from shardline import paramsfile
 from shardline.core.errors import ConfigError
 from shardline.training.records import DataVersion, Lineage
 from shardline.training.tracking import Trackers, run_config, run_tags, series
@@ -57,13 +58,13 @@ def test_run_tags_are_short_enough_for_wandb():
 ])
 def test_a_bad_log_section_names_its_field(log, says):
     with pytest.raises(ConfigError) as e:
-        config.parse({"sources": [{"name": "a", "uri": "x.txt", "format": "txt"}], "log": log})
+        paramsfile.parse({"sources": [{"name": "a", "uri": "x.txt", "format": "txt"}], "log": log})
     assert says in str(e.value)
 
 
 def test_a_profile_needs_a_start_step():
     with pytest.raises(ConfigError) as e:
-        config.parse({"sources": [{"name": "a", "uri": "x.txt", "format": "txt"}], "train": {"profile": {"steps": 2}}})
+        paramsfile.parse({"sources": [{"name": "a", "uri": "x.txt", "format": "txt"}], "train": {"profile": {"steps": 2}}})
     assert "train.profile.start_step: required" in str(e.value)
 
 

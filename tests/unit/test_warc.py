@@ -188,8 +188,7 @@ def test_a_warc_source_cleans_to_pages_by_url_with_date_and_the_blocklist_counte
     import pyarrow.parquet as pq
 
     from shardline.data import download
-    from shardline.data.clean import explain
-    from shardline.data.clean import stage as clean
+    from shardline.data.clean.stage import explain, run as clean
     from tests.conftest import make_project
 
     (tmp_path / "in").mkdir()
@@ -210,7 +209,7 @@ def test_a_warc_source_cleans_to_pages_by_url_with_date_and_the_blocklist_counte
     table = pq.read_table(layout.clean / "web" / "part-00000.parquet")
     assert table.column("id").to_pylist() == [_url(n) for n in MODULES] + ["https://notspam.example/csv.html"]
     assert table.column("url").to_pylist() == table.column("id").to_pylist() and set(table.column("date").to_pylist()) == {DATE}
-    from shardline.data.clean import rules
+    from shardline.data.clean.rules import registry as rules
 
     assert table.column("text").to_pylist()[0] == rules.apply(rules.build(params.clean), _expected(MODULES[0]), {})
     assert stats["rules"]["url_blocklist"]["docs"] == 2 and stats["records"] == len(MODULES) + 3
@@ -225,7 +224,7 @@ def test_a_warc_source_cleans_to_pages_by_url_with_date_and_the_blocklist_counte
 
 
 def test_the_blocklist_matches_domains_and_their_subdomains_and_addresses_whole(tmp_path):
-    from shardline.data.clean import urls
+    from shardline.data.clean.rules import urls
 
     path = tmp_path / "block.txt"
     path.write_text("# ad networks\n*.Ads.Example\n3.4\n10.0.0.1  # a crawler trap\n.tracker.test\n")

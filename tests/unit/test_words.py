@@ -10,7 +10,7 @@ import spacy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardline.data.clean import textstats, words, wordtable
+from shardline.data.clean.kernels import textstats, words, wordsplit, wordtable
 
 NLP = spacy.blank("en")
 NLP.add_pipe("sentencizer")
@@ -68,7 +68,7 @@ def test_equal_words_equal_ids_and_flags_as_their_characters_say():
 def test_a_table_too_small_for_a_corpus_empties_itself_and_answers_the_same():
     big = words.table()
     members = (big.left_words, big.right_words, big.pairs)
-    small = wordtable.Table(big.fixed, members, slots=2048, arena=16_000)  # room for ~300 spans past its fixed ones
+    small = wordsplit.Table(big.fixed, members, slots=2048, arena=16_000)  # room for ~300 spans past its fixed ones
     resets = []
     reset = small.reset
     small.reset = lambda: (resets.append(1), reset())
@@ -81,7 +81,7 @@ def test_a_table_too_small_for_a_corpus_empties_itself_and_answers_the_same():
 
 
 def test_a_text_bigger_than_the_table_is_split_by_spacy_whole(monkeypatch):
-    tiny = wordtable.Table([], ([], [], np.zeros((0, 0), np.bool_)), slots=8, arena=64)  # 4 spans at most
+    tiny = wordsplit.Table([], ([], [], np.zeros((0, 0), np.bool_)), slots=8, arena=64)  # 4 spans at most
     monkeypatch.setattr(words, "table", lambda: tiny)
     text = "a b c d e f g h i j k l, m. (n) " * 5
     w = words._analyse(text)

@@ -14,12 +14,13 @@ import shutil
 
 import pytest
 
-from shardline.core import config, fsio
+from shardline.core import fsio
+from shardline import paramsfile
 from shardline.core.errors import BadInput
 from shardline.core.layout import Layout
 from shardline.core.remedies import remedy
 from shardline.data import download, shard, tokenize
-from shardline.data.clean import stage as clean
+from shardline.data.clean.stage import run as clean
 from shardline.stream import loader
 from shardline.training import guard, lineage, steplog
 from shardline.training.network import _tokenizer_meta
@@ -44,7 +45,7 @@ def project(line, tmp_path):
     root = tmp_path / "p"
     shutil.copytree(line, root)
     params_file = root / "params.yaml"  # its sources' uri is the fixture's folder: still there, unchanged
-    return config.load(params_file), Layout.at(root)
+    return paramsfile.load(params_file), Layout.at(root)
 
 
 def _files(layout: Layout) -> dict[str, str]:

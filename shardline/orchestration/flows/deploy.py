@@ -48,7 +48,7 @@ from prefect.client.schemas.objects import StateType
 from prefect.states import Crashed
 
 from shardline.orchestration.flows.server import OFFLINE
-from shardline.core import config
+from shardline import paramsfile
 from shardline.core.errors import ShardlineError
 
 DEPLOYMENTS = ("line", "retrain")
@@ -106,7 +106,7 @@ def serve_line(root: str | Path = ".", params_file: str = "params.yaml") -> None
     from shardline.orchestration.flows.pipeline import pipeline, retrain  # here: deploy and worker do not import the flows
 
     root = str(Path(root).resolve())
-    params = config.load(Path(root, params_file))
+    params = paramsfile.load(Path(root, params_file))
     mark_orphans_crashed()
     parameters = {"root": root, "params_file": params_file}
     serve(pipeline.to_deployment(name="line", parameters=parameters, concurrency_limit=1),
@@ -161,7 +161,7 @@ def deploy_to_pool(root: str | Path = ".", params_file: str = "params.yaml", log
     import yaml
 
     root = Path(root).resolve()
-    params = config.load(root / params_file)  # validated before anything is deployed
+    params = paramsfile.load(root / params_file)  # validated before anything is deployed
     spec = root / "prefect.yaml"
     if not spec.is_file():
         raise ShardlineError(f"{spec} is missing; copy prefect.yaml from the Shardline repository next to dvc.yaml")

@@ -34,7 +34,7 @@ def on_task_runner(params: Params, name: str) -> bool:
 
 def dispatch(name: str, layout: Layout, params_file: str, params: Params, **known):
     """Run stage `name` here, or as its stage flow on the task runner (see the module docstring)."""
-    extras.check(extras.for_stage(name, params))
+    extras.check(extras.for_stage(name, params, parted=name in registry.PARTED))
     if on_task_runner(params, name):
         from shardline.orchestration.flows.stage_flows import run_flow
 

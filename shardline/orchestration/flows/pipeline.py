@@ -33,7 +33,8 @@ from prefect.runtime import flow_run
 from shardline import dvcrepo
 from shardline.orchestration.flows.dispatch import dispatch
 from shardline import registry
-from shardline.core import chaos, config, plugins
+from shardline.core import chaos, plugins
+from shardline import paramsfile
 from shardline.core.errors import DownloadError, ShardlineError
 from shardline.core.layout import Layout
 from shardline.core.markup import text
@@ -57,7 +58,7 @@ def run_and_record(name: str, root: str, params_file: str, force: bool = False) 
         if not force and dvcrepo.is_up_to_date(repo, name):
             logger.info(f"{name}: up to date, skipped")
             return "skipped"
-        params = config.load(layout.root / params_file)
+        params = paramsfile.load(layout.root / params_file)
         dispatch(name, layout, params_file, params, log=run_log(logger), progress=progress_sink(name),
                  run_id=str(flow_run.id), recorded=True)  # recorded: dvc commit follows
         dvcrepo.commit(repo, name)
@@ -67,7 +68,7 @@ def run_and_record(name: str, root: str, params_file: str, force: bool = False) 
 
 
 def _stage_task(name: str, params_file: str, root: str):
-    params = config.load(Path(root, params_file))
+    params = paramsfile.load(Path(root, params_file))
     return task(run_and_record, **options(params, f"stage-{name}"), task_run_name=f"stage-{name}")
 
 
@@ -137,7 +138,7 @@ def retrain(root: str = ".", params_file: str = "params.yaml") -> dict:
     """Re-check the sources; retrain only when the data version changed."""
     logger = get_run_logger()
     root = str(Path(root).resolve())
-    params = config.load(Path(root, params_file))
+    params = paramsfile.load(Path(root, params_file))
     before = dvcrepo.out_hash(root, "data/raw")
     with dvcrepo.open_repo(root) as repo:
         bookkeeping = [s for s in dvcrepo.stage_order(repo) if s in registry.BOOKKEEPING]

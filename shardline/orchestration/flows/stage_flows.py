@@ -17,7 +17,7 @@ from prefect import flow, get_run_logger
 from prefect.runtime import flow_run
 
 from shardline import registry
-from shardline.core import config
+from shardline import paramsfile
 from shardline.core.layout import Layout
 from shardline.orchestration.tasks.invoke import invoke, run_context, run_log
 from shardline.orchestration.tasks.mappers import part_mapper
@@ -30,7 +30,7 @@ def run_flow(name: str, root: str = ".", params_file: str = "params.yaml", param
     caller's, already loaded from `params_file` (the flow loads the file itself: a flow run is
     defined by its parameters)."""
     layout = Layout.at(root)
-    params = params or config.load(Path(layout.root, params_file))
+    params = params or paramsfile.load(Path(layout.root, params_file))
     opts: dict = {"timeout_seconds": params.pipeline.stage_timeout_s}
     if name in registry.PARTED:
         opts["task_runner"] = task_runner(params.parts)
@@ -41,7 +41,7 @@ def _stage_flow(name: str):
     @flow(name=f"shardline-{name}", log_prints=True)
     def stage_flow(root: str = ".", params_file: str = "params.yaml") -> dict:
         layout = Layout.at(root)
-        params = config.load(Path(layout.root, params_file))
+        params = paramsfile.load(Path(layout.root, params_file))
         log = run_log(get_run_logger())
         if name in registry.PARTED:
             workers = check_workers(params.parts)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from shardline.core import fsio
 from shardline.core.config import Log as LogSection
-from shardline.core.layout import MLFLOW_ARTIFACTS, MLFLOW_DB
+from shardline.core.filenames import MLFLOW_ARTIFACTS, MLFLOW_DB
 
 BATCH = 1000  # MLflow's limit of metrics per log_batch
 

@@ -20,7 +20,7 @@ import json
 import time
 from pathlib import Path
 
-from shardline.core.layout import TENSORBOARD
+from shardline.core.filenames import TENSORBOARD
 
 
 class TensorBoard:

@@ -21,8 +21,8 @@ import re
 import numba
 import numpy as np
 
-from shardline.data.clean import textstats as ts
-from shardline.data.clean.compiled import same
+from shardline.data.clean.kernels import textstats as ts
+from shardline.data.clean.kernels.compiled import same
 
 NL = 10
 LETTER = r"[^\W\d_]"  # what min_alpha_fraction counts as a letter, and as whitespace: re's own classes

@@ -2,19 +2,21 @@
 `rules.RULES` entry (its setting, declared next to the rule's code; a plug-in's in its
 distribution), in the rules' order, then the stage-wide settings, which cannot differ per source
 because they compare documents across sources (`STAGE_WIDE`). Frozen and validated like every
-section (core/section_base.py); the loader (core/config.py) takes it from here, and names every
+section (core/section_base.py); the loader (shardline/paramsfile.py) completes `Params` with it, and names every
 known rule when params.yaml names one it does not know (`known_keys`).
 """
 
 from __future__ import annotations
+
+from typing import ClassVar
 
 from pydantic import Field, create_model, model_validator
 
 from shardline.core import plugins
 from shardline.core.plugins import PluginError
 from shardline.core.section_base import _Section
-from shardline.data.clean import rules
-from shardline.data.clean.minhash import NearDedup
+from shardline.data.clean.rules import registry as rules
+from shardline.data.clean.stage.minhash import NearDedup
 
 _STAGE = {
     "dedup": (bool, Field(True, description="Exact dedup by content hash within and across sources; the first in "
@@ -38,6 +40,8 @@ for _e in rules.RULES:
 
 
 class _Rules(_Section):
+    STAGE_WIDE: ClassVar[tuple[str, ...]] = STAGE_WIDE  # what a source's own `clean:` may not set (core/config.py)
+
     @classmethod
     def known_keys(cls) -> str:
         """Every key the section knows, for the line about one it does not (core/config.py)."""

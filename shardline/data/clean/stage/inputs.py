@@ -18,9 +18,11 @@ from typing import Callable
 
 from shardline.core import fsio
 from shardline.core.errors import BadInput
-from shardline.core.layout import Layout, index_meta_of
-from shardline.data.clean import decontam
-from shardline.data.clean.settings import Clean
+from shardline.core.layout import Layout
+from shardline.core.filenames import index_meta_of
+from shardline.data.clean.kernels import ngrams
+from shardline.data.clean.rules import decontam
+from shardline.data.clean.stage.settings import Clean
 
 
 @dataclass(frozen=True)
@@ -49,7 +51,7 @@ def resolve(cfg: Clean, layout: Layout) -> Inputs:
     if (d := cfg.decontaminate) is not None:
         shas = [fsio.sha256_file(_file(p, layout.root, "decontaminate.paths")) for p in d.paths]
         keys["decontaminate"] = fsio.stable_hash({"sets": shas, "ngram": d.ngram, "text_field": d.text_field,
-                                                   "hash": decontam.HASH_VERSION,
+                                                   "hash": ngrams.HASH_VERSION,
                                                    "unicode": unicodedata.unidata_version})  # \w and lower()
         index = str(layout.decontam_index(keys['decontaminate'][:24]))
     return Inputs(blocklist, index, keys)

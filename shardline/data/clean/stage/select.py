@@ -33,11 +33,11 @@ import pyarrow.parquet as pq
 
 from shardline.core import chaos, fsio
 from shardline.core.config import Params
-from shardline.core.layout import selection_of, signatures_marker_of, signatures_of
+from shardline.core.filenames import selection_of, signatures_marker_of, signatures_of
 from shardline.core.parallel import Mapper
 from shardline.core.progress import Sink
 from shardline.data import frame, staging
-from shardline.data.clean import minhash, split
+from shardline.data.clean.stage import minhash, split
 
 Log = Callable[[str], None]
 MINHASH_VERSION = 1

@@ -27,7 +27,7 @@ from typing import Annotated, Any, NamedTuple
 from pydantic import AfterValidator, Field
 
 from shardline.core import plugins
-from shardline.data.clean import basic, c4, decontam, fineweb, gopher, language, pii, urls
+from shardline.data.clean.rules import basic, c4, decontam, fineweb, gopher, language, pii, urls
 from shardline.data.clean.verdict import Drop, RuleEntry, Rule
 from shardline.data.document import Document
 

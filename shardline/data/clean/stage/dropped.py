@@ -29,9 +29,10 @@ from shardline.core import fsio
 from shardline.core.errors import BadInput
 from shardline.core.remedies import remedy_for
 from shardline.core.config import Params
-from shardline.core.layout import Layout, selection_of
+from shardline.core.layout import Layout
+from shardline.core.filenames import selection_of
 from shardline.data import frame
-from shardline.data.clean import minhash
+from shardline.data.clean.stage import minhash
 
 HEAD_CHARS = 200  # of a dropped document, in its sample
 FIELDS = ("id", "value", "limit", "detail", "head")  # a sample row's, in this order

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pydantic import Field
 
 from shardline.core.section_base import _Section
-from shardline.data.clean import words as wd
-from shardline.data.clean.ruleset import RuleSet
+from shardline.data.clean.kernels import words as wd
+from shardline.data.clean.rules.ruleset import RuleSet
 from shardline.data.clean.verdict import Drop, RuleEntry
 from shardline.data.document import Document
 

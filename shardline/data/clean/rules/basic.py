@@ -6,23 +6,20 @@ what it measured and the limit it broke), with its setting: one `RuleEntry` per 
 clean section.
 
 Contract: rules hold no state and are picklable (they run in worker processes). Their order
-among all the rules is `shardline.data.clean.rules.RULES`'s; transforms come first there so
+among all the rules is `shardline.data.clean.rules.registry.RULES`'s; transforms come first there so
 that filters judge the text that will be kept.
 """
 
 from __future__ import annotations
 
-import functools
 import re
 import unicodedata
 from dataclasses import dataclass
 from typing import Literal
 
-import numba
-import numpy as np
 from pydantic import Field
 
-from shardline.data.clean import lines as ls
+from shardline.data.clean.kernels import lines as ls
 from shardline.data.clean.verdict import Drop, RuleEntry
 from shardline.data.document import Document
 

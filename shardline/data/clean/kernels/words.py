@@ -23,7 +23,7 @@ from typing import NamedTuple
 import numba
 import numpy as np
 
-from shardline.data.clean import spacylib, textstats, wordtable
+from shardline.data.clean.kernels import spacylib, textstats, wordsplit, wordtable
 
 _LETTERS = re.compile(r"[A-Za-z]+")
 
@@ -92,7 +92,7 @@ def _pairs() -> frozenset[tuple[str, str]]:
 
 
 @functools.cache
-def table() -> wordtable.Table:
+def table() -> wordsplit.Table:
     """This process's table, holding spaCy's special cases made of ASCII letters (the spans it
     answers without spaCy must not be one) and the words that can meet across whitespace."""
     fixed = [(s, _offsets(_tokens(s), 0, len(s))) for s in pipeline().tokenizer.rules if _LETTERS.fullmatch(s)]
@@ -102,13 +102,13 @@ def table() -> wordtable.Table:
     lix, rix = {w: i for i, w in enumerate(left)}, {w: i for i, w in enumerate(right)}
     for a, b in pairs:
         matrix[lix[a], rix[b]] = True
-    return wordtable.Table(fixed, (left, right, matrix))
+    return wordsplit.Table(fixed, (left, right, matrix))
 
 
 class Words(NamedTuple):
     """A text's words: its code points, and per word its start and end in them, an id (equal
     words, equal ids), its flags (wordtable's) and its polynomial hash; `spans`: its str.split spans with their slots
-    in table() while it holds `generation` (wordtable.split's; None when spaCy split it whole)."""
+    in table() while it holds `generation` (wordsplit.split's; None when spaCy split it whole)."""
 
     cps: np.ndarray
     starts: np.ndarray

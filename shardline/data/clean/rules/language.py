@@ -21,9 +21,9 @@ import numpy as np
 from pydantic import Field
 
 from shardline.core import extras
-from shardline.core.layout import FASTTEXT_MODEL
+from shardline.core.filenames import FASTTEXT_MODEL
 from shardline.core.section_base import _Section
-from shardline.data.clean import lid, words
+from shardline.data.clean.kernels import lid, words
 from shardline.data.clean.verdict import Drop, RuleEntry
 from shardline.data.document import Document
 

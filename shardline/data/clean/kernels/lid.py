@@ -33,8 +33,7 @@ import numba
 import numpy as np
 
 from shardline.core.errors import ShardlineError
-from shardline.data.clean import fasttext as ft
-from shardline.data.clean import hsoftmax as hs
+from shardline.data.clean.kernels import fasttext as ft, ftdict as fd, hsoftmax as hs
 
 _MAGIC, _VERSION = 793712314, 12
 _HS, _SUPERVISED = 1, 3  # fastText's loss_name::hs and model_name::sup
@@ -90,7 +89,7 @@ class Model:
 
     def leaves_of_spans(self, cps: np.ndarray, spans: np.ndarray, table) -> tuple[np.ndarray, np.ndarray]:
         """leaves(text with newlines as spaces) for a text whose str.split spans, found in the
-        wordtable.Table `table` as wordtable.split gives them, are fastText's tokens too (no odd
+        wordsplit.Table `table` as wordsplit.split gives them, are fastText's tokens too (no odd
         whitespace, no surrogate): each span's rows are looked up in the table with its words."""
         table.attach(self)
         return _predict_spans(cps, spans, table.slots, table.payload, table.payload_used, self.inputs, self.outputs)
@@ -207,7 +206,7 @@ def load(path: str | Path) -> Model:
     wbytes = np.frombuffer(b"".join(words), np.uint8)
     table = np.full(int(np.ceil(size / 0.7)), -1, np.int32)
     for i, w in enumerate(words):  # Dictionary::load's word2int_
-        at = int(ft.fnv(np.frombuffer(w, np.uint8), 0, len(w), np.uint32(2166136261))) % table.size
+        at = int(fd.fnv(np.frombuffer(w, np.uint8), 0, len(w), np.uint32(2166136261))) % table.size
         while table[at] != -1:
             at = (at + 1) % table.size
         table[at] = i
@@ -218,7 +217,7 @@ def load(path: str | Path) -> Model:
         if w != _EOS:
             word = np.frombuffer(b"<" + w + b">", np.uint8)
             buf = scratch if 4 * word.size + 8 <= scratch.size else np.empty(4 * word.size + 8, np.int32)
-            k = ft.subwords(word, minn, maxn, bucket, prune, nwords, buf, 0)
+            k = fd.subwords(word, minn, maxn, bucket, prune, nwords, buf, 0)
             ids += buf[:k].tolist()
         subs += ids
         sub_ptr.append(len(subs))

@@ -1,10 +1,10 @@
 """fastText's input side, compiled: a line's tokens to the hidden vector, for lid.py.
 
 Contract: each function does what the fastText 0.9.2 function it names does (fasttext-predict
-builds that code), in the same order and the same float32 arithmetic: `fnv` is Dictionary::hash,
-`subwords` computeSubwords with pushHash, `_find` Dictionary::find, `hidden` Dictionary::getLine
-then Model::computeHidden (with a cache of tokens' input rows, emptied when full).
-`hidden_spans` takes a text as its str.split spans in the word table (wordtable.split's), where
+builds that code), in the same order and the same float32 arithmetic, over the dictionary of
+ftdict.py: `hidden` is Dictionary::getLine then Model::computeHidden (with a cache of tokens'
+input rows, emptied when full).
+`hidden_spans` takes a text as its str.split spans in the word table (wordsplit.split's), where
 they are fastText's tokens too, and keeps each span's rows in the table's payload, so that a
 document's spans are looked up once for its words and its language.
 """
@@ -14,65 +14,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from shardline.data.clean.compiled import same
-
-_LABEL_BYTES = np.frombuffer(b"__label__", np.uint8)  # an unknown token starting so is a label, not an input
-
-
-@numba.njit(cache=True)
-def fnv(data, start, end, h):
-    """fastText's hash: FNV-1a over bytes read as signed chars (uint32)."""
-    for i in range(start, end):
-        b = np.uint32(data[i])
-        if b >= 128:
-            b |= np.uint32(0xFFFFFF00)
-        h = np.uint32((h ^ b) * np.uint32(16777619))
-    return h
-
-
-@numba.njit(cache=True)
-def subwords(word, minn, maxn, bucket, prune, nwords, out, n_out):
-    """Dictionary::computeSubwords over `word` (the token between '<' and '>'), each n-gram's
-    bucket through the pruning map (pushHash), appended to out[n_out:]; returns the new length."""
-    size = word.size
-    for i in range(size):
-        if (word[i] & 0xC0) == 0x80:
-            continue
-        h = np.uint32(2166136261)
-        j, n = i, 1
-        while j < size and n <= maxn:
-            h = fnv(word, j, j + 1, h)
-            j += 1
-            while j < size and (word[j] & 0xC0) == 0x80:
-                h = fnv(word, j, j + 1, h)
-                j += 1
-            if n >= minn and not (n == 1 and (i == 0 or j == size)):
-                row = prune[np.int64(h % np.uint32(bucket))]
-                if row >= 0:
-                    out[n_out] = nwords + row
-                    n_out += 1
-            n += 1
-    return n_out
-
-
-@numba.njit(cache=True)
-def _find(data, start, end, h, table, wbytes, wptr):
-    """Dictionary::find + word2int_: the word's id, or -1."""
-    size = table.size
-    at = np.int64(h % np.uint32(size))
-    while table[at] != -1:
-        w = table[at]
-        a, b = wptr[w], wptr[w + 1]
-        if b - a == end - start and same(wbytes, a, data, start, end - start):
-            return w
-        at = (at + 1) % size
-    return -1
-
-
-@numba.njit(cache=True)
-def _is_space(c):
-    return c == 32 or c == 10 or c == 13 or c == 9 or c == 11 or c == 12 or c == 0
-
+from shardline.data.clean.kernels.compiled import same
+from shardline.data.clean.kernels.ftdict import find, fnv, is_label, is_space, subwords
 
 @numba.njit(cache=True)
 def _cached(data, start, end, h, cache, keys, ids, state):
@@ -175,39 +118,32 @@ def hidden(data, table, wbytes, wptr, wtype, sub_ptr, sub_ids, minn, maxn, bucke
     """Dictionary::getLine for `data` + "\n", then Model::computeHidden: the mean input row."""
     dim = rows.shape[1]
     hidden = np.zeros(dim, np.float32)
-    longest = 0
     i, size = 0, data.size
     word = np.empty(size + 2, np.uint8)
     scratch = np.empty(3 * (size + 2) + 8, np.int32)  # a token of L bytes has < 3(L + 2) n-grams
     count = 0
     eos = False
     while not eos:
-        while i < size and _is_space(data[i]):
+        while i < size and is_space(data[i]):
             i += 1
         if i >= size:  # the "\n" fastText's wrapper appends: the end-of-sentence token
             eos = True
             src, first, n = sub_ids, sub_ptr[0], sub_ptr[1] - sub_ptr[0]  # "</s>" is word 0
         else:
             start = i
-            while i < size and not _is_space(data[i]):
+            while i < size and not is_space(data[i]):
                 i += 1
             end = i
             h = fnv(data, start, end, np.uint32(2166136261))
-            wid = _find(data, start, end, h, table, wbytes, wptr)
+            wid = find(data, start, end, h, table, wbytes, wptr)
             if wid >= 0:
                 if wtype[wid] != 0:  # a label: not an input
                     continue
                 eos = wid == 0  # a literal "</s>" ends the line too
                 src, first, n = sub_ids, sub_ptr[wid], sub_ptr[wid + 1] - sub_ptr[wid]
             else:
-                if end - start >= 9:  # an unknown "__label__..." is a label too
-                    label = True
-                    for k in range(9):
-                        if data[start + k] != _LABEL_BYTES[k]:
-                            label = False
-                            break
-                    if label:
-                        continue
+                if is_label(data, start, end):  # an unknown "__label__..." is a label too
+                    continue
                 first, at = _cached(data, start, end, h, cache, keys, ids, state)
                 if first >= 0:
                     src, n = ids, at
@@ -235,21 +171,15 @@ def _token_rows(data, size, word, table, wbytes, wptr, wtype, sub_ptr, sub_ids, 
     """fastText's input rows for the token data[:size] into `out`: (how many, whether it ends the
     line: "</s>")."""
     h = fnv(data, 0, size, np.uint32(2166136261))
-    wid = _find(data, 0, size, h, table, wbytes, wptr)
+    wid = find(data, 0, size, h, table, wbytes, wptr)
     if wid >= 0:
         if wtype[wid] != 0:  # a label: not an input
             return 0, False
         n = sub_ptr[wid + 1] - sub_ptr[wid]
         out[:n] = sub_ids[sub_ptr[wid]:sub_ptr[wid + 1]]
         return n, wid == 0
-    if size >= 9:  # an unknown "__label__..." is a label too
-        label = True
-        for k in range(9):
-            if data[k] != _LABEL_BYTES[k]:
-                label = False
-                break
-        if label:
-            return 0, False
+    if is_label(data, 0, size):  # an unknown "__label__..." is a label too
+        return 0, False
     word[0] = 60  # '<'
     word[1:size + 1] = data[:size]
     word[size + 1] = 62  # '>'
@@ -281,7 +211,7 @@ def _utf8(cps, a, b, out):
 @numba.njit(cache=True)
 def hidden_spans(cps, spans, slots, payload, used, table, wbytes, wptr, wtype, sub_ptr, sub_ids, minn, maxn, bucket,
                  prune, nwords, rows):
-    """hidden() of a text given as its str.split spans (wordtable.split's, where they are fastText's
+    """hidden() of a text given as its str.split spans (wordsplit.split's, where they are fastText's
     tokens too) and their slots, whose payloads keep each span's rows: start << 21 | count << 1 |
     ends-the-line, in `payload` (filled as spans are first met, while it has room)."""
     dim = rows.shape[1]

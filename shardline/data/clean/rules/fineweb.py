@@ -13,9 +13,9 @@ from operator import methodcaller
 from pydantic import Field
 
 from shardline.core.section_base import _Section
-from shardline.data.clean import ruleset as rs
-from shardline.data.clean import textstats as ts
-from shardline.data.clean.ruleset import RuleSet
+from shardline.data.clean.rules import ruleset as rs
+from shardline.data.clean.kernels import textstats as ts
+from shardline.data.clean.rules.ruleset import RuleSet
 from shardline.data.clean.verdict import Drop, RuleEntry
 from shardline.data.document import Document
 

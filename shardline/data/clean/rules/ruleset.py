@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shardline.data.clean import words as wd
+from shardline.data.clean.kernels import words as wd
 from shardline.data.clean.verdict import Drop
 
 REFERENCE = "datatrove 0.10.1, spaCy English words"  # in the clean parts' keys: a new reference rebuilds them

@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 
 from shardline.core import fsio
 from shardline.core.errors import BadInput
-from shardline.core.layout import clean_marker_of, clean_split_of, selection_of
+from shardline.core.filenames import clean_marker_of, clean_split_of, selection_of
 from shardline.core.remedies import remedy_for
 
 

@@ -20,11 +20,12 @@ import pyarrow.parquet as pq
 
 from shardline.core.config import Params
 from shardline.core.errors import BadInput
-from shardline.core.layout import Layout, drops_of
+from shardline.core.layout import Layout
+from shardline.core.filenames import drops_of
 from shardline.data import compressed, frame
-from shardline.data.clean import dropped
-from shardline.data.clean.parts import part_meta, read_selection
-from shardline.data.clean.stage import plan
+from shardline.data.clean.stage import dropped
+from shardline.data.clean.stage.parts import part_meta, read_selection
+from shardline.data.clean.stage.run import plan
 
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 

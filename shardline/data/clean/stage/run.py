@@ -2,7 +2,7 @@
 
 Contract:
 - A source's raw files (manifest order) are grouped into parts of about `clean.part_mb`; a
-  bigger file is cut into spans at record boundaries (`readers.spans`), a part each.
+  bigger file is cut into spans at record boundaries (`filespans.spans`), a part each.
 - Phase 1 (per part, in the stage frame `shardline.data.frame`, on worker processes: the rules
   are Python that holds the GIL): read each record as a `Document`, run it through the source's
   rules (`Params.clean_for`, `rules.apply`: the one decision, which `shardline explain` asks
@@ -22,7 +22,7 @@ Contract:
 - `documents(part, side)` reads one side's texts; the tokenize stage reads nothing else. It
   refuses a selection whose part key or ctx is not the finished stage's (a clean stage killed
   halfway through its selections), naming the remedy.
-- stats.json (written last) sums the tallies: docs/bytes in and out, held out (and which clamp
+- stats.json (written last, `tally.py`) sums the tallies: docs/bytes in and out, held out (and which clamp
   decided the split), per check docs and bytes dropped, dedup, near_dedup (and its clusters),
   training copies and near-copies of held-out documents, bad records with `file:line` samples,
   invalid UTF-8 count, and the damaged raw files it read past (`damaged`: one line each, also
@@ -46,15 +46,16 @@ import pyarrow.parquet as pq
 
 from shardline.core import fsio
 from shardline.core.config import Params, Source
-from shardline.core.errors import BadInput
-from shardline.core.layout import (Layout, clean_marker_of, clean_part_name, dropped_sample_of, drops_of,
-                                   index_meta_of, selection_of)
+from shardline.core.layout import Layout
+from shardline.core.filenames import (clean_marker_of, clean_part_name, dropped_sample_of, drops_of, index_meta_of,
+                                      selection_of)
 from shardline.core.parallel import Mapper, process_map
 from shardline.core.progress import Sink
 from shardline.data import compressed, download, frame, grouping, readers, staging
-from shardline.data.clean import damage, dropped, inputs, ruleset, rules, select, split
-from shardline.data.clean.parts import documents, part_meta, read_selection, side_key  # noqa: F401 (the stage's readers)
-from shardline.data.clean.settings import Clean
+from shardline.data.clean.rules import registry as rules, ruleset
+from shardline.data.clean.stage import damage, dropped, inputs, select, split, tally
+from shardline.data.clean.stage.parts import documents, part_meta, read_selection, side_key  # noqa: F401 (the stage's readers)
+from shardline.data.clean.stage.settings import Clean
 from shardline.data.clean.verdict import Drop
 
 CODE_VERSION = 6  # bump when cleaning output changes for the same inputs and params (5: u by content; 6: the drop log)
@@ -213,50 +214,6 @@ def heldout_fingerprint(parts: list[frame.Part]) -> dict:
     return {"sha256": h.hexdigest(), "docs": n}
 
 
-def _summarise(parts: list[frame.Part], markers: list[dict], params: Params, thresholds: dict | None = None,
-               near: dict | None = None) -> dict:
-    out: dict = {"rules_order": {s.name: rules.names(params.clean_for(s)) for s in params.sources},
-                 "split": params.eval.split(), "sources": {}, **({"near_dedup": near} if near else {})}
-    for part, marker in zip(parts, markers):
-        st = marker["stats"]
-        tally = fsio.read_json(selection_of(part.work.out))["tally"] if thresholds else {}
-        s = out["sources"].setdefault(part.work.source.name, {
-            "parts": 0, "docs_in": 0, "bytes_in": 0, "records": 0, "bad": 0, "invalid_utf8": 0, "skipped": 0,
-            "docs_out": 0, "bytes_out": 0, "samples": [], "rules": {},
-            **{k: {"docs": 0, "bytes": 0} for k in ("heldout", *select.REASONS)}})
-        s["parts"] += 1
-        for k in ("docs_in", "bytes_in", "records", "bad", "invalid_utf8", "skipped"):
-            s[k] += st.get(k, 0)  # a part made before `skipped` was counted has none
-        s["samples"] = (s["samples"] + st["samples"])[:20]
-        for name, c in st["rules"].items():
-            r = s["rules"].setdefault(name, {"docs": 0, "bytes": 0})
-            r["docs"] += c["docs"]
-            r["bytes"] += c["bytes"]
-        s["docs_out"] += st["docs_kept"]
-        s["bytes_out"] += st["bytes_kept"]
-        for k, c in tally.items():
-            for unit in ("docs", "bytes"):
-                s[k][unit] += c[unit]
-                s[f"{unit}_out"] -= c[unit]  # docs_out/bytes_out: what trains
-    for name, t in (thresholds or {}).items():
-        out["sources"][name]["heldout"]["clamp"] = t.clamp
-    totals = {k: sum(s[k] for s in out["sources"].values()) for k in ("docs_in", "docs_out", "bytes_in", "bytes_out", "bad")}
-    totals["heldout_docs"] = sum(s["heldout"]["docs"] for s in out["sources"].values())
-    out["totals"] = totals
-    return out
-
-
-def check_bad_fraction(summary: dict, params: Params, layout: Layout) -> None:
-    limit = params.clean.max_bad_fraction
-    for name, s in summary["sources"].items():
-        if s["records"] and s["bad"] / s["records"] > limit:
-            samples = "\n  ".join(s["samples"])
-            raise BadInput(f"clean: source {name!r}: {s['bad']} of {s['records']} records unreadable "
-                           f"({s['bad'] / s['records']:.1%} > clean.max_bad_fraction {limit:.1%}) in "
-                           f"{layout.rel(layout.raw_files(name))}; first ones:\n  {samples}\n"
-                           "Fix the input (or sources[].text_field / format), or raise clean.max_bad_fraction.")
-
-
 def run(params: Params, layout: Layout, log: Log = print, mapper: Mapper = process_map,
         sink: Sink | None = None) -> dict:
     layout.clean.mkdir(parents=True, exist_ok=True)
@@ -274,7 +231,7 @@ def run(params: Params, layout: Layout, log: Log = print, mapper: Mapper = proce
     for lines in damaged.values():
         for line in lines:
             log(f"warning: {line}")
-    check_bad_fraction(_summarise(parts, markers, params), params, layout)  # judged on input, before the split
+    tally.check_bad_fraction(tally.summarise(parts, markers, params), params, layout)  # judged on input, before the split
     thresholds, near = select.select(parts, params, log, mapper, sink, staged)
     samples = dropped.write(parts, params, layout, dropped_sample_of)
     outs = [Path(p.work.out) for p in parts]
@@ -282,7 +239,7 @@ def run(params: Params, layout: Layout, log: Log = print, mapper: Mapper = proce
                                                          drops_of(o))}
                 | select.signature_files(parts, params) | samples | {layout.clean_stats, layout.clean_split}
                 | indexes | {index_meta_of(p) for p in indexes} | {spans})
-    summary = _summarise(parts, markers, params, thresholds, near)
+    summary = tally.summarise(parts, markers, params, thresholds, near)
     for name, lines in damaged.items():
         summary["sources"][name]["damaged"] = lines  # the evidence card counts them
     given = {s.name: inputs.resolve(params.clean_for(s), layout).keys for s in params.sources}

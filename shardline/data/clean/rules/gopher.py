@@ -21,11 +21,9 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from shardline.core.section_base import _Section
-from shardline.data.clean import ruleset as rs
-from shardline.data.clean import lines as ls
-from shardline.data.clean import textstats as ts
-from shardline.data.clean import wordtable as wd
-from shardline.data.clean.ruleset import RuleSet
+from shardline.data.clean.rules import ruleset as rs
+from shardline.data.clean.kernels import lines as ls, textstats as ts, wordtable as wd
+from shardline.data.clean.rules.ruleset import RuleSet
 from shardline.data.clean.verdict import Drop, RuleEntry
 from shardline.data.document import Document
 
