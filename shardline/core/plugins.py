@@ -142,7 +142,8 @@ if __name__ == "__main__":  # dvc.yaml's plugins stage: runs on every repro, so 
     from pathlib import Path
 
     from shardline.core import yamlfile
-    from shardline.core.layout import PARAMS, Layout
+    from shardline.core.filenames import PARAMS
+    from shardline.core.layout import Layout
 
     root = Path.cwd()
     raw = yamlfile.load((root / PARAMS).read_text()) if (root / PARAMS).exists() else {}

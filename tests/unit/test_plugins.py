@@ -256,3 +256,26 @@ def test_a_rule_without_a_name_runs_and_a_broken_rule_blocks_only_a_run_that_set
         "'shardline-rules-demo 0.1.0', 'shout': 'shardline-rules-demo 0.1.0'}, 'train': {}, 'stages': {}}",
         "clean.broken_rule: plug-in 'broken_rule' (rules, shardline_rules_broken:RULE, from shardline-rules-demo "
         "0.1.0) cannot be loaded: ModuleNotFoundError: No module named 'nowhere_to_be_found'"]
+
+
+def test_dvc_yamls_plugins_command_writes_what_the_stage_writes(tmp_path):
+    """dvc.yaml runs `python -m shardline.core.plugins` (cheaper than the CLI): the same files."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    from harness.projects import REPO, env_for
+
+    assert yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]["plugins"]["cmd"] == \
+        "python -m shardline.core.plugins"
+    write_dist(tmp_path / "site", "shardline-demo", {"shardline_demo.py": MODULE},
+               {"shardline.architectures": {"demo_net": "shardline_demo:build"}})
+    (tmp_path / "params.yaml").write_text("model:\n  arch: demo_net\n")
+    r = subprocess.run([sys.executable, "-m", "shardline.core.plugins"], cwd=tmp_path, capture_output=True, text=True,
+                       env=env_for(PYTHONPATH=str(tmp_path / "site")), timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert {f.name: f.read_text() for f in (tmp_path / "data/plugins").iterdir()} == {
+        "clean.json": "{}\n", "train.json": '{\n  "demo_net": "shardline-demo 0.1.0"\n}\n', "stages.json": "{}\n"}
+    assert r.stderr.splitlines() == ["plugins: clean: none", "plugins: train: demo_net (shardline-demo 0.1.0)",
+                                     "plugins: stages: none"]
