@@ -73,11 +73,6 @@ def write_dist(root: Path, name: str, files: dict[str, str], entry_points: dict[
     return root
 
 
-def install(root: Path, example: Example) -> Path:
-    """The guide's `example` written under `root` (several may share one folder, as in site-packages)."""
-    return write_dist(root, example.name, example.files, example.entry_points, example.version)
-
-
 def build_install(site: Path, example: Example, version: str | None = None,
                   edit: Callable[[str], str] = lambda text: text) -> Path:
     """The guide's `example` built and installed into `site` by pip, as a user's `pip install

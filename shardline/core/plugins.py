@@ -81,7 +81,7 @@ def load(group: str, name: str) -> Any:
     except Exception as e:  # its code, not ours: whatever it raises is its distribution's to fix
         raise PluginError(f"{where(group, name)} cannot be loaded: {type(e).__name__}: {e}") from None
     if group in TAKES and (not callable(obj) or _is_module_instance(obj)):
-        raise PluginError(f"{where(group, name)} names {_kind(obj)}; its entry point must name {TAKES[group]}")
+        raise PluginError(f"{where(group, name)} names {kind_of(obj)}; its entry point must name {TAKES[group]}")
     return obj
 
 
@@ -90,7 +90,8 @@ def _is_module_instance(obj: Any) -> bool:
     return any(c.__module__ == "torch.nn.modules.module" and c.__name__ == "Module" for c in type(obj).__mro__)
 
 
-def _kind(obj: Any) -> str:
+def kind_of(obj: Any) -> str:
+    """What an object is, as the one line about a plug-in of the wrong kind says it."""
     return f"a {type(obj).__name__} instance" if _is_module_instance(obj) else f"a {type(obj).__name__} ({obj!r:.40})"
 
 

@@ -34,7 +34,7 @@ def build(cfg: ModelConfig) -> nn.Module:
     made = plugins.load("architectures", cfg.arch)(cfg)
     where = plugins.where("architectures", cfg.arch)
     if not isinstance(made, CausalLM):
-        raise plugins.PluginError(f"{where} made {plugins._kind(made)}, not a shardline.model.common.CausalLM: "
+        raise plugins.PluginError(f"{where} made {plugins.kind_of(made)}, not a shardline.model.common.CausalLM: "
                                   "its class must subclass CausalLM (docs/extending.md, 'An architecture')")
     lacks = [a for a in ("blocks",) if not isinstance(getattr(made, a, None), nn.ModuleList)]
     try:

@@ -105,8 +105,10 @@ def test_the_architecture_samples_and_evaluates_and_export_says_it_has_no_mappin
     assert lineage["vocab_size"] == json.loads((proj / "data/tokenizer/meta.json").read_text())["vocab_size"]
     said = run([SL, "sample", "latest", "--prompt", "def ", "--max-new-tokens", "4", "--json"], proj, env=env).stdout
     said = json.loads(said)
-    assert (said["step"], said["seq_len"]) == (2, 64) and len(said["ids"]) == (4 if said["stopped"] == "max_new_tokens"
-                                                                                 else len(said["ids"]))
+    assert (said["step"], said["seq_len"]) == (2, 64)
+    # four new ids, or fewer ending on EOS: the network ran for every one of them
+    assert (len(said["ids"]), said["stopped"]) == (4, "max_new_tokens") or \
+        (said["stopped"] == "eos" and said["ids"][-1] == said["eos_id"] and len(said["ids"]) < 4)
     ev = run([SL, "eval", "latest", "--json"], proj, env=env).stdout
     assert json.loads(ev)["total"]["loss"] > 0
     r = run([SL, "export", "latest", str(tmp_path / "out")], proj, env=env, check=False)

@@ -81,7 +81,7 @@ def _plugged(taken: set[str]) -> tuple[RuleEntry, ...]:
             continue
         where = plugins.where("rules", name)
         if not isinstance(entry, RuleEntry) or entry.key != name:
-            got = f"one keyed {entry.key!r}" if isinstance(entry, RuleEntry) else plugins._kind(entry)
+            got = f"one keyed {entry.key!r}" if isinstance(entry, RuleEntry) else plugins.kind_of(entry)
             raise plugins.PluginError(f"{where}: its entry point must name a RuleEntry keyed {name!r}, not {got}")
         if name in taken:
             raise plugins.PluginError(f"{where}: the clean section already has {name!r}; the plug-in must "
